@@ -1,0 +1,1 @@
+//! The configuration file (see issue 3).

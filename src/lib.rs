@@ -1,0 +1,6 @@
+//! Sagüin: an MQTT 5 and 3.1.1 broker for edge gateways, with durable channels.
+#![warn(missing_docs)]
+
+pub mod codec;
+pub mod config;
+pub mod storage;

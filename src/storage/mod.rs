@@ -1,0 +1,1 @@
+//! Storage providers (see issue 4).
