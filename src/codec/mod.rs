@@ -5,6 +5,10 @@
 //! many bytes, and hands them to [`decode_connect`] (first packet) or [`decode`].
 //! Topic aliases, windows and sessions belong to the connection, not to the codec.
 //!
+//! Every body is read through a bounded reader (`reader.rs`) that names the field it
+//! stopped on; which class a refusal falls in ([`DecodeError`]) decides the reason code
+//! the broker answers with: Malformed 0x81, Protocol 0x82, or a closed connection.
+//!
 //! Architecture invariant: the codec never allocates more than the declared remaining
 //! length of the packet it reads, and never panics on any input.
 
@@ -14,9 +18,15 @@ mod error;
 pub mod packet;
 pub mod properties;
 mod reader;
+pub mod reason;
+mod topic;
 
-pub use decode::{decode, decode_connect, read_fixed_header, FixedHeader};
+pub use decode::{FixedHeader, decode, decode_connect, read_fixed_header};
 pub use encode::encode;
 pub use error::{ConnectError, DecodeError};
 pub use packet::*;
 pub use properties::Properties;
+pub use topic::{valid_topic_filter, valid_topic_name};
+
+#[cfg(test)]
+mod tests;

@@ -164,7 +164,11 @@ pub struct Ack {
 impl Ack {
     /// An acknowledgement with a reason code and no properties.
     pub fn new(packet_id: u16, code: u8) -> Ack {
-        Ack { packet_id, code, properties: Properties::default() }
+        Ack {
+            packet_id,
+            code,
+            properties: Properties::default(),
+        }
     }
 }
 
@@ -260,7 +264,10 @@ pub struct Disconnect {
 impl Disconnect {
     /// A DISCONNECT with a reason code and no properties.
     pub fn new(code: u8) -> Disconnect {
-        Disconnect { code, properties: Properties::default() }
+        Disconnect {
+            code,
+            properties: Properties::default(),
+        }
     }
 }
 
