@@ -1,0 +1,423 @@
+//! Loading the configuration file: the typed values and their defaults
+//! (RFC 0002 "Configuration"; requirement IDs B-… from req-0002b.md).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use saguin::config::{self, Config, ConfigError, LogLevel, ProtocolVersion};
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    config::from_str(text, Path::new("saguin.yaml"))
+}
+
+fn ok(text: &str) -> Config {
+    match load(text) {
+        Ok(c) => c,
+        Err(e) => panic!("expected a valid configuration, got:\n{e}"),
+    }
+}
+
+/// Asserts exactly one finding mentions `key`, on `line`, and returns the report.
+fn refused(text: &str, key: &str, line: u32) -> String {
+    let err = match load(text) {
+        Ok(_) => panic!("expected {key} to be refused"),
+        Err(e) => e,
+    };
+    let hits: Vec<_> = err.findings().iter().filter(|f| f.key == key).collect();
+    assert!(!hits.is_empty(), "no finding names {key}:\n{err}");
+    assert!(
+        hits.iter().any(|f| f.line == line),
+        "no finding for {key} on line {line}:\n{err}"
+    );
+    err.to_string()
+}
+
+#[test]
+fn b015_minimal_file_loads_from_disk_with_defaults() {
+    let c = config::load(Path::new("tests/fixtures/config/minimal.yaml")).unwrap();
+    assert_eq!(c.broker.id, "edge-1");
+    assert_eq!(c.broker.log_level, LogLevel::Info);
+    assert_eq!(c.broker.mqtt.min_protocol_version, ProtocolVersion::V3_1_1);
+    assert_eq!(c.broker.pid_file, None);
+}
+
+#[test]
+fn b015_broker_id_is_required() {
+    let report = refused("broker:\n  log_level: info\n", "broker.id", 1);
+    assert!(report.contains("no default"), "{report}");
+}
+
+#[test]
+fn b019_report_shape_names_file_key_value_and_remedy() {
+    let err = load("broker:\n  id: edge-1\n  log_level: verbose\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "configuration is invalid:\nsaguin.yaml:\n  - line 3: broker.log_level \"verbose\": it is one of debug, info, warn or error; omit the key for info\n"
+    );
+}
+
+#[test]
+fn b020_log_levels() {
+    for (w, l) in [
+        ("debug", LogLevel::Debug),
+        ("info", LogLevel::Info),
+        ("warn", LogLevel::Warn),
+        ("error", LogLevel::Error),
+    ] {
+        assert_eq!(
+            ok(&format!("broker:\n  id: a\n  log_level: {w}\n"))
+                .broker
+                .log_level,
+            l
+        );
+    }
+}
+
+#[test]
+fn b479_unknown_key_is_a_finding_whatever_its_value() {
+    refused("broker:\n  id: a\n  colour: ~\n", "broker.colour", 3);
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_mesage_size: 1MiB\n",
+        "broker.limits.max_mesage_size",
+        4,
+    );
+    refused("broker:\n  id: a\nextra: 1\n", "extra", 3);
+}
+
+#[test]
+fn key_written_twice_is_refused_naming_both_lines() {
+    let report = refused(
+        "broker:\n  id: a\n  log_level: info\n  log_level: debug\n",
+        "broker.log_level",
+        4,
+    );
+    assert!(report.contains("lines 3 and 4"), "{report}");
+}
+
+#[test]
+fn b480_every_finding_is_reported_at_once() {
+    let err = load(
+        "broker:\n  log_level: loud\n  limits:\n    max_topic_levels: 0\n    write_timeout: 5\n",
+    )
+    .unwrap_err();
+    let keys: Vec<&str> = err.findings().iter().map(|f| f.key.as_str()).collect();
+    for k in [
+        "broker.id",
+        "broker.log_level",
+        "broker.limits.max_topic_levels",
+        "broker.limits.write_timeout",
+    ] {
+        assert!(keys.contains(&k), "{k} missing from {keys:?}");
+    }
+}
+
+#[test]
+fn yaml_syntax_error_names_the_line() {
+    let err = load("broker:\n  id: a\n  limits: [1, 2\n").unwrap_err();
+    assert!(err.findings()[0].line > 0, "{err}");
+}
+
+#[test]
+fn b217_min_protocol_version_quoted_or_not() {
+    assert_eq!(
+        ok("broker:\n  id: a\n  mqtt:\n    min_protocol_version: 5\n")
+            .broker
+            .mqtt
+            .min_protocol_version,
+        ProtocolVersion::V5
+    );
+    assert_eq!(
+        ok("broker:\n  id: a\n  mqtt:\n    min_protocol_version: \"5\"\n")
+            .broker
+            .mqtt
+            .min_protocol_version,
+        ProtocolVersion::V5
+    );
+    assert_eq!(
+        ok("broker:\n  id: a\n  mqtt:\n    min_protocol_version: 3.1.1\n")
+            .broker
+            .mqtt
+            .min_protocol_version,
+        ProtocolVersion::V3_1_1
+    );
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    min_protocol_version: 3.1\n",
+        "broker.mqtt.min_protocol_version",
+        4,
+    );
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    min_protocol_version: 4\n",
+        "broker.mqtt.min_protocol_version",
+        4,
+    );
+}
+
+#[test]
+fn b486_no_listener_named_means_tcp_1883() {
+    let c = ok("broker:\n  id: a\n");
+    let want: SocketAddr = "0.0.0.0:1883".parse().unwrap();
+    assert_eq!(c.broker.mqtt.plain_tcp_addrs(), vec![want]);
+    assert!(c.broker.mqtt.listen.defaulted);
+}
+
+#[test]
+fn b486_one_unix_listener_turns_the_default_off() {
+    let c = ok(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      unix:\n        path: /run/saguin/s.sock\n",
+    );
+    assert!(c.broker.mqtt.plain_tcp_addrs().is_empty());
+    assert_eq!(c.broker.mqtt.listen.unix[0].mode, 0o660);
+    assert_eq!(c.broker.mqtt.listen.unix[0].name, "unix");
+}
+
+#[test]
+fn b005_listener_shapes_mapping_and_named_list() {
+    let c = ok("broker:
+  id: a
+  mqtt:
+    listen:
+      tcp:
+        - name: local
+          address: 127.0.0.1:1883
+          allow_anonymous: true
+        - name: fleet
+          address: 0.0.0.0:8883
+          tls:
+            cert_file: /etc/saguin/tls/cert.pem
+            key_file: /etc/saguin/tls/key.pem
+      ws:
+        address: 0.0.0.0:8083
+");
+    let l = &c.broker.mqtt.listen;
+    assert_eq!(l.tcp.len(), 2);
+    assert_eq!(l.tcp[1].name, "fleet");
+    assert!(l.tcp[1].tls.is_some());
+    assert_eq!(l.ws[0].name, "ws");
+    assert!(l.ws[0].same_origin);
+    // Only the plain door is a plain-TCP MQTT address.
+    assert_eq!(
+        c.broker.mqtt.plain_tcp_addrs(),
+        vec!["127.0.0.1:1883".parse::<SocketAddr>().unwrap()]
+    );
+}
+
+#[test]
+fn b168_listener_without_address_or_path_is_refused() {
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        allow_anonymous: true\n",
+        "broker.mqtt.listen.tcp.address",
+        5,
+    );
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      unix:\n        mode: \"0600\"\n",
+        "broker.mqtt.listen.unix.path",
+        5,
+    );
+}
+
+#[test]
+fn b170_two_doors_one_name_are_refused() {
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        - name: x\n          address: :1\n        - name: x\n          address: :2\n",
+        "broker.mqtt.listen.tcp[1]",
+        8,
+    );
+}
+
+#[test]
+fn b008_limits_defaults() {
+    let l = ok("broker:\n  id: a\n").broker.limits;
+    assert_eq!(l.max_message_size, 1 << 20);
+    assert_eq!(l.max_connect_size, 100 * 1024);
+    assert_eq!(l.max_client_id_length, 256);
+    assert_eq!(l.max_session_expiry, Duration::from_secs(30 * 86400));
+    assert_eq!(l.max_topic_length, 1024);
+    assert_eq!(l.max_topic_levels, 200);
+    assert_eq!(l.max_keepalive, None);
+    assert_eq!(l.max_connections, 10_000);
+    assert_eq!(l.session_queue_bytes, 1 << 20);
+    assert_eq!(l.write_timeout, Some(Duration::from_secs(5)));
+    assert_eq!(l.connect_timeout, Duration::from_secs(10));
+    assert_eq!(l.max_subscriptions, 10_000);
+    assert_eq!(l.max_header_count, 32);
+    assert_eq!(l.max_header_bytes, 8 * 1024);
+    assert_eq!(l.publish_rate, None);
+    assert_eq!(l.publish_bytes, None);
+    assert_eq!(l.max_connect_rate, Some(500));
+}
+
+#[test]
+fn b008_limits_spec_example_reads() {
+    let l = ok("broker:
+  id: a
+  limits:
+    max_message_size: 1MiB
+    max_topic_length: 1024
+    max_client_id_length: 256
+    max_header_count: 32
+    max_header_bytes: 8KiB
+    max_connections: 10000
+    max_subscriptions: 10000
+    max_topic_levels: 200
+    max_session_expiry: 30d
+    max_keepalive: none
+    publish_rate: 200
+    publish_bytes: 128KiB
+    write_timeout: 5s
+    connect_timeout: 10s
+    max_connect_size: 100KiB
+    max_connect_rate: 500
+    session_queue_bytes: 1MiB
+")
+    .broker
+    .limits;
+    assert_eq!(l.publish_rate, Some(200));
+    assert_eq!(l.publish_bytes, Some(128 * 1024));
+}
+
+#[test]
+fn b069_max_connect_size_defaults_to_max_message_size_when_smaller_and_never_exceeds_it() {
+    let l = ok("broker:\n  id: a\n  limits:\n    max_message_size: 64KiB\n")
+        .broker
+        .limits;
+    assert_eq!(l.max_connect_size, 64 * 1024);
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_message_size: 64KiB\n    max_connect_size: 100KiB\n",
+        "broker.limits.max_connect_size",
+        5,
+    );
+}
+
+#[test]
+fn b079_b090_session_queue_bytes_default_and_floor() {
+    let l = ok("broker:\n  id: a\n  limits:\n    max_message_size: 4MiB\n")
+        .broker
+        .limits;
+    assert_eq!(l.session_queue_bytes, 4 << 20);
+    refused(
+        "broker:\n  id: a\n  limits:\n    session_queue_bytes: none\n",
+        "broker.limits.session_queue_bytes",
+        4,
+    );
+    refused(
+        "broker:\n  id: a\n  limits:\n    session_queue_bytes: 512KiB\n",
+        "broker.limits.session_queue_bytes",
+        4,
+    );
+}
+
+#[test]
+fn a033_client_id_length_below_23_is_refused() {
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_client_id_length: 22\n",
+        "broker.limits.max_client_id_length",
+        4,
+    );
+    assert_eq!(
+        ok("broker:\n  id: a\n  limits:\n    max_client_id_length: 23\n")
+            .broker
+            .limits
+            .max_client_id_length,
+        23
+    );
+}
+
+#[test]
+fn a035_max_session_expiry_refuses_none() {
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_session_expiry: none\n",
+        "broker.limits.max_session_expiry",
+        4,
+    );
+}
+
+#[test]
+fn b078_max_keepalive_over_65535_seconds_reads_as_the_spec_says() {
+    let report = refused(
+        "broker:\n  id: a\n  limits:\n    max_keepalive: 20h\n",
+        "broker.limits.max_keepalive",
+        4,
+    );
+    assert!(
+        report.contains("broker.limits.max_keepalive \"20h\" is longer than MQTT can express, which is 65535 seconds or about 18 hours; write `none` for no ceiling"),
+        "{report}"
+    );
+    assert_eq!(
+        ok("broker:\n  id: a\n  limits:\n    max_keepalive: 5m\n")
+            .broker
+            .limits
+            .max_keepalive,
+        Some(Duration::from_secs(300))
+    );
+}
+
+#[test]
+fn b064_connect_timeout_refuses_none_and_milliseconds() {
+    refused(
+        "broker:\n  id: a\n  limits:\n    connect_timeout: none\n",
+        "broker.limits.connect_timeout",
+        4,
+    );
+    refused(
+        "broker:\n  id: a\n  limits:\n    connect_timeout: 500ms\n",
+        "broker.limits.connect_timeout",
+        4,
+    );
+}
+
+#[test]
+fn b518_write_timeout_accepts_milliseconds_and_none() {
+    assert_eq!(
+        ok("broker:\n  id: a\n  limits:\n    write_timeout: 250ms\n")
+            .broker
+            .limits
+            .write_timeout,
+        Some(Duration::from_millis(250))
+    );
+    assert_eq!(
+        ok("broker:\n  id: a\n  limits:\n    write_timeout: none\n")
+            .broker
+            .limits
+            .write_timeout,
+        None
+    );
+}
+
+#[test]
+fn b096_b105_counts_below_one_are_refused() {
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_subscriptions: 0\n",
+        "broker.limits.max_subscriptions",
+        4,
+    );
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_topic_levels: 0\n",
+        "broker.limits.max_topic_levels",
+        4,
+    );
+}
+
+#[test]
+fn b118_publish_rate_zero_is_refused_not_unset() {
+    refused(
+        "broker:\n  id: a\n  limits:\n    publish_rate: 0\n",
+        "broker.limits.publish_rate",
+        4,
+    );
+    refused(
+        "broker:\n  id: a\n  limits:\n    publish_bytes: 0\n",
+        "broker.limits.publish_bytes",
+        4,
+    );
+}
+
+#[test]
+fn b513_durations_take_one_unit() {
+    let report = refused(
+        "broker:\n  id: a\n  limits:\n    max_session_expiry: 1h30m\n",
+        "broker.limits.max_session_expiry",
+        4,
+    );
+    assert!(report.contains("90m"), "{report}");
+}
