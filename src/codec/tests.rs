@@ -13,7 +13,9 @@ fn round_trip(packet: &Packet, version: ProtocolVersion) -> Packet {
     assert_eq!(h.header_len + h.remaining_length, out.len());
     let body = &out[h.header_len..];
     match packet {
-        Packet::Connect(_) => Packet::Connect(Box::new(decode_connect(h.first_byte, body).unwrap())),
+        Packet::Connect(_) => {
+            Packet::Connect(Box::new(decode_connect(h.first_byte, body).unwrap()))
+        }
         _ => decode(h.first_byte, body, version).unwrap(),
     }
 }

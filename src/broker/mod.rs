@@ -1,0 +1,465 @@
+//! The broker's shared state: sessions, the subscription index, the retained store and
+//! pending Wills, and the operations connections perform on them.
+//!
+//! Everything here runs on one thread (the broker's executor), so the state is plain
+//! data behind one `RefCell`, borrowed for the length of one operation and never across
+//! an await. Connections own their sockets; the broker only queues deliveries on
+//! sessions and wakes the connection that holds one (DESIGN-NOTES 3).
+
+mod connection_link;
+pub mod metrics;
+mod rate;
+pub mod retained;
+pub mod session;
+mod settings;
+pub mod topic;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use connection_link::ConnLink;
+pub use settings::{Settings, TOPIC_ALIAS_MAXIMUM};
+
+use crate::codec::reason;
+use crate::codec::{Connect, ProtocolVersion, QoS, RetainHandling, SubscriptionOptions};
+use metrics::Metrics;
+use rate::PublishBudgets;
+use retained::RetainedStore;
+use session::{ArmedWill, Delivery, Message, Session, Subscription};
+use topic::{SubEntry, Target, TopicTree};
+
+/// Where a publish goes. The one place that decides it is [`Broker::destination`];
+/// channels (append, latest, queue) join this enum as they land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// No channel claims the topic: ordinary MQTT.
+    Broadcast,
+}
+
+/// What a CONNECT was granted.
+#[derive(Debug)]
+pub struct Accepted {
+    /// Whether an existing session was resumed.
+    pub session_present: bool,
+    /// The client id the session is kept under (assigned when the client sent none).
+    pub client_id: Arc<str>,
+    /// The Session Expiry Interval granted.
+    pub session_expiry: u32,
+}
+
+/// The broker's state.
+#[derive(Debug)]
+pub struct Broker {
+    /// The limits and knobs the configuration sets.
+    pub settings: Settings,
+    /// Counters the operations listener reports.
+    pub metrics: Metrics,
+    sessions: HashMap<Arc<str>, Session>,
+    tree: TopicTree,
+    retained: RetainedStore,
+    /// Sessions whose connection ended and that expire unless one resumes them.
+    expiring: HashMap<Arc<str>, Instant>,
+    /// Wills waiting out their delay: the session generation they belong to and when.
+    wills: HashMap<Arc<str>, (u64, Instant)>,
+    budgets: PublishBudgets,
+    next_assigned: u64,
+}
+
+impl Broker {
+    /// A broker with no sessions.
+    pub fn new(settings: Settings) -> Broker {
+        let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
+        Broker {
+            retained: RetainedStore::new(settings.retained_max_bytes),
+            settings,
+            metrics: Metrics::default(),
+            sessions: HashMap::new(),
+            tree: TopicTree::default(),
+            expiring: HashMap::new(),
+            wills: HashMap::new(),
+            budgets,
+            next_assigned: 0,
+        }
+    }
+
+    /// Where a publish to `topic` goes.
+    pub fn destination(&self, _topic: &str) -> Destination {
+        Destination::Broadcast
+    }
+
+    /// The session of `client_id`, if it exists.
+    pub fn session(&mut self, client_id: &str) -> Option<&mut Session> {
+        self.sessions.get_mut(client_id)
+    }
+
+    /// The session `client_id` holds through the connection `link_id`, if it still does.
+    pub fn session_of(&mut self, client_id: &str, link_id: u64) -> Option<&mut Session> {
+        self.sessions
+            .get_mut(client_id)
+            .filter(|s| s.link.as_ref().is_some_and(|l| l.id == link_id))
+    }
+
+    /// How many sessions exist.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Takes or creates the session for a CONNECT that passed every check. Another
+    /// connection holding the same client id is told to end (0x8E).
+    pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>, keep_will: bool) -> Accepted {
+        let client_id: Arc<str> = if connect.client_id.is_empty() {
+            self.next_assigned += 1;
+            Arc::from(format!(
+                "saguin-{}-{}",
+                self.settings.broker_id, self.next_assigned
+            ))
+        } else {
+            Arc::from(connect.client_id.as_str())
+        };
+        let requested = match connect.protocol {
+            ProtocolVersion::V5 => connect.properties.session_expiry_interval.unwrap_or(0),
+            ProtocolVersion::V311 if connect.clean_start => 0,
+            ProtocolVersion::V311 => u32::MAX,
+        };
+        let expiry = requested.min(self.settings.max_session_expiry);
+
+        if let Some(old) = self.sessions.get_mut(&client_id)
+            && let Some(old_link) = old.link.take()
+        {
+            old_link.kick(reason::SESSION_TAKEN_OVER);
+            // The old connection ended without a DISCONNECT: its Will is due, unless
+            // its delay lets this resuming connection cancel it.
+            if let Some(will) = old.will.take()
+                && (will.delay == 0 || connect.clean_start)
+            {
+                let publisher = old.client_id.clone();
+                self.publish_will(&publisher, will);
+            }
+        }
+        self.expiring.remove(&client_id);
+        self.wills.remove(&client_id);
+
+        let resumed = !connect.clean_start && self.sessions.contains_key(&client_id);
+        if !resumed {
+            self.end_session(&client_id);
+            let bound = self.settings.session_queue_bytes;
+            self.sessions.insert(
+                client_id.clone(),
+                Session::new(client_id.clone(), connect.protocol, bound),
+            );
+        }
+        let Some(session) = self.sessions.get_mut(&client_id) else {
+            unreachable!("the session was inserted above");
+        };
+        session.protocol = connect.protocol;
+        session.expiry = expiry;
+        session.generation += 1;
+        session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
+        session.max_packet_size = connect.properties.maximum_packet_size.unwrap_or(u32::MAX);
+        session.will = match (&connect.will, keep_will) {
+            (Some(will), true) => Some(ArmedWill {
+                will: will.clone(),
+                delay: will.properties.will_delay_interval.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        // Deliveries that were on the wire go again, DUP set, before anything new.
+        session.link = Some(link);
+        self.metrics
+            .connections_total
+            .set(self.metrics.connections_total.get() + 1);
+        Accepted {
+            session_present: resumed,
+            client_id,
+            session_expiry: expiry,
+        }
+    }
+
+    /// The connection `link_id` of `client_id` ended. `will_due` says whether it ended
+    /// without a normal DISCONNECT (or with 0x04), so its Will is owed.
+    pub fn disconnect(&mut self, client_id: &Arc<str>, link_id: u64, will_due: bool, now: Instant) {
+        let Some(session) = self.session_of(client_id, link_id) else {
+            return;
+        };
+        session.link = None;
+        let will = session.will.take();
+        let generation = session.generation;
+        let expiry = session.expiry;
+        if let Some(will) = will.filter(|_| will_due) {
+            if will.delay == 0 || expiry == 0 {
+                self.publish_will(client_id, will);
+            } else {
+                let delay = will.delay.min(expiry);
+                if let Some(session) = self.sessions.get_mut(client_id) {
+                    session.will = Some(will);
+                }
+                self.wills.insert(
+                    client_id.clone(),
+                    (generation, now + Duration::from_secs(delay.into())),
+                );
+            }
+        }
+        if expiry == 0 {
+            self.end_session(client_id);
+        } else if expiry != u32::MAX {
+            self.expiring
+                .insert(client_id.clone(), now + Duration::from_secs(expiry.into()));
+        }
+    }
+
+    /// Publishes due Wills and ends expired sessions; called about once a second.
+    pub fn tick(&mut self, now: Instant) {
+        let due: Vec<Arc<str>> = self
+            .wills
+            .iter()
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for client_id in due {
+            self.fire_delayed_will(&client_id);
+        }
+        let expired: Vec<Arc<str>> = self
+            .expiring
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for client_id in expired {
+            self.expiring.remove(&client_id);
+            self.fire_delayed_will(&client_id);
+            self.end_session(&client_id);
+        }
+        self.retained.purge_expired(now);
+        self.budgets.prune(now);
+    }
+
+    /// Spends `client`'s publish budget on a message of `size` bytes; false when it is
+    /// over `publish_rate` or `publish_bytes` (0x97).
+    pub fn spend_publish_budget(&mut self, client: &Arc<str>, size: usize, now: Instant) -> bool {
+        self.budgets.spend(client, size, now)
+    }
+
+    fn fire_delayed_will(&mut self, client_id: &Arc<str>) {
+        let Some((generation, _)) = self.wills.remove(client_id) else {
+            return;
+        };
+        let Some(session) = self.sessions.get_mut(client_id) else {
+            return;
+        };
+        if session.generation == generation
+            && session.link.is_none()
+            && let Some(will) = session.will.take()
+        {
+            self.publish_will(client_id, will);
+        }
+    }
+
+    fn publish_will(&mut self, client_id: &Arc<str>, armed: ArmedWill) {
+        let will = armed.will;
+        let message = Message::from_will(client_id.clone(), will, Instant::now());
+        log::debug!("publishing the Will of {client_id} to {}", message.topic);
+        self.metrics
+            .wills_published
+            .set(self.metrics.wills_published.get() + 1);
+        // A Will's topic passed the same checks as a publish at CONNECT.
+        let _ = self.publish(Arc::new(message));
+    }
+
+    /// Ends a session: its subscriptions leave the index and it is forgotten.
+    fn end_session(&mut self, client_id: &str) {
+        let Some(session) = self.sessions.remove(client_id) else {
+            return;
+        };
+        for sub in session.subscriptions.values() {
+            self.tree
+                .remove(&sub.filter, sub.share.as_deref(), client_id);
+        }
+        self.wills.remove(client_id);
+        self.expiring.remove(client_id);
+    }
+
+    /// Adds or replaces a subscription (its filter already checked). Returns whether
+    /// it replaced an existing one, which Retain Handling 1 needs.
+    pub fn subscribe(&mut self, client_id: &Arc<str>, sub: Subscription) -> bool {
+        let entry = SubEntry {
+            options: sub.options,
+            identifier: sub.identifier,
+        };
+        let existed = self
+            .tree
+            .insert(&sub.filter, sub.share.as_deref(), client_id, entry);
+        if let Some(session) = self.sessions.get_mut(client_id) {
+            let key = match &sub.share {
+                Some(name) => format!("$share/{name}/{}", sub.filter),
+                None => sub.filter.clone(),
+            };
+            session.subscriptions.insert(key, sub);
+        }
+        existed
+    }
+
+    /// Removes a subscription by the filter string the client sent; returns whether
+    /// it existed.
+    pub fn unsubscribe(&mut self, client_id: &Arc<str>, filter: &str) -> bool {
+        let Some(session) = self.sessions.get_mut(client_id) else {
+            return false;
+        };
+        let Some(sub) = session.subscriptions.remove(filter) else {
+            return false;
+        };
+        self.tree
+            .remove(&sub.filter, sub.share.as_deref(), client_id)
+    }
+
+    /// How many filters a client holds.
+    pub fn subscription_count(&self, client_id: &str) -> usize {
+        self.sessions
+            .get(client_id)
+            .map_or(0, |s| s.subscriptions.len())
+    }
+
+    /// The retained messages `filter` matches, to be sent after the SUBACK.
+    pub fn retained_matching(&mut self, filter: &str, now: Instant) -> Vec<Arc<Message>> {
+        self.retained.matching(filter, now)
+    }
+
+    /// Routes a publish. Returns the reason code for the publisher (0x00, or 0x97 when
+    /// a retained value finds no room).
+    pub fn publish(&mut self, message: Arc<Message>) -> u8 {
+        match self.destination(&message.topic) {
+            Destination::Broadcast => self.broadcast(message),
+        }
+    }
+
+    fn broadcast(&mut self, message: Arc<Message>) -> u8 {
+        if message.retain && !self.retained.store(&message) {
+            return reason::QUOTA_EXCEEDED;
+        }
+        self.metrics
+            .messages_received
+            .set(self.metrics.messages_received.get() + 1);
+        let mut targets: Vec<(Arc<str>, SubEntry)> = Vec::new();
+        let sessions = &self.sessions;
+        let publisher = &message.publisher;
+        let mut unplaced = 0u64;
+        self.tree
+            .for_each_match(&message.topic, |target| match target {
+                Target::Client(client, entry) => {
+                    if !(entry.options.no_local && client == publisher) {
+                        targets.push((client.clone(), *entry));
+                    }
+                }
+                Target::Group(group) => {
+                    let qos = message.qos;
+                    let chosen = group
+                        .turn_order()
+                        .find(|(c, _)| sessions.get(*c).is_some_and(|s| s.can_take(qos)))
+                        .or_else(|| {
+                            group.turn_order().find(|(c, _)| {
+                                sessions.get(*c).is_some_and(Session::outlives_connection)
+                            })
+                        })
+                        .map(|(c, e)| (c.clone(), *e));
+                    match chosen {
+                        Some((client, entry)) => {
+                            group.last = Some(client.clone());
+                            targets.push((client, entry));
+                        }
+                        None => unplaced += 1,
+                    }
+                }
+            });
+        if unplaced > 0 {
+            self.metrics
+                .dropped_no_shared_member
+                .set(self.metrics.dropped_no_shared_member.get() + unplaced);
+        }
+        // A client whose subscriptions overlap gets the message once, at the highest
+        // QoS they grant, with every Subscription Identifier (MQTT-3.3.4-2, -3.3.4-3).
+        targets.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut i = 0;
+        while i < targets.len() {
+            let client = targets[i].0.clone();
+            let mut qos = QoS::AtMostOnce;
+            let mut retain_as_published = false;
+            let mut identifiers = Vec::new();
+            while i < targets.len() && targets[i].0 == client {
+                let entry = targets[i].1;
+                qos = qos.max(entry.options.qos);
+                retain_as_published |= entry.options.retain_as_published;
+                identifiers.extend(entry.identifier);
+                i += 1;
+            }
+            let delivery = Delivery {
+                qos: qos.min(message.qos),
+                retain: message.retain && retain_as_published,
+                identifiers,
+                message: message.clone(),
+            };
+            self.deliver(&client, delivery);
+        }
+        reason::SUCCESS
+    }
+
+    /// Queues a delivery on a session and wakes its connection.
+    pub fn deliver(&mut self, client_id: &str, delivery: Delivery) {
+        let Some(session) = self.sessions.get_mut(client_id) else {
+            return;
+        };
+        if session.link.is_none() && delivery.qos == QoS::AtMostOnce {
+            return; // QoS 0 is not kept for a client that is away (MQTT-3.1.2-5 allows it)
+        }
+        let dropped = session.enqueue(delivery);
+        if dropped > 0 {
+            self.metrics
+                .dropped_queue_full
+                .set(self.metrics.dropped_queue_full.get() + dropped as u64);
+        }
+        session.wake();
+    }
+
+    /// Applies Retain Handling for one granted filter and returns what to send.
+    pub fn retained_for_subscription(
+        &mut self,
+        filter: &str,
+        options: SubscriptionOptions,
+        existed: bool,
+        now: Instant,
+    ) -> Vec<Arc<Message>> {
+        match options.retain_handling {
+            RetainHandling::Never => Vec::new(),
+            RetainHandling::OnNewSubscribe if existed => Vec::new(),
+            _ => self.retained_matching(filter, now),
+        }
+    }
+
+    /// Every connected session's link, for a graceful shutdown.
+    pub fn links(&self) -> Vec<Rc<ConnLink>> {
+        self.sessions
+            .values()
+            .filter_map(|s| s.link.clone())
+            .collect()
+    }
+}
+
+impl Message {
+    /// The message a Will becomes when it fires.
+    pub fn from_will(publisher: Arc<str>, will: crate::codec::Will, now: Instant) -> Message {
+        let mut properties = will.properties;
+        properties.will_delay_interval = None;
+        let expires_at = properties
+            .message_expiry_interval
+            .map(|s| now + Duration::from_secs(s.into()));
+        Message {
+            topic: Arc::from(will.topic),
+            payload: will.payload.into(),
+            qos: will.qos,
+            retain: will.retain,
+            properties,
+            publisher,
+            expires_at,
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! One client's session: what it subscribed to and what it is owed.
+//!
+//! Sessions live in memory for now; everything a session holds is in this one type so
+//! its durable storage can be added without touching the connection code.
+//!
+//! Architecture invariant: a session's queue is bounded by `limits.session_queue_bytes`;
+//! past the bound the oldest delivery not yet on the wire is given up (RFC 0002
+//! "How much a session may hold").
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::codec::{Properties, ProtocolVersion, QoS, SubscriptionOptions, Will};
+
+use super::connection_link::ConnLink;
+
+/// A message as the broker routes it: shared by every session it is delivered to.
+#[derive(Debug)]
+pub struct Message {
+    /// Topic name (never an alias).
+    pub topic: Arc<str>,
+    /// Payload.
+    pub payload: Arc<[u8]>,
+    /// QoS it was published at.
+    pub qos: QoS,
+    /// RETAIN as published.
+    pub retain: bool,
+    /// The publisher's properties, minus Topic Alias and Subscription Identifiers.
+    pub properties: Properties,
+    /// The client id of the publisher (for No Local).
+    pub publisher: Arc<str>,
+    /// When the Message Expiry Interval runs out.
+    pub expires_at: Option<Instant>,
+}
+
+impl Message {
+    /// Bytes this message is charged against a session's bound: payload, topic and
+    /// properties.
+    pub fn charge(&self) -> usize {
+        let p = &self.properties;
+        let props = p.content_type.as_ref().map_or(0, String::len)
+            + p.response_topic.as_ref().map_or(0, String::len)
+            + p.correlation_data.as_ref().map_or(0, Vec::len)
+            + p.user_properties
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        self.payload.len() + self.topic.len() + props + ENTRY_OVERHEAD
+    }
+
+    /// Whether its Message Expiry Interval has run out.
+    pub fn expired(&self, now: Instant) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+}
+
+/// What a queued entry costs beyond its content (RFC 0002 measures ~80 bytes).
+const ENTRY_OVERHEAD: usize = 80;
+
+/// One delivery owed to a session.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The message.
+    pub message: Arc<Message>,
+    /// The QoS it is delivered at: the lower of the publish's and the subscription's.
+    pub qos: QoS,
+    /// RETAIN as it goes out.
+    pub retain: bool,
+    /// Subscription Identifiers of every matching subscription that carried one.
+    pub identifiers: Vec<u32>,
+}
+
+/// An outbound QoS 1 or 2 exchange on the wire.
+#[derive(Debug)]
+pub enum Inflight {
+    /// PUBLISH sent; waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
+    Published(Delivery),
+    /// PUBREL sent; waiting for PUBCOMP.
+    Released,
+}
+
+/// A subscription as the session remembers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    /// The filter without any `$share/<name>/` prefix.
+    pub filter: String,
+    /// The share name, for a shared subscription.
+    pub share: Option<String>,
+    /// Options as granted.
+    pub options: SubscriptionOptions,
+    /// Subscription Identifier.
+    pub identifier: Option<u32>,
+}
+
+/// A Will waiting for its connection to end abnormally, or for its delay to run out.
+#[derive(Debug, Clone)]
+pub struct ArmedWill {
+    /// The Will as the CONNECT carried it.
+    pub will: Will,
+    /// Will Delay Interval, seconds.
+    pub delay: u32,
+}
+
+/// One client's session.
+#[derive(Debug)]
+pub struct Session {
+    /// The client identifier.
+    pub client_id: Arc<str>,
+    /// Protocol of the connection that last held it.
+    pub protocol: ProtocolVersion,
+    /// Granted Session Expiry Interval, seconds (`u32::MAX` is never).
+    pub expiry: u32,
+    /// Subscriptions by the filter string the client sent.
+    pub subscriptions: HashMap<String, Subscription>,
+    /// Deliveries not yet written.
+    pub queue: VecDeque<Delivery>,
+    /// Outbound exchanges on the wire, by packet identifier.
+    pub inflight: BTreeMap<u16, Inflight>,
+    /// Inbound QoS 2 publishes received and not yet released, by packet identifier.
+    pub incoming: HashMap<u16, Option<Arc<Message>>>,
+    /// Bytes charged for `queue` and the published part of `inflight`.
+    pub queued_bytes: usize,
+    /// The bound on `queued_bytes`.
+    pub queue_bound: usize,
+    /// The connection holding the session, if any.
+    pub link: Option<Rc<ConnLink>>,
+    /// The client's Receive Maximum: the outbound window.
+    pub receive_maximum: u16,
+    /// The client's Maximum Packet Size.
+    pub max_packet_size: u32,
+    /// The Will of the current connection.
+    pub will: Option<ArmedWill>,
+    /// Bumped whenever a connection takes the session, so stale timers can tell.
+    pub generation: u64,
+    next_packet_id: u16,
+}
+
+/// Why a delivery was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// The message had expired.
+    Expired,
+    /// The queue was full and this (or an older) delivery was given up.
+    QueueFull,
+}
+
+impl Session {
+    /// A new, empty session.
+    pub fn new(client_id: Arc<str>, protocol: ProtocolVersion, queue_bound: usize) -> Session {
+        Session {
+            client_id,
+            protocol,
+            expiry: 0,
+            subscriptions: HashMap::new(),
+            queue: VecDeque::new(),
+            inflight: BTreeMap::new(),
+            incoming: HashMap::new(),
+            queued_bytes: 0,
+            queue_bound,
+            link: None,
+            receive_maximum: u16::MAX,
+            max_packet_size: u32::MAX,
+            will: None,
+            generation: 0,
+            next_packet_id: 1,
+        }
+    }
+
+    /// Queues a delivery, giving up the oldest not on the wire while over the bound.
+    /// Returns how many deliveries were given up.
+    pub fn enqueue(&mut self, delivery: Delivery) -> usize {
+        let charge = delivery.message.charge();
+        let mut dropped = 0;
+        while self.queued_bytes + charge > self.queue_bound {
+            let Some(oldest) = self.queue.pop_front() else {
+                break;
+            };
+            self.queued_bytes -= oldest.message.charge();
+            dropped += 1;
+        }
+        if self.queued_bytes + charge > self.queue_bound
+            && delivery.qos == QoS::ExactlyOnce
+            && !self.inflight.is_empty()
+        {
+            // Nothing left to give up and the bound is still passed: a QoS 2 delivery
+            // is refused rather than over-run the bound.
+            return dropped + 1;
+        }
+        self.queued_bytes += charge;
+        self.queue.push_back(delivery);
+        dropped
+    }
+
+    /// Whether a QoS > 0 delivery may be put on the wire now.
+    pub fn window_open(&self) -> bool {
+        self.inflight.len() < usize::from(self.receive_maximum)
+            && self.queued_bytes_on_wire() <= self.queue_bound / 2
+            || self.inflight.is_empty()
+    }
+
+    fn queued_bytes_on_wire(&self) -> usize {
+        self.inflight
+            .values()
+            .map(|i| match i {
+                Inflight::Published(d) => d.message.charge(),
+                Inflight::Released => 0,
+            })
+            .sum()
+    }
+
+    /// Whether this session can take one more delivery right now (for shared groups).
+    pub fn can_take(&self, qos: QoS) -> bool {
+        self.link.is_some()
+            && self.queued_bytes < self.queue_bound
+            && (qos == QoS::AtMostOnce || self.window_open())
+    }
+
+    /// The next free packet identifier for an outbound exchange.
+    pub fn next_packet_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_packet_id;
+            self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
+            if !self.inflight.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    /// Settles an outbound exchange at PUBACK or PUBCOMP; returns whether it existed.
+    pub fn settle(&mut self, packet_id: u16) -> bool {
+        match self.inflight.remove(&packet_id) {
+            Some(Inflight::Published(d)) => {
+                self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                true
+            }
+            Some(Inflight::Released) => true,
+            None => false,
+        }
+    }
+
+    /// Moves a QoS 2 exchange from PUBLISH to PUBREL at PUBREC; returns whether it existed.
+    pub fn release(&mut self, packet_id: u16) -> bool {
+        match self.inflight.get_mut(&packet_id) {
+            Some(slot @ Inflight::Published(_)) => {
+                if let Inflight::Published(d) = std::mem::replace(slot, Inflight::Released) {
+                    self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                }
+                true
+            }
+            Some(Inflight::Released) => true,
+            None => false,
+        }
+    }
+
+    /// Whether the session is to be kept after its connection ends.
+    pub fn outlives_connection(&self) -> bool {
+        self.expiry > 0
+    }
+
+    /// Wakes the connection holding the session, if any.
+    pub fn wake(&self) {
+        if let Some(link) = &self.link {
+            link.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(payload: usize) -> Arc<Message> {
+        Arc::new(Message {
+            topic: Arc::from("t"),
+            payload: vec![0u8; payload].into(),
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            properties: Properties::default(),
+            publisher: Arc::from("p"),
+            expires_at: None,
+        })
+    }
+
+    #[test]
+    fn a_full_queue_gives_up_its_oldest() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
+        for _ in 0..20 {
+            s.enqueue(Delivery {
+                message: message(100),
+                qos: QoS::AtLeastOnce,
+                retain: false,
+                identifiers: vec![],
+            });
+        }
+        assert!(s.queued_bytes <= 1000);
+        assert_eq!(s.queue.len(), 1000 / message(100).charge());
+    }
+
+    #[test]
+    fn packet_ids_skip_those_in_flight_and_never_use_zero() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
+        s.next_packet_id = u16::MAX;
+        assert_eq!(s.next_packet_id(), u16::MAX);
+        s.inflight.insert(1, Inflight::Released);
+        assert_eq!(s.next_packet_id(), 2);
+    }
+}

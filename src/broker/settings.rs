@@ -1,0 +1,115 @@
+//! The knobs the broker runs with, taken from the validated configuration.
+
+use std::time::Duration;
+
+use crate::codec::ProtocolVersion;
+
+/// Limits and identity the broker enforces (RFC 0002 `broker.limits` and friends).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `broker.id`.
+    pub broker_id: String,
+    /// `broker.mqtt.min_protocol_version`.
+    pub min_protocol: ProtocolVersion,
+    /// `limits.max_message_size`: the Maximum Packet Size advertised and enforced.
+    pub max_message_size: u32,
+    /// `limits.max_connect_size`: the bound on a CONNECT.
+    pub max_connect_size: u32,
+    /// `limits.max_client_id_length`.
+    pub max_client_id_length: usize,
+    /// `limits.max_session_expiry`, seconds.
+    pub max_session_expiry: u32,
+    /// `limits.max_topic_length`.
+    pub max_topic_length: usize,
+    /// `limits.max_topic_levels`.
+    pub max_topic_levels: usize,
+    /// `limits.max_keepalive`, seconds; `None` for no ceiling.
+    pub max_keepalive: Option<u16>,
+    /// `limits.max_connections`.
+    pub max_connections: usize,
+    /// `limits.max_subscriptions`.
+    pub max_subscriptions: usize,
+    /// `limits.session_queue_bytes`.
+    pub session_queue_bytes: usize,
+    /// `limits.write_timeout`; `None` is no ceiling.
+    pub write_timeout: Option<Duration>,
+    /// `limits.connect_timeout`.
+    pub connect_timeout: Duration,
+    /// The Receive Maximum advertised: unfinished inbound QoS 2 exchanges allowed.
+    pub receive_maximum: u16,
+    /// Bytes the in-memory retained store may hold.
+    pub retained_max_bytes: usize,
+    /// `limits.max_header_count`: User Properties a publish may carry.
+    pub max_header_count: usize,
+    /// `limits.max_header_bytes`: their keys and values together.
+    pub max_header_bytes: usize,
+    /// `limits.publish_rate`: messages a second per client id; `None` is unbounded.
+    pub publish_rate: Option<u32>,
+    /// `limits.publish_bytes`: bytes a second per client id; `None` is unbounded.
+    pub publish_bytes: Option<u64>,
+}
+
+/// Topic aliases a client may register (RFC 0001: sixteen per connection).
+pub const TOPIC_ALIAS_MAXIMUM: u16 = 16;
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            broker_id: "saguin".into(),
+            min_protocol: ProtocolVersion::V311,
+            max_message_size: 1024 * 1024,
+            max_connect_size: 100 * 1024,
+            max_client_id_length: 256,
+            max_session_expiry: 30 * 24 * 3600,
+            max_topic_length: 1024,
+            max_topic_levels: 200,
+            max_keepalive: None,
+            max_connections: 10_000,
+            max_subscriptions: 10_000,
+            session_queue_bytes: 1024 * 1024,
+            write_timeout: Some(Duration::from_secs(5)),
+            connect_timeout: Duration::from_secs(10),
+            receive_maximum: 32,
+            retained_max_bytes: 16 * 1024 * 1024,
+            max_header_count: 32,
+            max_header_bytes: 8 * 1024,
+            publish_rate: None,
+            publish_bytes: None,
+        }
+    }
+}
+
+impl Settings {
+    /// The settings a validated configuration gives.
+    pub fn from_config(config: &crate::config::Config) -> Settings {
+        let broker = &config.broker;
+        let limits = &broker.limits;
+        let seconds = |d: Duration| u32::try_from(d.as_secs()).unwrap_or(u32::MAX);
+        Settings {
+            broker_id: broker.id.clone(),
+            min_protocol: match broker.mqtt.min_protocol_version {
+                crate::config::ProtocolVersion::V3_1_1 => ProtocolVersion::V311,
+                crate::config::ProtocolVersion::V5 => ProtocolVersion::V5,
+            },
+            max_message_size: limits.max_message_size,
+            max_connect_size: limits.max_connect_size,
+            max_client_id_length: limits.max_client_id_length as usize,
+            max_session_expiry: seconds(limits.max_session_expiry),
+            max_topic_length: limits.max_topic_length as usize,
+            max_topic_levels: limits.max_topic_levels as usize,
+            max_keepalive: limits
+                .max_keepalive
+                .map(|d| u16::try_from(d.as_secs()).unwrap_or(u16::MAX)),
+            max_connections: limits.max_connections as usize,
+            max_subscriptions: limits.max_subscriptions as usize,
+            session_queue_bytes: usize::try_from(limits.session_queue_bytes).unwrap_or(usize::MAX),
+            write_timeout: limits.write_timeout,
+            connect_timeout: limits.connect_timeout,
+            max_header_count: limits.max_header_count as usize,
+            max_header_bytes: limits.max_header_bytes as usize,
+            publish_rate: limits.publish_rate,
+            publish_bytes: limits.publish_bytes,
+            ..Settings::default()
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Topic names and topic filters: validation, matching, and the subscription index.
+//!
+//! Architecture invariant: this is the only place that decides whether a filter
+//! matches a topic (MQTT 5 section 4.7); the routing of topics to channels uses it too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::codec::SubscriptionOptions;
+
+/// Whether `filter` is a topic filter at all: non-empty, `+` and `#` only as whole
+/// levels, `#` only last (MQTT-4.7.1-1, -2).
+pub fn is_valid_filter(filter: &str) -> bool {
+    if filter.is_empty() {
+        return false;
+    }
+    let mut levels = filter.split('/').peekable();
+    while let Some(level) = levels.next() {
+        let last = levels.peek().is_none();
+        match level {
+            "#" if !last => return false,
+            "#" | "+" => {}
+            _ if level.contains(['+', '#']) => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
+/// The number of levels in a topic or filter.
+pub fn level_count(name: &str) -> usize {
+    name.split('/').count()
+}
+
+/// Whether `filter` matches `topic` as MQTT defines it, including the rule that a
+/// leading wildcard never matches a topic beginning with `$` (MQTT-4.7.2-1).
+pub fn matches(filter: &str, topic: &str) -> bool {
+    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
+        return false;
+    }
+    let mut topic_levels = topic.split('/');
+    for level in filter.split('/') {
+        match level {
+            "#" => return true,
+            "+" => {
+                if topic_levels.next().is_none() {
+                    return false;
+                }
+            }
+            _ => {
+                if topic_levels.next() != Some(level) {
+                    return false;
+                }
+            }
+        }
+    }
+    topic_levels.next().is_none()
+}
+
+/// A subscription as the index keeps it: whose it is and how it asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubEntry {
+    /// The subscription options the client asked for (QoS already granted).
+    pub options: SubscriptionOptions,
+    /// The Subscription Identifier it carried, if any.
+    pub identifier: Option<u32>,
+}
+
+/// A `$share/<name>/<filter>` group: its members in client-id order and whose turn
+/// came last, so turns rotate in client-id order (RFC 0002 "Shared subscriptions").
+#[derive(Debug, Default)]
+pub struct SharedGroup {
+    /// Members by client id.
+    pub members: BTreeMap<Arc<str>, SubEntry>,
+    /// The member that took the previous message.
+    pub last: Option<Arc<str>>,
+}
+
+impl SharedGroup {
+    /// The members in turn order, starting after the one that took the last message.
+    pub fn turn_order(&self) -> impl Iterator<Item = (&Arc<str>, &SubEntry)> {
+        let last = self.last.as_deref();
+        let after = self
+            .members
+            .iter()
+            .filter(move |(c, _)| last.is_none_or(|l| &***c > l));
+        let before = self
+            .members
+            .iter()
+            .filter(move |(c, _)| last.is_some_and(|l| &***c <= l));
+        after.chain(before)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    children: HashMap<Box<str>, Node>,
+    subscribers: HashMap<Arc<str>, SubEntry>,
+    groups: HashMap<Box<str>, SharedGroup>,
+}
+
+impl Node {
+    fn is_empty(&self) -> bool {
+        self.children.is_empty() && self.subscribers.is_empty() && self.groups.is_empty()
+    }
+}
+
+/// What a publish to one topic reaches.
+pub enum Target<'a> {
+    /// An ordinary subscription of one client.
+    Client(&'a Arc<str>, &'a SubEntry),
+    /// A shared group; the caller picks the member.
+    Group(&'a mut SharedGroup),
+}
+
+/// The subscription index: a trie over topic levels, `+` and `#` as children.
+#[derive(Debug, Default)]
+pub struct TopicTree {
+    root: Node,
+}
+
+impl TopicTree {
+    /// Adds or replaces a client's subscription; `share` names its group for
+    /// `$share/<name>/<filter>`. Returns whether the subscription already existed.
+    pub fn insert(
+        &mut self,
+        filter: &str,
+        share: Option<&str>,
+        client: &Arc<str>,
+        entry: SubEntry,
+    ) -> bool {
+        let mut node = &mut self.root;
+        for level in filter.split('/') {
+            node = node.children.entry(level.into()).or_default();
+        }
+        match share {
+            None => node.subscribers.insert(client.clone(), entry).is_some(),
+            Some(name) => node
+                .groups
+                .entry(name.into())
+                .or_default()
+                .members
+                .insert(client.clone(), entry)
+                .is_some(),
+        }
+    }
+
+    /// Removes a client's subscription; returns whether it existed.
+    pub fn remove(&mut self, filter: &str, share: Option<&str>, client: &str) -> bool {
+        let levels: Vec<&str> = filter.split('/').collect();
+        Self::remove_at(&mut self.root, &levels, share, client)
+    }
+
+    fn remove_at(node: &mut Node, levels: &[&str], share: Option<&str>, client: &str) -> bool {
+        let Some((first, rest)) = levels.split_first() else {
+            return match share {
+                None => node.subscribers.remove(client).is_some(),
+                Some(name) => {
+                    let Some(group) = node.groups.get_mut(name) else {
+                        return false;
+                    };
+                    let removed = group.members.remove(client).is_some();
+                    if group.members.is_empty() {
+                        node.groups.remove(name);
+                    }
+                    removed
+                }
+            };
+        };
+        let Some(child) = node.children.get_mut(*first) else {
+            return false;
+        };
+        let removed = Self::remove_at(child, rest, share, client);
+        if child.is_empty() {
+            node.children.remove(*first);
+        }
+        removed
+    }
+
+    /// Calls `visit` for every subscription and group whose filter matches `topic`.
+    pub fn for_each_match(&mut self, topic: &str, mut visit: impl FnMut(Target<'_>)) {
+        let levels: Vec<&str> = topic.split('/').collect();
+        let dollar = topic.starts_with('$');
+        Self::walk(&mut self.root, &levels, dollar, &mut visit);
+    }
+
+    fn walk(
+        node: &mut Node,
+        levels: &[&str],
+        dollar_root: bool,
+        visit: &mut impl FnMut(Target<'_>),
+    ) {
+        let wildcards_allowed = !dollar_root;
+        if wildcards_allowed && let Some(hash) = node.children.get_mut("#") {
+            Self::visit_node(hash, visit);
+        }
+        let Some((first, rest)) = levels.split_first() else {
+            Self::visit_node(node, visit);
+            return;
+        };
+        if wildcards_allowed && let Some(plus) = node.children.get_mut("+") {
+            Self::walk(plus, rest, false, visit);
+        }
+        if let Some(exact) = node.children.get_mut(*first) {
+            Self::walk(exact, rest, false, visit);
+        }
+    }
+
+    fn visit_node(node: &mut Node, visit: &mut impl FnMut(Target<'_>)) {
+        for (client, entry) in &node.subscribers {
+            visit(Target::Client(client, entry));
+        }
+        for group in node.groups.values_mut() {
+            visit(Target::Group(group));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::QoS;
+
+    #[test]
+    fn filters_follow_mqtt_4_7_1() {
+        for good in ["a", "a/b", "+", "#", "a/+/c", "a/#", "+/+", "/", "$SYS/#"] {
+            assert!(is_valid_filter(good), "{good}");
+        }
+        for bad in ["", "a/#/c", "a+", "a/b#", "#/", "a/+b"] {
+            assert!(!is_valid_filter(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hash_matches_the_parent_level_and_dollar_topics_need_a_literal_first_level() {
+        assert!(matches("a/#", "a"));
+        assert!(matches("a/#", "a/b/c"));
+        assert!(matches("a/+", "a/b"));
+        assert!(!matches("a/+", "a/b/c"));
+        assert!(!matches("#", "$SYS/x"));
+        assert!(!matches("+/x", "$SYS/x"));
+        assert!(matches("$SYS/#", "$SYS/x"));
+        assert!(matches("+/+", "/x"));
+    }
+
+    #[test]
+    fn the_tree_agrees_with_matches() {
+        let filters = ["a/#", "a/+", "+/b", "#", "a/b", "$SYS/#", "+/+/+", "a/b/#"];
+        let topics = ["a", "a/b", "a/b/c", "x/b", "$SYS/b", "$SYS", "/b"];
+        let mut tree = TopicTree::default();
+        let entry = SubEntry {
+            options: SubscriptionOptions::with_qos(QoS::AtMostOnce),
+            identifier: None,
+        };
+        for f in filters {
+            tree.insert(f, None, &Arc::from(f), entry);
+        }
+        for t in topics {
+            let mut got = Vec::new();
+            tree.for_each_match(t, |target| {
+                if let Target::Client(c, _) = target {
+                    got.push(c.to_string());
+                }
+            });
+            got.sort();
+            let mut want: Vec<String> = filters
+                .iter()
+                .filter(|f| matches(f, t))
+                .map(|f| f.to_string())
+                .collect();
+            want.sort();
+            assert_eq!(got, want, "topic {t}");
+        }
+        for f in filters {
+            assert!(tree.remove(f, None, f));
+        }
+        assert!(tree.root.is_empty());
+    }
+
+    #[test]
+    fn shared_groups_rotate_in_client_id_order() {
+        let mut group = SharedGroup::default();
+        let entry = SubEntry {
+            options: SubscriptionOptions::with_qos(QoS::AtMostOnce),
+            identifier: None,
+        };
+        for c in ["c", "a", "b"] {
+            group.members.insert(Arc::from(c), entry);
+        }
+        let order: Vec<&str> = group.turn_order().map(|(c, _)| &**c).collect();
+        assert_eq!(order, ["a", "b", "c"]);
+        group.last = Some(Arc::from("a"));
+        let order: Vec<&str> = group.turn_order().map(|(c, _)| &**c).collect();
+        assert_eq!(order, ["b", "c", "a"]);
+    }
+}

@@ -1,0 +1,1066 @@
+//! One connection: a task that owns its socket from CONNECT to close.
+//!
+//! The loop is: handle every whole packet buffered, write what the session is owed,
+//! then wait for whichever comes first of more bytes, a wake-up from the broker, or
+//! the keepalive deadline. Nothing else ever writes to this socket.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use smol::io::AsyncWriteExt;
+use smol::net::TcpStream;
+
+use super::Shared;
+use super::frame::{FrameError, FrameReader};
+use crate::broker::TOPIC_ALIAS_MAXIMUM;
+use crate::broker::session::{Delivery, Inflight, Message, Subscription};
+use crate::broker::{Accepted, ConnLink, topic};
+use crate::codec::reason;
+use crate::codec::{
+    self, Ack, ConnAck, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion,
+    Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+};
+
+/// Why a connection ends.
+#[derive(Debug)]
+enum End {
+    /// The client sent DISCONNECT; `will` says whether its Will is still owed (0x04).
+    Client { will: bool },
+    /// The broker ends it with this reason (a DISCONNECT on MQTT 5).
+    Broker(u8),
+    /// Close with nothing more written (3.1.1 refusals, bad UTF-8 topics, I/O errors).
+    Close,
+    /// Another connection took the session, or the broker is stopping: the session
+    /// is not this connection's to touch any more.
+    Kicked(u8),
+}
+
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Rc<Shared>,
+    reader: FrameReader,
+    out: Vec<u8>,
+    protocol: ProtocolVersion,
+    client_id: Arc<str>,
+    link: Rc<ConnLink>,
+    woken: smol::channel::Receiver<()>,
+    keep_alive: Option<Duration>,
+    aliases: [Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize],
+    /// The client asked for Reason Strings (Request Problem Information, default 1).
+    problem_info: bool,
+    /// The Session Expiry Interval the CONNECT asked for was 0 (MQTT-3.14.2-2).
+    connected_with_zero_expiry: bool,
+}
+
+/// Runs a connection to its end. `over_limit` says the broker is at max_connections.
+pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>, over_limit: bool) {
+    let mut reader = FrameReader::default();
+    let mut stream = stream;
+    let connect = match read_connect(&mut stream, &mut reader, &shared).await {
+        Ok(connect) => connect,
+        Err(reply) => {
+            if let Some(bytes) = reply {
+                let _ =
+                    write_with_timeout(&mut stream, &bytes, shared.settings.write_timeout).await;
+                linger(&stream).await;
+            }
+            log::debug!("{peer}: connection refused before CONNECT was read");
+            return;
+        }
+    };
+    let protocol = connect.protocol;
+    let refusal = if over_limit {
+        Some(reason::SERVER_BUSY)
+    } else {
+        check_connect(&connect, &shared)
+    };
+    if let Some(code) = refusal {
+        log::info!(
+            "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
+            connect.client_id
+        );
+        let bytes = encode_one(
+            &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
+            protocol,
+        );
+        let _ = write_with_timeout(&mut stream, &bytes, shared.settings.write_timeout).await;
+        linger(&stream).await;
+        return;
+    }
+    let (link, woken) = ConnLink::new(shared.next_link_id());
+    let link = Rc::new(link);
+    let accepted = shared
+        .broker
+        .borrow_mut()
+        .connect(&connect, link.clone(), true);
+    let mut conn = Conn {
+        stream,
+        peer,
+        reader,
+        out: Vec::new(),
+        protocol,
+        client_id: accepted.client_id.clone(),
+        link,
+        woken,
+        keep_alive: None,
+        aliases: Default::default(),
+        problem_info: connect.properties.request_problem_information != Some(0),
+        connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
+        shared,
+    };
+    conn.keep_alive = conn.send_connack(&connect, &accepted);
+    log::debug!(
+        "{peer}: {} connected ({protocol:?}, session present {})",
+        conn.client_id,
+        accepted.session_present
+    );
+    drop(connect);
+    let end = conn.serve().await;
+    conn.finish(end).await;
+}
+
+/// Reads the CONNECT within `connect_timeout`. On failure, returns the bytes to send
+/// before closing, if the refused protocol has a way to say it.
+async fn read_connect(
+    stream: &mut TcpStream,
+    reader: &mut FrameReader,
+    shared: &Shared,
+) -> Result<Box<Connect>, Option<Vec<u8>>> {
+    let deadline = Instant::now() + shared.settings.connect_timeout;
+    loop {
+        match reader.next_frame(shared.settings.max_connect_size) {
+            Ok(Some(frame)) => {
+                if frame.first_byte >> 4 != 1 {
+                    return Err(None); // the first packet must be CONNECT (MQTT-3.1.0-1)
+                }
+                let result = codec::decode_connect(frame.first_byte, reader.body(&frame));
+                reader.consume(frame);
+                return result
+                    .map(Box::new)
+                    .map_err(|e| connect_refusal(e.protocol, &e.error));
+            }
+            Ok(None) => {}
+            Err(FrameError::Decode(_)) => return Err(None),
+            Err(FrameError::TooLarge { first_byte, .. }) => {
+                // Learn the level from the bytes at hand: an MQTT 5 client is told 0x95.
+                let speaks_v5 = first_byte >> 4 == 1 && connect_level(reader.peek(16)) == Some(5);
+                let reply = speaks_v5.then(|| {
+                    let ack = connack(
+                        ProtocolVersion::V5,
+                        false,
+                        reason::PACKET_TOO_LARGE,
+                        Properties::default(),
+                    );
+                    encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5)
+                });
+                return Err(reply);
+            }
+        }
+        let read = future::or(async { Some(reader.fill(stream).await) }, async {
+            smol::Timer::at(deadline).await;
+            None
+        });
+        match read.await {
+            Some(Ok(n)) if n > 0 => {}
+            _ => return Err(None),
+        }
+    }
+}
+
+/// The protocol level byte of a CONNECT whose first bytes are `head`.
+fn connect_level(head: &[u8]) -> Option<u8> {
+    let header = codec::read_fixed_header(head).ok()??;
+    head.get(header.header_len + 6).copied()
+}
+
+/// The CONNACK that answers an unreadable CONNECT, in the protocol it declared.
+fn connect_refusal(protocol: Option<ProtocolVersion>, error: &DecodeError) -> Option<Vec<u8>> {
+    match (protocol, error) {
+        // MQTT 3.1 and older levels: their CONNACK has the same two bytes as 3.1.1's.
+        (_, DecodeError::UnsupportedProtocol(level)) if *level < 4 => Some(vec![
+            0x20,
+            0x02,
+            0x00,
+            reason::v311::UNACCEPTABLE_PROTOCOL_VERSION,
+        ]),
+        (_, DecodeError::UnsupportedProtocol(_)) => {
+            let ack = connack(
+                ProtocolVersion::V5,
+                false,
+                reason::UNSUPPORTED_PROTOCOL_VERSION,
+                Properties::default(),
+            );
+            Some(encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5))
+        }
+        (Some(ProtocolVersion::V5), e) => {
+            let code = e.reason_code()?;
+            let ack = connack(ProtocolVersion::V5, false, code, Properties::default());
+            Some(encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5))
+        }
+        (Some(ProtocolVersion::V311), DecodeError::Malformed(_) | DecodeError::Protocol(_)) => {
+            Some(vec![0x20, 0x02, 0x00, reason::v311::NOT_AUTHORIZED])
+        }
+        _ => None,
+    }
+}
+
+/// The refusal a decoded CONNECT earns, if any (RFC 0002 "At CONNECT").
+fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
+    let settings = &shared.settings;
+    if connect.protocol == ProtocolVersion::V311 && settings.min_protocol == ProtocolVersion::V5 {
+        return Some(reason::UNSUPPORTED_PROTOCOL_VERSION);
+    }
+    if connect.properties.authentication_method.is_some() {
+        return Some(reason::BAD_AUTHENTICATION_METHOD);
+    }
+    if connect
+        .properties
+        .user_properties
+        .iter()
+        .any(|(k, _)| k.starts_with("saguin-"))
+    {
+        return Some(reason::IMPLEMENTATION_SPECIFIC_ERROR);
+    }
+    let id = &connect.client_id;
+    if id.chars().count() > settings.max_client_id_length
+        || id.chars().any(is_control)
+        || (id.is_empty() && !connect.clean_start)
+    {
+        return Some(reason::CLIENT_IDENTIFIER_NOT_VALID);
+    }
+    if connect
+        .username
+        .as_deref()
+        .is_some_and(|u| u.chars().any(|c| c == '\0' || is_control(c)))
+    {
+        return Some(reason::BAD_USER_NAME_OR_PASSWORD);
+    }
+    if let Some(will) = &connect.will
+        && let Err(code) = check_topic_name(&will.topic, settings)
+    {
+        // A Will that could never be delivered (RFC 0003 "Last Will").
+        return Some(if code == reason::NOT_AUTHORIZED {
+            reason::TOPIC_NAME_INVALID
+        } else {
+            code
+        });
+    }
+    None
+}
+
+/// U+0001-U+001F and U+007F-U+009F, which no client id or user name may hold.
+fn is_control(c: char) -> bool {
+    matches!(c, '\u{1}'..='\u{1F}' | '\u{7F}'..='\u{9F}')
+}
+
+/// Whether a topic name may be published to (RFC 0002 "Publishing"): `Err` carries the
+/// reason code.
+fn check_topic_name(topic_name: &str, settings: &crate::broker::Settings) -> Result<(), u8> {
+    if topic_name.contains(['+', '#']) {
+        return Err(reason::TOPIC_NAME_INVALID);
+    }
+    if topic_name.len() > settings.max_topic_length
+        || topic::level_count(topic_name) > settings.max_topic_levels
+    {
+        return Err(reason::TOPIC_NAME_INVALID);
+    }
+    if topic_name.starts_with("$share/")
+        || topic_name.starts_with("$saguin/")
+        || topic_name == "$saguin"
+    {
+        return Err(reason::TOPIC_NAME_INVALID);
+    }
+    if topic_name.starts_with("$SYS/") || topic_name == "$SYS" {
+        return Err(reason::NOT_AUTHORIZED);
+    }
+    Ok(())
+}
+
+fn connack(
+    protocol: ProtocolVersion,
+    session_present: bool,
+    code: u8,
+    properties: Properties,
+) -> ConnAck {
+    let code = match protocol {
+        ProtocolVersion::V5 => code,
+        ProtocolVersion::V311 => connack_v311(code),
+    };
+    ConnAck {
+        session_present: session_present && code == 0,
+        code,
+        properties,
+    }
+}
+
+/// The 3.1.1 CONNACK return code for an MQTT 5 CONNACK refusal (RFC 0002 "At CONNECT").
+fn connack_v311(code: u8) -> u8 {
+    match code {
+        reason::SUCCESS => reason::v311::ACCEPTED,
+        reason::UNSUPPORTED_PROTOCOL_VERSION => reason::v311::UNACCEPTABLE_PROTOCOL_VERSION,
+        reason::CLIENT_IDENTIFIER_NOT_VALID => reason::v311::IDENTIFIER_REJECTED,
+        reason::BAD_USER_NAME_OR_PASSWORD => reason::v311::BAD_USER_NAME_OR_PASSWORD,
+        reason::SERVER_BUSY | reason::IMPLEMENTATION_SPECIFIC_ERROR => {
+            reason::v311::SERVER_UNAVAILABLE
+        }
+        _ => reason::v311::NOT_AUTHORIZED,
+    }
+}
+
+fn encode_one(packet: &Packet, protocol: ProtocolVersion) -> Vec<u8> {
+    let mut out = Vec::new();
+    codec::encode(packet, protocol, &mut out);
+    out
+}
+
+/// Writes all of `bytes`, giving up after `timeout` (`limits.write_timeout`; `None`
+/// waits as long as it takes).
+async fn write_with_timeout(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    future::or(write, async {
+        match timeout {
+            Some(timeout) => smol::Timer::after(timeout).await,
+            None => smol::Timer::never().await,
+        };
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "write_timeout passed",
+        ))
+    })
+    .await
+}
+
+/// Closes our side and discards what the peer still sends, briefly, so the last
+/// packet we wrote is not lost to a reset: closing a socket with unread bytes makes
+/// the kernel send RST, which can overtake a CONNACK or DISCONNECT still in flight.
+/// Memory stays bounded: the rest is read into a small buffer and dropped.
+async fn linger(stream: &TcpStream) {
+    const LINGER: Duration = Duration::from_millis(500);
+    const MAX_DISCARD: usize = 1 << 20;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut stream = stream.clone();
+    let drain = async {
+        let mut scratch = [0u8; 1024];
+        let mut discarded = 0;
+        while discarded < MAX_DISCARD {
+            match smol::io::AsyncReadExt::read(&mut stream, &mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => discarded += n,
+            }
+        }
+    };
+    future::or(drain, async {
+        smol::Timer::after(LINGER).await;
+    })
+    .await;
+}
+
+/// What one wait of the main loop ended with.
+enum Event {
+    Read(std::io::Result<usize>),
+    Woken,
+    KeepAliveExpired,
+}
+
+impl Conn {
+    /// Sends the CONNACK and, for a resumed session, what was on the wire. Returns the
+    /// keepalive the connection runs with.
+    fn send_connack(&mut self, connect: &Connect, accepted: &Accepted) -> Option<Duration> {
+        let settings = &self.shared.settings;
+        let mut properties = Properties::default();
+        let mut keep_alive = connect.keep_alive;
+        if self.protocol == ProtocolVersion::V5 {
+            properties.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
+            properties.maximum_packet_size = Some(settings.max_message_size);
+            properties.retain_available = Some(1);
+            properties.receive_maximum = Some(settings.receive_maximum);
+            if connect.properties.session_expiry_interval.unwrap_or(0) != accepted.session_expiry {
+                properties.session_expiry_interval = Some(accepted.session_expiry);
+            }
+            if connect.client_id.is_empty() {
+                properties.assigned_client_identifier = Some(accepted.client_id.to_string());
+            }
+            if let Some(max) = settings.max_keepalive
+                && (keep_alive == 0 || keep_alive > max)
+            {
+                properties.server_keep_alive = Some(max);
+                keep_alive = max;
+            }
+        } else if let Some(max) = settings.max_keepalive
+            && (keep_alive == 0 || keep_alive > max)
+        {
+            keep_alive = max;
+        }
+        let ack = connack(
+            self.protocol,
+            accepted.session_present,
+            reason::SUCCESS,
+            properties,
+        );
+        self.queue_packet(&Packet::ConnAck(ack));
+        if accepted.session_present {
+            self.resend_inflight();
+        }
+        (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500))
+    }
+
+    /// Re-sends, DUP set, every exchange that was on the wire when the session's last
+    /// connection ended (MQTT-4.4.0-1).
+    fn resend_inflight(&mut self) {
+        let shared = self.shared.clone();
+        let mut broker = shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut packets = Vec::new();
+        for (id, inflight) in &session.inflight {
+            packets.push(match inflight {
+                Inflight::Published(d) => Packet::Publish(publish_packet(d, Some(*id), true, now)),
+                Inflight::Released => Packet::PubRel(Ack::new(*id, 0)),
+            });
+        }
+        drop(broker);
+        for packet in &packets {
+            self.queue_packet(packet);
+        }
+    }
+
+    fn queue_packet(&mut self, packet: &Packet) {
+        codec::encode(packet, self.protocol, &mut self.out);
+    }
+
+    async fn flush(&mut self) -> Result<(), End> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let result = write_with_timeout(
+            &mut self.stream,
+            &self.out,
+            self.shared.settings.write_timeout,
+        )
+        .await;
+        self.out.clear();
+        if self.out.capacity() > 16 * 1024 {
+            self.out = Vec::new();
+        }
+        result.map_err(|e| {
+            log::debug!("{}: write failed: {e}", self.peer);
+            End::Close
+        })
+    }
+
+    async fn serve(&mut self) -> End {
+        loop {
+            if let Some(code) = self.link.kicked() {
+                return End::Kicked(code);
+            }
+            if let Err(end) = self.handle_buffered() {
+                return end;
+            }
+            self.write_owed();
+            if let Err(end) = self.flush().await {
+                return end;
+            }
+            let deadline = self.keep_alive.map(|k| Instant::now() + k);
+            let Conn {
+                stream,
+                reader,
+                woken,
+                ..
+            } = self;
+            let event = future::or(
+                async { Event::Read(reader.fill(stream).await) },
+                future::or(
+                    async {
+                        let _ = woken.recv().await;
+                        Event::Woken
+                    },
+                    async {
+                        match deadline {
+                            Some(at) => smol::Timer::at(at).await,
+                            None => smol::Timer::never().await,
+                        };
+                        Event::KeepAliveExpired
+                    },
+                ),
+            )
+            .await;
+            match event {
+                Event::Read(Ok(0)) | Event::Read(Err(_)) => return End::Close,
+                Event::Read(Ok(_)) | Event::Woken => {}
+                Event::KeepAliveExpired => {
+                    log::info!("{}: {} missed its keepalive", self.peer, self.client_id);
+                    return End::Broker(reason::KEEP_ALIVE_TIMEOUT);
+                }
+            }
+        }
+    }
+
+    /// Handles every whole packet in the buffer.
+    fn handle_buffered(&mut self) -> Result<(), End> {
+        loop {
+            let frame = match self
+                .reader
+                .next_frame(self.shared.settings.max_message_size)
+            {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(()),
+                Err(FrameError::TooLarge { declared, .. }) => {
+                    log::info!(
+                        "{}: {} sent a {declared}-byte packet",
+                        self.peer,
+                        self.client_id
+                    );
+                    return Err(self.refuse(reason::PACKET_TOO_LARGE));
+                }
+                Err(FrameError::Decode(e)) => return Err(self.decode_failed(&e)),
+            };
+            let decoded = codec::decode(frame.first_byte, self.reader.body(&frame), self.protocol);
+            self.reader.consume(frame);
+            match decoded {
+                Ok(packet) => self.handle(packet)?,
+                Err(e) => return Err(self.decode_failed(&e)),
+            }
+        }
+    }
+
+    fn decode_failed(&self, error: &DecodeError) -> End {
+        log::info!("{}: {}: {error}", self.peer, self.client_id);
+        match error.reason_code() {
+            Some(code) => self.refuse(code),
+            None => End::Close,
+        }
+    }
+
+    /// Ends the connection for a protocol violation: a DISCONNECT with `code` on
+    /// MQTT 5, a plain close on 3.1.1, which has no way to say why.
+    fn refuse(&self, code: u8) -> End {
+        match self.protocol {
+            ProtocolVersion::V5 => End::Broker(code),
+            ProtocolVersion::V311 => End::Close,
+        }
+    }
+
+    fn handle(&mut self, packet: Packet) -> Result<(), End> {
+        match packet {
+            Packet::Publish(publish) => self.on_publish(publish),
+            Packet::PubAck(ack) => {
+                self.with_session(|s| s.settle(ack.packet_id));
+                Ok(())
+            }
+            Packet::PubRec(ack) => {
+                let known = self
+                    .with_session(|s| s.release(ack.packet_id))
+                    .unwrap_or(false);
+                if ack.code >= 0x80 {
+                    self.with_session(|s| s.settle(ack.packet_id));
+                } else {
+                    let code = if known {
+                        0
+                    } else {
+                        reason::PACKET_IDENTIFIER_NOT_FOUND
+                    };
+                    self.queue_packet(&Packet::PubRel(Ack::new(ack.packet_id, code)));
+                }
+                Ok(())
+            }
+            Packet::PubComp(ack) => {
+                self.with_session(|s| s.settle(ack.packet_id));
+                Ok(())
+            }
+            Packet::PubRel(ack) => self.on_pubrel(ack.packet_id),
+            Packet::Subscribe(subscribe) => self.on_subscribe(subscribe),
+            Packet::Unsubscribe(unsubscribe) => {
+                self.on_unsubscribe(unsubscribe);
+                Ok(())
+            }
+            Packet::PingReq => {
+                self.queue_packet(&Packet::PingResp);
+                Ok(())
+            }
+            Packet::Disconnect(disconnect) => Err(self.on_disconnect(disconnect)),
+            Packet::Auth(_) => Err(self.refuse(reason::PROTOCOL_ERROR)),
+            Packet::Connect(_)
+            | Packet::ConnAck(_)
+            | Packet::SubAck(_)
+            | Packet::UnsubAck(_)
+            | Packet::PingResp => {
+                log::info!(
+                    "{}: {} sent a packet only a server sends",
+                    self.peer,
+                    self.client_id
+                );
+                Err(self.refuse(reason::PROTOCOL_ERROR))
+            }
+        }
+    }
+
+    fn with_session<R>(
+        &self,
+        f: impl FnOnce(&mut crate::broker::session::Session) -> R,
+    ) -> Option<R> {
+        let mut broker = self.shared.broker.borrow_mut();
+        broker.session_of(&self.client_id, self.link.id).map(f)
+    }
+
+    /// Resolves a topic alias (MQTT 5 section 3.3.2.3.4) into the publish's topic.
+    fn resolve_alias(&mut self, publish: &mut Publish) -> Result<(), End> {
+        let Some(alias) = publish.properties.topic_alias.take() else {
+            if publish.topic.is_empty() {
+                return Err(self.refuse(reason::PROTOCOL_ERROR));
+            }
+            return Ok(());
+        };
+        let Some(slot) = alias
+            .checked_sub(1)
+            .and_then(|i| self.aliases.get_mut(usize::from(i)))
+        else {
+            return Err(self.refuse(reason::TOPIC_ALIAS_INVALID));
+        };
+        if publish.topic.is_empty() {
+            match slot {
+                Some(topic) => publish.topic = topic.clone(),
+                None => return Err(self.refuse(reason::PROTOCOL_ERROR)),
+            }
+        } else {
+            *slot = Some(publish.topic.clone());
+        }
+        Ok(())
+    }
+
+    fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
+        self.resolve_alias(&mut publish)?;
+        let settings = &self.shared.settings;
+        let code = match check_topic_name(&publish.topic, settings) {
+            Err(code) => code,
+            Ok(())
+                if publish.properties.payload_format_indicator == Some(1)
+                    && std::str::from_utf8(&publish.payload).is_err() =>
+            {
+                reason::PAYLOAD_FORMAT_INVALID
+            }
+            Ok(()) => self.check_quota(&publish),
+        };
+        if code != reason::SUCCESS {
+            log::info!(
+                "{}: publish by {} to {:?} refused 0x{code:02X}",
+                self.peer,
+                self.client_id,
+                publish.topic
+            );
+            return self.answer_publish(&publish, code);
+        }
+        if publish.qos == QoS::ExactlyOnce {
+            let packet_id = publish.packet_id.unwrap_or(0);
+            let limit = usize::from(settings.receive_maximum);
+            let message = self.message_from(&publish);
+            let mut broker = self.shared.broker.borrow_mut();
+            let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+                return Err(End::Close);
+            };
+            if !session.incoming.contains_key(&packet_id) {
+                if session.incoming.len() >= limit {
+                    drop(broker);
+                    return Err(self.refuse(reason::RECEIVE_MAXIMUM_EXCEEDED));
+                }
+                // Held until PUBREL, so a retransmission is never delivered twice.
+                session.incoming.insert(packet_id, Some(Arc::new(message)));
+            }
+            drop(broker);
+            return self.answer_publish(&publish, reason::SUCCESS);
+        }
+        let message = Arc::new(self.message_from(&publish));
+        let code = self.shared.broker.borrow_mut().publish(message);
+        self.answer_publish(&publish, code)
+    }
+
+    /// The publish quota (RFC 0002 "How fast one client may publish"; max_header_count,
+    /// max_header_bytes): 0x97 before routing or storage, counted by label.
+    fn check_quota(&self, publish: &Publish) -> u8 {
+        let settings = &self.shared.settings;
+        let headers = &publish.properties.user_properties;
+        let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let mut broker = self.shared.broker.borrow_mut();
+        let label = if headers.len() > settings.max_header_count
+            || header_bytes > settings.max_header_bytes
+        {
+            "quota exceeded"
+        } else if !broker.spend_publish_budget(
+            &self.client_id,
+            publish.payload.len(),
+            Instant::now(),
+        ) {
+            log::debug!("{}: {} is over its publish rate", self.peer, self.client_id);
+            "publish rate exceeded"
+        } else {
+            return reason::SUCCESS;
+        };
+        broker.metrics.refuse_publish(label);
+        reason::QUOTA_EXCEEDED
+    }
+
+    /// Answers a publish with `code`: PUBACK or PUBREC, nothing at QoS 0, and on 3.1.1
+    /// a refusal closes the connection, since its acknowledgements carry no code.
+    fn answer_publish(&mut self, publish: &Publish, code: u8) -> Result<(), End> {
+        if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
+            return Err(End::Close);
+        }
+        let Some(packet_id) = publish.packet_id else {
+            return Ok(());
+        };
+        let mut ack = Ack::new(packet_id, code);
+        if code >= 0x80 && self.problem_info {
+            ack.properties.reason_string = Some(refusal_text(code).to_string());
+        }
+        let packet = match publish.qos {
+            QoS::ExactlyOnce => Packet::PubRec(ack),
+            _ => Packet::PubAck(ack),
+        };
+        self.queue_packet(&packet);
+        Ok(())
+    }
+
+    fn message_from(&self, publish: &Publish) -> Message {
+        let mut properties = publish.properties.clone();
+        properties.topic_alias = None;
+        properties.subscription_identifiers.clear();
+        let expires_at = properties
+            .message_expiry_interval
+            .map(|s| Instant::now() + Duration::from_secs(u64::from(s)));
+        Message {
+            topic: publish.topic.clone(),
+            payload: publish.payload.clone(),
+            qos: publish.qos,
+            retain: publish.retain,
+            properties,
+            publisher: self.client_id.clone(),
+            expires_at,
+        }
+    }
+
+    fn on_pubrel(&mut self, packet_id: u16) -> Result<(), End> {
+        let held = self
+            .with_session(|s| s.incoming.remove(&packet_id))
+            .flatten();
+        let code = match held {
+            Some(Some(message)) => self.shared.broker.borrow_mut().publish(message),
+            Some(None) => reason::SUCCESS,
+            None => reason::PACKET_IDENTIFIER_NOT_FOUND,
+        };
+        if code == reason::QUOTA_EXCEEDED {
+            return Err(self.refuse(code));
+        }
+        self.queue_packet(&Packet::PubComp(Ack::new(packet_id, code)));
+        Ok(())
+    }
+
+    fn on_subscribe(&mut self, subscribe: Subscribe) -> Result<(), End> {
+        let identifier = subscribe
+            .properties
+            .subscription_identifiers
+            .first()
+            .copied();
+        let mut codes = Vec::with_capacity(subscribe.filters.len());
+        let mut retained = Vec::new();
+        let now = Instant::now();
+        for (filter, options) in &subscribe.filters {
+            let granted =
+                match self.check_filter(filter, options.no_local, &subscribe.properties)? {
+                    Err(code) => {
+                        log::info!(
+                            "{}: {} refused filter {filter:?} 0x{code:02X}",
+                            self.peer,
+                            self.client_id
+                        );
+                        code
+                    }
+                    Ok(share) => {
+                        let mut broker = self.shared.broker.borrow_mut();
+                        let full = broker.subscription_count(&self.client_id)
+                            >= self.shared.settings.max_subscriptions;
+                        let exists = broker
+                            .session(&self.client_id)
+                            .is_some_and(|s| s.subscriptions.contains_key(filter));
+                        if full && !exists {
+                            reason::QUOTA_EXCEEDED
+                        } else {
+                            let (share, inner) = match share {
+                                Some((name, inner)) => (Some(name.to_string()), inner.to_string()),
+                                None => (None, filter.clone()),
+                            };
+                            let shared_sub = share.is_some();
+                            let sub = Subscription {
+                                filter: inner.clone(),
+                                share,
+                                options: *options,
+                                identifier,
+                            };
+                            let existed = broker.subscribe(&self.client_id, sub);
+                            if !shared_sub {
+                                let messages = broker
+                                    .retained_for_subscription(&inner, *options, existed, now);
+                                retained.extend(messages.into_iter().map(|m| (m, *options)));
+                            }
+                            options.qos as u8
+                        }
+                    }
+                };
+            codes.push(match self.protocol {
+                ProtocolVersion::V311 if granted >= 0x80 => reason::v311::SUBACK_FAILURE,
+                _ => granted,
+            });
+        }
+        let ack = SubAck {
+            packet_id: subscribe.packet_id,
+            properties: Properties::default(),
+            codes,
+        };
+        self.queue_packet(&Packet::SubAck(ack));
+        // Retained values follow the SUBACK, RETAIN set (MQTT-3.3.1-9).
+        let mut broker = self.shared.broker.borrow_mut();
+        for (message, options) in retained {
+            let delivery = Delivery {
+                qos: options.qos.min(message.qos),
+                retain: true,
+                identifiers: identifier.into_iter().collect(),
+                message,
+            };
+            broker.deliver(&self.client_id, delivery);
+        }
+        Ok(())
+    }
+
+    /// Checks one filter of a SUBSCRIBE (RFC 0002 "Shared subscriptions" and the
+    /// SUBACK table). `Ok(Ok(share))` grants it, with the share name and inner filter
+    /// of a shared subscription; `Ok(Err(code))` refuses the filter alone; `Err` ends
+    /// the connection.
+    #[allow(clippy::type_complexity)]
+    fn check_filter<'f>(
+        &self,
+        filter: &'f str,
+        no_local: bool,
+        properties: &Properties,
+    ) -> Result<Result<Option<(&'f str, &'f str)>, u8>, End> {
+        let v5 = self.protocol == ProtocolVersion::V5;
+        if !topic::is_valid_filter(filter) {
+            // 3.1.1 has no code for a malformed filter: the connection closes.
+            return if v5 {
+                Ok(Err(reason::TOPIC_FILTER_INVALID))
+            } else {
+                Err(End::Close)
+            };
+        }
+        if properties
+            .user_properties
+            .iter()
+            .any(|(k, _)| k.starts_with("saguin-"))
+        {
+            return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
+        }
+        let mut inner = filter;
+        let mut share = None;
+        if let Some(rest) = filter.strip_prefix("$share/") {
+            if !v5 {
+                return Ok(Err(reason::v311::SUBACK_FAILURE));
+            }
+            let Some((name, f)) = rest.split_once('/') else {
+                return Ok(Err(reason::TOPIC_FILTER_INVALID));
+            };
+            if name.is_empty()
+                || name.contains(['+', '#'])
+                || f.is_empty()
+                || f.to_lowercase().starts_with("$share")
+            {
+                return Ok(Err(reason::TOPIC_FILTER_INVALID));
+            }
+            if no_local {
+                return Err(End::Broker(reason::PROTOCOL_ERROR)); // MQTT-3.8.3-4
+            }
+            share = Some(name);
+            inner = f;
+        } else if filter.to_lowercase().starts_with("$share")
+            && filter.split('/').next() != Some("$share")
+        {
+            // $SHARE, $Share...: refused rather than read as an ordinary level.
+            return Ok(Err(reason::TOPIC_FILTER_INVALID));
+        } else if filter == "$share" {
+            return Ok(Err(reason::TOPIC_FILTER_INVALID));
+        }
+        if topic::level_count(inner) > self.shared.settings.max_topic_levels {
+            return Ok(Err(reason::TOPIC_FILTER_INVALID));
+        }
+        let first = inner.split('/').next().unwrap_or_default();
+        if first == "$SYS" || first == "$saguin" {
+            return Ok(Err(reason::NOT_AUTHORIZED));
+        }
+        Ok(Ok(share.map(|name| (name, inner))))
+    }
+
+    fn on_unsubscribe(&mut self, unsubscribe: Unsubscribe) {
+        let mut broker = self.shared.broker.borrow_mut();
+        let codes = unsubscribe
+            .filters
+            .iter()
+            .map(|f| {
+                if broker.unsubscribe(&self.client_id, f) {
+                    reason::SUCCESS
+                } else {
+                    reason::NO_SUBSCRIPTION_EXISTED
+                }
+            })
+            .collect();
+        drop(broker);
+        let ack = UnsubAck {
+            packet_id: unsubscribe.packet_id,
+            properties: Properties::default(),
+            codes,
+        };
+        self.queue_packet(&Packet::UnsubAck(ack));
+    }
+
+    fn on_disconnect(&mut self, disconnect: Disconnect) -> End {
+        if let Some(expiry) = disconnect.properties.session_expiry_interval {
+            if self.connected_with_zero_expiry && expiry != 0 {
+                return End::Broker(reason::PROTOCOL_ERROR); // MQTT-3.14.2-2
+            }
+            let capped = expiry.min(self.shared.settings.max_session_expiry);
+            self.with_session(|s| s.expiry = capped);
+        }
+        End::Client {
+            will: disconnect.code == reason::DISCONNECT_WITH_WILL_MESSAGE,
+        }
+    }
+
+    /// Moves what the session is owed into the write buffer, as far as the client's
+    /// Receive Maximum and the session bound allow.
+    fn write_owed(&mut self) {
+        let shared = self.shared.clone();
+        let mut broker = shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            return;
+        };
+        let now = Instant::now();
+        let max_packet = session.max_packet_size as usize;
+        while let Some(front) = session.queue.front() {
+            if front.qos != QoS::AtMostOnce && !session.window_open() {
+                break;
+            }
+            let Some(delivery) = session.queue.pop_front() else {
+                break;
+            };
+            let charge = delivery.message.charge();
+            if delivery.message.expired(now) {
+                session.queued_bytes -= charge;
+                continue;
+            }
+            let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
+            let start = self.out.len();
+            codec::encode(
+                &Packet::Publish(publish_packet(&delivery, packet_id, false, now)),
+                self.protocol,
+                &mut self.out,
+            );
+            if self.out.len() - start > max_packet {
+                // Over the client's Maximum Packet Size: discarded (MQTT-3.1.2-25).
+                self.out.truncate(start);
+                session.queued_bytes -= charge;
+                continue;
+            }
+            match packet_id {
+                Some(id) => {
+                    session.inflight.insert(id, Inflight::Published(delivery));
+                }
+                None => session.queued_bytes -= charge,
+            }
+        }
+    }
+
+    /// Ends the connection: the last packet, the Will, the session's fate.
+    async fn finish(mut self, end: End) {
+        let (will_due, code) = match end {
+            End::Client { will } => (will, None),
+            End::Broker(code) => (true, Some(code)),
+            End::Close => (true, None),
+            End::Kicked(code) => (false, Some(code)),
+        };
+        if !matches!(end, End::Kicked(_)) {
+            self.shared.broker.borrow_mut().disconnect(
+                &self.client_id,
+                self.link.id,
+                will_due,
+                Instant::now(),
+            );
+        }
+        if let (Some(code), ProtocolVersion::V5) = (code, self.protocol) {
+            let mut disconnect = Disconnect::new(code);
+            if self.problem_info {
+                disconnect.properties.reason_string = Some(refusal_text(code).to_string());
+            }
+            self.queue_packet(&Packet::Disconnect(disconnect));
+        }
+        let _ = self.flush().await;
+        linger(&self.stream).await;
+        log::debug!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
+    }
+}
+
+/// The Publish packet for a delivery: the publisher's properties, this subscriber's
+/// Subscription Identifiers, and the expiry interval that remains (MQTT-3.3.2-6).
+fn publish_packet(delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: Instant) -> Publish {
+    let message = &delivery.message;
+    let mut properties = message.properties.clone();
+    properties
+        .subscription_identifiers
+        .clone_from(&delivery.identifiers);
+    if let Some(at) = message.expires_at {
+        let left = at.saturating_duration_since(now);
+        properties.message_expiry_interval =
+            Some(u32::try_from(left.as_secs().max(1)).unwrap_or(u32::MAX));
+    }
+    Publish {
+        dup,
+        qos: delivery.qos,
+        retain: delivery.retain,
+        topic: message.topic.clone(),
+        packet_id,
+        properties,
+        payload: message.payload.clone(),
+    }
+}
+
+/// The Reason String sent beside a refusal, when the client asked for them.
+fn refusal_text(code: u8) -> &'static str {
+    match code {
+        reason::MALFORMED_PACKET => "malformed packet",
+        reason::PROTOCOL_ERROR => "protocol error",
+        reason::NOT_AUTHORIZED => "not authorized: this topic is reserved",
+        reason::TOPIC_NAME_INVALID => {
+            "topic name invalid: too long, too deep, or in a reserved space"
+        }
+        reason::TOPIC_ALIAS_INVALID => "topic alias above the maximum of 16",
+        reason::PACKET_TOO_LARGE => "packet larger than the Maximum Packet Size",
+        reason::QUOTA_EXCEEDED => "quota exceeded",
+        reason::PAYLOAD_FORMAT_INVALID => {
+            "payload is not UTF-8 as its Payload Format Indicator says"
+        }
+        reason::RECEIVE_MAXIMUM_EXCEEDED => {
+            "more QoS 2 exchanges unfinished than the Receive Maximum"
+        }
+        reason::SESSION_TAKEN_OVER => "another connection took this client id",
+        reason::SERVER_SHUTTING_DOWN => "the broker is stopping",
+        reason::KEEP_ALIVE_TIMEOUT => "nothing received within 1.5 times the keepalive",
+        _ => "refused",
+    }
+}

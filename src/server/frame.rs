@@ -1,0 +1,125 @@
+//! Reading whole packets off a socket without trusting the peer: the declared length
+//! is checked against the limit before a byte of the body is buffered, and the buffer
+//! grows with the packet and shrinks back once it is handled.
+
+use std::io;
+
+use smol::io::AsyncReadExt;
+
+use crate::codec::{self, DecodeError, FixedHeader};
+
+/// Bytes read at a time while no packet is in progress: small, so an idle connection
+/// holds little.
+const READ_CHUNK: usize = 512;
+/// The most read at once into a packet in progress.
+const MAX_READ: usize = 64 * 1024;
+/// A buffer larger than this is released once empty.
+const KEEP_CAPACITY: usize = 4096;
+
+/// A complete packet sitting in the buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame {
+    /// The fixed header's first byte.
+    pub first_byte: u8,
+    start: usize,
+    end: usize,
+}
+
+/// Why no frame could be taken.
+#[derive(Debug)]
+pub enum FrameError {
+    /// The fixed header itself is unreadable.
+    Decode(DecodeError),
+    /// The declared length is over the limit; nothing of the body was buffered.
+    TooLarge {
+        /// The fixed header's first byte.
+        first_byte: u8,
+        /// The declared packet size.
+        declared: usize,
+    },
+}
+
+/// The inbound half of a connection's buffering.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    filled: usize,
+    /// Bytes of the packet in progress, when its header has been read.
+    expected: Option<usize>,
+}
+
+impl FrameReader {
+    /// The next complete packet in the buffer, `Ok(None)` if more bytes are needed.
+    ///
+    /// # Errors
+    /// An unreadable fixed header, or a declared size above `max_size`.
+    pub fn next_frame(&mut self, max_size: u32) -> Result<Option<Frame>, FrameError> {
+        let data = &self.buf[..self.filled];
+        let Some(FixedHeader {
+            first_byte,
+            remaining_length,
+            header_len,
+        }) = codec::read_fixed_header(data).map_err(FrameError::Decode)?
+        else {
+            self.expected = None;
+            return Ok(None);
+        };
+        let total = header_len + remaining_length;
+        if total > max_size as usize {
+            return Err(FrameError::TooLarge {
+                first_byte,
+                declared: total,
+            });
+        }
+        if data.len() < total {
+            self.expected = Some(total);
+            return Ok(None);
+        }
+        self.expected = None;
+        Ok(Some(Frame {
+            first_byte,
+            start: header_len,
+            end: total,
+        }))
+    }
+
+    /// The body of `frame`.
+    pub fn body(&self, frame: &Frame) -> &[u8] {
+        &self.buf[frame.start..frame.end]
+    }
+
+    /// Drops `frame` from the buffer, releasing memory once nothing is left.
+    pub fn consume(&mut self, frame: Frame) {
+        self.buf.copy_within(frame.end..self.filled, 0);
+        self.filled -= frame.end;
+        if self.filled == 0 && self.buf.len() > KEEP_CAPACITY {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// The first bytes of the body of an oversized packet, read to learn a CONNECT's
+    /// protocol level; at most `n` bytes, never the whole packet.
+    pub fn peek(&self, n: usize) -> &[u8] {
+        &self.buf[..self.filled.min(n)]
+    }
+
+    /// Reads more bytes from `stream`. Safe to cancel: bytes count only once read.
+    /// Returns 0 at end of stream.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub async fn fill(&mut self, stream: &mut (impl AsyncReadExt + Unpin)) -> io::Result<usize> {
+        let want = match self.expected {
+            Some(total) => (total - self.filled).min(MAX_READ),
+            None => READ_CHUNK,
+        };
+        if self.buf.len() < self.filled + want {
+            self.buf.resize(self.filled + want, 0);
+        }
+        let n = stream
+            .read(&mut self.buf[self.filled..self.filled + want])
+            .await?;
+        self.filled += n;
+        Ok(n)
+    }
+}

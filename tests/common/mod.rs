@@ -1,0 +1,386 @@
+//! Test support: start the real `saguin` binary on a configuration of the test's own,
+//! and talk to it over loopback with raw packets.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use saguin::codec::{self, Packet, ProtocolVersion};
+
+/// How long any single wait in a test may take before it fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A running broker process, killed when dropped.
+pub struct Broker {
+    child: Child,
+    /// The MQTT listener's address.
+    pub addr: SocketAddr,
+    /// The directory holding its configuration.
+    pub dir: PathBuf,
+    log: mpsc::Receiver<String>,
+}
+
+/// A directory of the test's own under the system temp dir.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "saguin-test-{}-{name}-{}",
+        std::process::id(),
+        nanos()
+    ));
+    std::fs::create_dir_all(&dir).expect("create a temp dir");
+    dir
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// The smallest configuration: one TCP listener on an ephemeral loopback port, with
+/// `extra` appended under `broker:` (indent it by two spaces).
+pub fn config(extra: &str) -> String {
+    format!(
+        "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{extra}"
+    )
+}
+
+impl Broker {
+    /// Starts the broker on `config(extra)`.
+    pub fn start(extra: &str) -> Broker {
+        Broker::start_with(&config(extra))
+    }
+
+    /// Starts the broker on a whole configuration file's text.
+    pub fn start_with(yaml: &str) -> Broker {
+        let dir = temp_dir("broker");
+        let path = dir.join("saguin.yaml");
+        std::fs::write(&path, yaml).expect("write the configuration");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
+            .arg("--config")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start saguin");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("SAGUIN_TEST_LOG").is_some() {
+                    eprintln!("[broker] {line}");
+                }
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + WAIT;
+        let addr = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = log.recv_timeout(left).unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("the broker did not report a listener within {WAIT:?}")
+            });
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                break addr.trim().parse().expect("a socket address");
+            }
+        };
+        Broker {
+            child,
+            addr,
+            dir,
+            log,
+        }
+    }
+
+    /// Waits for a log line containing `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no log line containing {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+
+    /// Sends a signal to the broker process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+    }
+
+    /// Waits for the process to exit, returning its exit status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the broker did not exit within {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A client speaking raw bytes, decoding what comes back with the crate's codec.
+pub struct Raw {
+    stream: TcpStream,
+    protocol: ProtocolVersion,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    /// Opens a TCP connection.
+    pub fn open(addr: SocketAddr, protocol: ProtocolVersion) -> Raw {
+        let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+        stream.set_read_timeout(Some(WAIT)).expect("read timeout");
+        stream.set_nodelay(true).expect("nodelay");
+        Raw {
+            stream,
+            protocol,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Sends bytes as they are.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Sends a packet encoded by the codec.
+    pub fn send(&mut self, packet: &Packet) {
+        let mut out = Vec::new();
+        codec::encode(packet, self.protocol, &mut out);
+        self.send_bytes(&out);
+    }
+
+    /// Reads one packet, failing the test after `WAIT`.
+    pub fn recv(&mut self) -> Packet {
+        self.try_recv()
+            .unwrap_or_else(|e| panic!("expected a packet: {e}"))
+    }
+
+    /// Reads one packet, or says why none came (closed, timed out).
+    pub fn try_recv(&mut self) -> Result<Packet, String> {
+        loop {
+            if let Some(header) = codec::read_fixed_header(&self.buf).map_err(|e| e.to_string())? {
+                let total = header.header_len + header.remaining_length;
+                if self.buf.len() >= total {
+                    let packet = codec::decode(
+                        header.first_byte,
+                        &self.buf[header.header_len..total],
+                        self.protocol,
+                    )
+                    .map_err(|e| e.to_string());
+                    self.buf.drain(..total);
+                    return packet;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err("closed".into()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+    }
+
+    /// Reads the raw bytes that arrive until the broker closes the connection.
+    pub fn read_to_close(&mut self) -> Vec<u8> {
+        let mut all = std::mem::take(&mut self.buf);
+        let _ = self.stream.read_to_end(&mut all);
+        all
+    }
+
+    /// Asserts the broker closes the connection, with nothing more sent.
+    pub fn expect_closed_silently(&mut self) {
+        let rest = self.read_to_close();
+        assert!(rest.is_empty(), "expected a silent close, got {rest:02X?}");
+    }
+
+    /// Asserts nothing arrives within `wait`.
+    pub fn expect_nothing(&mut self, wait: Duration) {
+        self.stream
+            .set_read_timeout(Some(wait))
+            .expect("read timeout");
+        let got = self.try_recv();
+        self.stream
+            .set_read_timeout(Some(WAIT))
+            .expect("read timeout");
+        match got {
+            Err(e) if e.contains("read:") => {}
+            other => panic!("expected nothing, got {other:?}"),
+        }
+    }
+}
+
+/// A CONNECT with the given protocol, client id and Clean Start, keepalive 60.
+pub fn connect(protocol: ProtocolVersion, client_id: &str, clean_start: bool) -> codec::Connect {
+    codec::Connect {
+        protocol,
+        clean_start,
+        keep_alive: 60,
+        client_id: client_id.into(),
+        will: None,
+        username: None,
+        password: None,
+        properties: codec::Properties::default(),
+    }
+}
+
+impl Raw {
+    /// Connects, sends `connect` and returns the CONNACK.
+    pub fn handshake(addr: SocketAddr, connect: codec::Connect) -> (Raw, codec::ConnAck) {
+        let mut raw = Raw::open(addr, connect.protocol);
+        raw.send(&Packet::Connect(Box::new(connect)));
+        match raw.recv() {
+            Packet::ConnAck(ack) => (raw, ack),
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    }
+
+    /// Connects and expects success.
+    pub fn connected(addr: SocketAddr, protocol: ProtocolVersion, client_id: &str) -> Raw {
+        let (raw, ack) = Raw::handshake(addr, connect(protocol, client_id, true));
+        assert_eq!(ack.code, 0, "CONNACK {ack:?}");
+        raw
+    }
+
+    /// Subscribes to one filter and returns the SUBACK's codes.
+    pub fn subscribe(&mut self, filter: &str, options: codec::SubscriptionOptions) -> Vec<u8> {
+        self.subscribe_with(filter, options, codec::Properties::default())
+    }
+
+    /// Subscribes with SUBSCRIBE properties.
+    pub fn subscribe_with(
+        &mut self,
+        filter: &str,
+        options: codec::SubscriptionOptions,
+        properties: codec::Properties,
+    ) -> Vec<u8> {
+        self.send(&Packet::Subscribe(codec::Subscribe {
+            packet_id: 1,
+            properties,
+            filters: vec![(filter.into(), options)],
+        }));
+        match self.recv() {
+            Packet::SubAck(ack) => ack.codes,
+            other => panic!("expected SUBACK, got {other:?}"),
+        }
+    }
+
+    /// Publishes and returns the PUBACK / PUBREC reason code (None at QoS 0).
+    pub fn publish(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        qos: codec::QoS,
+        retain: bool,
+    ) -> Option<u8> {
+        self.publish_packet(publish(topic, payload, qos, retain))
+    }
+
+    /// Sends a PUBLISH and returns the acknowledgement's reason code (None at QoS 0).
+    pub fn publish_packet(&mut self, packet: codec::Publish) -> Option<u8> {
+        let qos = packet.qos;
+        self.send(&Packet::Publish(packet));
+        match qos {
+            codec::QoS::AtMostOnce => None,
+            codec::QoS::AtLeastOnce => match self.recv() {
+                Packet::PubAck(ack) => Some(ack.code),
+                other => panic!("expected PUBACK, got {other:?}"),
+            },
+            codec::QoS::ExactlyOnce => match self.recv() {
+                Packet::PubRec(ack) => {
+                    if ack.code < 0x80 {
+                        self.send(&Packet::PubRel(codec::Ack::new(ack.packet_id, 0)));
+                        match self.recv() {
+                            Packet::PubComp(_) => {}
+                            other => panic!("expected PUBCOMP, got {other:?}"),
+                        }
+                    }
+                    Some(ack.code)
+                }
+                other => panic!("expected PUBREC, got {other:?}"),
+            },
+        }
+    }
+
+    /// Receives a PUBLISH, acknowledging it at QoS 1 and 2.
+    pub fn recv_publish(&mut self) -> codec::Publish {
+        match self.recv() {
+            Packet::Publish(p) => {
+                match (p.qos, p.packet_id) {
+                    (codec::QoS::AtLeastOnce, Some(id)) => {
+                        self.send(&Packet::PubAck(codec::Ack::new(id, 0)))
+                    }
+                    (codec::QoS::ExactlyOnce, Some(id)) => {
+                        self.send(&Packet::PubRec(codec::Ack::new(id, 0)));
+                        match self.recv() {
+                            Packet::PubRel(_) => {
+                                self.send(&Packet::PubComp(codec::Ack::new(id, 0)))
+                            }
+                            other => panic!("expected PUBREL, got {other:?}"),
+                        }
+                    }
+                    _ => {}
+                }
+                p
+            }
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+
+    /// Expects a DISCONNECT from the broker and returns its reason code.
+    pub fn expect_disconnect(&mut self) -> u8 {
+        match self.recv() {
+            Packet::Disconnect(d) => d.code,
+            other => panic!("expected DISCONNECT, got {other:?}"),
+        }
+    }
+}
+
+/// A PUBLISH with packet id 1 when QoS > 0.
+pub fn publish(topic: &str, payload: &[u8], qos: codec::QoS, retain: bool) -> codec::Publish {
+    codec::Publish {
+        dup: false,
+        qos,
+        retain,
+        topic: topic.into(),
+        packet_id: (qos != codec::QoS::AtMostOnce).then_some(1),
+        properties: codec::Properties::default(),
+        payload: payload.into(),
+    }
+}
+
+/// Subscription options at `qos` and otherwise MQTT's defaults.
+pub fn opts(qos: codec::QoS) -> codec::SubscriptionOptions {
+    codec::SubscriptionOptions::with_qos(qos)
+}

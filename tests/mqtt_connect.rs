@@ -1,0 +1,211 @@
+//! CONNECT and CONNACK: every refusal RFC 0002 "At CONNECT" lists, on both protocols,
+//! and what a successful CONNACK promises.
+
+mod common;
+
+use common::{Broker, Raw, connect};
+use saguin::codec::{
+    Packet, Properties,
+    ProtocolVersion::{V5, V311},
+    QoS, Will,
+};
+
+#[test]
+fn a_v5_connack_advertises_the_limits_the_spec_tables() {
+    let broker = Broker::start("");
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, "c1", true));
+    assert_eq!(ack.code, 0);
+    assert!(!ack.session_present);
+    let p = ack.properties;
+    assert_eq!(p.topic_alias_maximum, Some(16));
+    assert_eq!(p.maximum_packet_size, Some(1024 * 1024));
+    assert_eq!(p.retain_available, Some(1));
+    assert_eq!(
+        p.maximum_qos, None,
+        "QoS 2 is offered by leaving Maximum QoS out"
+    );
+    assert_eq!(p.shared_subscription_available, None);
+}
+
+#[test]
+fn mqtt_3_1_is_refused_in_its_own_vocabulary() {
+    let broker = Broker::start("");
+    let mut raw = Raw::open(broker.addr, V311);
+    // MQTT 3.1: protocol name MQIsdp, level 3.
+    let mut body = vec![0x00, 0x06];
+    body.extend_from_slice(b"MQIsdp");
+    body.extend_from_slice(&[0x03, 0x02, 0x00, 0x3C, 0x00, 0x01, b'a']);
+    let mut packet = vec![0x10, body.len() as u8];
+    packet.extend(body);
+    raw.send_bytes(&packet);
+    assert_eq!(raw.read_to_close(), [0x20, 0x02, 0x00, 0x01]);
+}
+
+#[test]
+fn an_unknown_protocol_level_gets_unsupported_protocol_version() {
+    let broker = Broker::start("");
+    let mut raw = Raw::open(broker.addr, V5);
+    raw.send_bytes(&[
+        0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x06, 0x02, 0x00, 0x3C, 0x00, 0x00, 0x00,
+    ]);
+    let bytes = raw.read_to_close();
+    assert!(
+        bytes.len() >= 4 && bytes[0] == 0x20 && bytes[3] == 0x84,
+        "{bytes:02X?}"
+    );
+}
+
+#[test]
+fn min_protocol_version_5_turns_3_1_1_away_with_0x01() {
+    let broker = Broker::start("    min_protocol_version: 5\n");
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V311, "old", true));
+    assert_eq!(ack.code, 0x01);
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, "new", true));
+    assert_eq!(ack.code, 0x00);
+}
+
+#[test]
+fn an_authentication_method_is_refused_0x8c() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "auth", true);
+    c.properties.authentication_method = Some("SCRAM-SHA-1".into());
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0x8C);
+}
+
+#[test]
+fn client_ids_too_long_with_control_characters_or_empty_and_kept_are_refused() {
+    let broker = Broker::start("");
+    let long = "x".repeat(257);
+    for (id, clean) in [(long.as_str(), true), ("bad\u{7}id", true), ("", false)] {
+        let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, id, clean));
+        assert_eq!(ack.code, 0x85, "v5 client id {id:?}");
+        let (_raw, ack) = Raw::handshake(broker.addr, connect(V311, id, clean));
+        assert_eq!(ack.code, 0x02, "3.1.1 client id {id:?}");
+    }
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, &"y".repeat(256), true));
+    assert_eq!(ack.code, 0x00, "256 characters is the limit, not over it");
+}
+
+#[test]
+fn an_empty_client_id_with_clean_start_is_assigned_one() {
+    let broker = Broker::start("");
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, "", true));
+    assert_eq!(ack.code, 0);
+    let assigned = ack
+        .properties
+        .assigned_client_identifier
+        .expect("Assigned Client Identifier");
+    assert!(!assigned.is_empty());
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V311, "", true));
+    assert_eq!(ack.code, 0);
+}
+
+#[test]
+fn a_user_name_with_a_control_character_is_refused_0x86() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "u1", true);
+    c.username = Some("bob\u{1}".into());
+    let (_raw, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.code, 0x86);
+    c.protocol = V311;
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0x04);
+}
+
+#[test]
+fn session_expiry_is_capped_and_the_granted_value_told() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "forever", false);
+    c.properties.session_expiry_interval = Some(u32::MAX);
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    assert_eq!(ack.properties.session_expiry_interval, Some(30 * 24 * 3600));
+}
+
+#[test]
+fn a_connect_over_max_connect_size_is_refused_0x95_before_it_is_read() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "big", true);
+    for k in ["k1", "k2"] {
+        c.properties
+            .user_properties
+            .push((k.into(), "v".repeat(51 * 1024)));
+    }
+    let mut raw = Raw::open(broker.addr, V5);
+    let mut bytes = Vec::new();
+    saguin::codec::encode(&Packet::Connect(Box::new(c)), V5, &mut bytes);
+    // Only the head goes: the broker decides on the declared length alone.
+    raw.send_bytes(&bytes[..64]);
+    match raw.recv() {
+        Packet::ConnAck(ack) => assert_eq!(ack.code, 0x95),
+        other => panic!("expected CONNACK 0x95, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_saguin_user_property_on_connect_is_refused_0x83() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "prop", true);
+    c.properties
+        .user_properties
+        .push(("saguin-offset".into(), "1".into()));
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0x83);
+}
+
+#[test]
+fn a_will_that_could_never_be_delivered_is_refused_0x90() {
+    let broker = Broker::start("");
+    for topic in ["$SYS/x", "$saguin/x", "a/+/b"] {
+        let mut c = connect(V5, "w", true);
+        c.will = Some(Will {
+            topic: topic.into(),
+            payload: b"x".to_vec(),
+            qos: QoS::AtMostOnce,
+            retain: false,
+            properties: Properties::default(),
+        });
+        let (_raw, ack) = Raw::handshake(broker.addr, c.clone());
+        assert_eq!(ack.code, 0x90, "v5 will topic {topic}");
+        c.protocol = V311;
+        let (_raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0x05, "3.1.1 will topic {topic}");
+    }
+}
+
+#[test]
+fn a_connect_with_its_reserved_flag_set_is_malformed() {
+    let broker = Broker::start("");
+    let mut raw = Raw::open(broker.addr, V5);
+    // Flags 0x03: Clean Start and the reserved bit.
+    raw.send_bytes(&[
+        0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x05, 0x03, 0x00, 0x3C, 0x00, 0x00, 0x00,
+    ]);
+    match raw.recv() {
+        Packet::ConnAck(ack) => assert_eq!(ack.code, 0x81),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn will_retain_without_a_will_is_a_protocol_error() {
+    let broker = Broker::start("");
+    let mut raw = Raw::open(broker.addr, V5);
+    // Flags 0x22: Clean Start and Will Retain, no Will flag.
+    raw.send_bytes(&[
+        0x10, 0x0D, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x05, 0x22, 0x00, 0x3C, 0x00, 0x00, 0x00,
+    ]);
+    match raw.recv() {
+        Packet::ConnAck(ack) => assert_eq!(ack.code, 0x82),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_first_packet_other_than_connect_closes_the_connection() {
+    let broker = Broker::start("");
+    let mut raw = Raw::open(broker.addr, V5);
+    raw.send_bytes(&[0xC0, 0x00]);
+    raw.expect_closed_silently();
+}

@@ -1,0 +1,237 @@
+//! PUBLISH over broadcast topics: acknowledgements, refusals (RFC 0002 "Publishing"),
+//! topic aliases, exactly-once, and malformed input (RFC 0002 "A DISCONNECT from the
+//! broker").
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Broker, Raw, opts, publish};
+use saguin::codec::{
+    Ack, Packet,
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
+
+#[test]
+fn a_broadcast_nobody_hears_is_acknowledged_0x00_not_0x10() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "lonely");
+    assert_eq!(
+        raw.publish("nobody/listens", b"x", QoS::AtLeastOnce, false),
+        Some(0x00)
+    );
+    assert_eq!(
+        raw.publish("nobody/listens", b"x", QoS::ExactlyOnce, false),
+        Some(0x00)
+    );
+}
+
+#[test]
+fn qos_0_1_2_are_delivered_at_the_lower_of_publish_and_subscription_qos() {
+    let broker = Broker::start("");
+    for protocol in [V5, V311] {
+        let mut sub = Raw::connected(broker.addr, protocol, "sub");
+        assert_eq!(sub.subscribe("t/#", opts(QoS::ExactlyOnce)), [2]);
+        let mut sub1 = Raw::connected(broker.addr, protocol, "sub1");
+        assert_eq!(sub1.subscribe("t/+", opts(QoS::AtLeastOnce)), [1]);
+        let mut publisher = Raw::connected(broker.addr, protocol, "pub");
+        for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+            publisher.publish("t/x", format!("{qos:?}").as_bytes(), qos, false);
+            let got = sub.recv_publish();
+            assert_eq!(
+                (got.qos, &*got.topic, &*got.payload),
+                (qos, "t/x", format!("{qos:?}").as_bytes())
+            );
+            let got = sub1.recv_publish();
+            assert_eq!(got.qos, qos.min(QoS::AtLeastOnce));
+        }
+    }
+}
+
+#[test]
+fn reserved_spaces_are_refused_with_their_codes() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "p");
+    assert_eq!(
+        raw.publish("$share/g/t", b"x", QoS::AtLeastOnce, false),
+        Some(0x90)
+    );
+    assert_eq!(
+        raw.publish("$saguin/anything", b"x", QoS::AtLeastOnce, false),
+        Some(0x90)
+    );
+    assert_eq!(
+        raw.publish("$SYS/broker/x", b"x", QoS::AtLeastOnce, false),
+        Some(0x87)
+    );
+    let deep = vec!["l"; 201].join("/");
+    assert_eq!(
+        raw.publish(&deep, b"x", QoS::AtLeastOnce, false),
+        Some(0x90)
+    );
+    let long = "a".repeat(1025);
+    assert_eq!(
+        raw.publish(&long, b"x", QoS::AtLeastOnce, false),
+        Some(0x90)
+    );
+    // Still connected: a refusal is an answer, not an ending.
+    assert_eq!(raw.publish("ok", b"x", QoS::AtLeastOnce, false), Some(0x00));
+}
+
+#[test]
+fn a_3_1_1_refusal_closes_the_connection_instead_of_acknowledging() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V311, "p311");
+    raw.send(&Packet::Publish(publish(
+        "$SYS/x",
+        b"x",
+        QoS::AtLeastOnce,
+        false,
+    )));
+    raw.expect_closed_silently();
+}
+
+#[test]
+fn payload_format_utf8_with_bad_bytes_is_refused_0x99() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "pfi");
+    let mut p = publish("t", &[0xFF, 0xFE], QoS::AtLeastOnce, false);
+    p.properties.payload_format_indicator = Some(1);
+    assert_eq!(raw.publish_packet(p), Some(0x99));
+}
+
+#[test]
+fn topic_aliases_register_and_resolve_and_an_unknown_one_is_a_protocol_error() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "alias-sub");
+    sub.subscribe("alias/#", opts(QoS::AtMostOnce));
+    let mut raw = Raw::connected(broker.addr, V5, "alias-pub");
+    let mut p = publish("alias/long/topic", b"1", QoS::AtMostOnce, false);
+    p.properties.topic_alias = Some(3);
+    raw.publish_packet(p);
+    assert_eq!(&*sub.recv_publish().topic, "alias/long/topic");
+    let mut p = publish("", b"2", QoS::AtMostOnce, false);
+    p.properties.topic_alias = Some(3);
+    raw.publish_packet(p);
+    let got = sub.recv_publish();
+    assert_eq!(
+        (&*got.topic, &*got.payload),
+        ("alias/long/topic", &b"2"[..])
+    );
+    let mut p = publish("", b"3", QoS::AtMostOnce, false);
+    p.properties.topic_alias = Some(4);
+    raw.publish_packet(p);
+    assert_eq!(raw.expect_disconnect(), 0x82);
+}
+
+#[test]
+fn a_topic_alias_above_sixteen_is_refused_0x94() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "alias17");
+    let mut p = publish("t", b"x", QoS::AtMostOnce, false);
+    p.properties.topic_alias = Some(17);
+    raw.publish_packet(p);
+    assert_eq!(raw.expect_disconnect(), 0x94);
+}
+
+#[test]
+fn a_wildcard_in_a_publish_topic_is_a_protocol_error() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "wild");
+    // PUBLISH QoS 0, topic "a/+".
+    raw.send_bytes(&[0x30, 0x06, 0x00, 0x03, b'a', b'/', b'+', 0x00]);
+    assert_eq!(raw.expect_disconnect(), 0x82);
+}
+
+#[test]
+fn a_publish_with_both_qos_bits_is_malformed() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "qos3");
+    raw.send_bytes(&[0x36, 0x06, 0x00, 0x01, b't', 0x00, 0x01, 0x00]);
+    assert_eq!(raw.expect_disconnect(), 0x81);
+}
+
+#[test]
+fn a_topic_that_is_not_utf8_closes_with_nothing_sent() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "utf8");
+    raw.send_bytes(&[0x30, 0x05, 0x00, 0x02, 0xC3, 0x28, 0x00]);
+    raw.expect_closed_silently();
+}
+
+#[test]
+fn a_packet_over_the_maximum_packet_size_is_refused_0x95_from_its_header() {
+    let broker = Broker::start(
+        "  limits:\n    max_message_size: 1KiB\n    max_connect_size: 1KiB\n    session_queue_bytes: 1MiB\n",
+    );
+    let mut raw = Raw::connected(broker.addr, V5, "big");
+    // Declares 2000 bytes and sends only the header: refused on the declaration.
+    raw.send_bytes(&[0x30, 0xD0, 0x0F]);
+    assert_eq!(raw.expect_disconnect(), 0x95);
+}
+
+#[test]
+fn qos2_exchanges_beyond_the_receive_maximum_are_refused_0x93() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "flood");
+    for id in 1..=32u16 {
+        let mut p = publish("q2", b"x", QoS::ExactlyOnce, false);
+        p.packet_id = Some(id);
+        raw.send(&Packet::Publish(p));
+        assert!(matches!(raw.recv(), Packet::PubRec(_)));
+    }
+    let mut p = publish("q2", b"x", QoS::ExactlyOnce, false);
+    p.packet_id = Some(33);
+    raw.send(&Packet::Publish(p));
+    assert_eq!(raw.expect_disconnect(), 0x93);
+}
+
+#[test]
+fn a_qos2_publish_is_delivered_once_at_its_pubrel_even_if_sent_twice() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "q2sub");
+    sub.subscribe("q2/t", opts(QoS::ExactlyOnce));
+    let mut raw = Raw::connected(broker.addr, V5, "q2pub");
+    let p = publish("q2/t", b"once", QoS::ExactlyOnce, false);
+    raw.send(&Packet::Publish(p.clone()));
+    assert!(matches!(raw.recv(), Packet::PubRec(_)));
+    let mut dup = p;
+    dup.dup = true;
+    raw.send(&Packet::Publish(dup));
+    assert!(matches!(raw.recv(), Packet::PubRec(_)));
+    sub.expect_nothing(Duration::from_millis(200));
+    raw.send(&Packet::PubRel(Ack::new(1, 0)));
+    assert!(matches!(raw.recv(), Packet::PubComp(a) if a.code == 0));
+    assert_eq!(&*sub.recv_publish().payload, b"once");
+    sub.expect_nothing(Duration::from_millis(200));
+    raw.send(&Packet::PubRel(Ack::new(1, 0)));
+    assert!(matches!(raw.recv(), Packet::PubComp(a) if a.code == 0x92));
+}
+
+#[test]
+fn an_auth_packet_is_answered_with_a_protocol_error() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "auth");
+    raw.send_bytes(&[0xF0, 0x00]);
+    assert_eq!(raw.expect_disconnect(), 0x82);
+}
+
+#[test]
+fn garbage_and_half_packets_harm_no_other_client() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "bystander");
+    sub.subscribe("still/#", opts(QoS::AtLeastOnce));
+    let mut bad = Raw::connected(broker.addr, V5, "garbage");
+    bad.send_bytes(&[0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]);
+    assert_eq!(bad.expect_disconnect(), 0x81);
+    let mut half = Raw::connected(broker.addr, V5, "half");
+    half.send_bytes(&[0x32, 0x20, 0x00]);
+    drop(half);
+    let mut raw = Raw::connected(broker.addr, V5, "after");
+    assert_eq!(
+        raw.publish("still/here", b"ok", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(&*sub.recv_publish().payload, b"ok");
+}

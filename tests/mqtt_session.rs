@@ -1,0 +1,179 @@
+//! Sessions, takeover, keepalive, Last Will, and stopping the broker.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, connect, opts};
+use saguin::codec::{
+    Disconnect, Packet, Properties,
+    ProtocolVersion::{V5, V311},
+    QoS, Will,
+};
+
+#[test]
+fn a_resumed_session_keeps_its_subscriptions_and_what_it_was_owed() {
+    let broker = Broker::start("");
+    for protocol in [V5, V311] {
+        let mut c = connect(protocol, "durable", false);
+        c.properties.session_expiry_interval = Some(300);
+        let (mut sub, ack) = Raw::handshake(broker.addr, c.clone());
+        assert!(!ack.session_present || protocol == V311);
+        sub.subscribe("owed/#", opts(QoS::AtLeastOnce));
+        drop(sub);
+        std::thread::sleep(Duration::from_millis(100));
+        let mut publisher = Raw::connected(broker.addr, V5, "p");
+        publisher.publish("owed/1", b"while away", QoS::AtLeastOnce, false);
+        let (mut sub, ack) = Raw::handshake(broker.addr, c);
+        assert!(ack.session_present);
+        assert_eq!(&*sub.recv_publish().payload, b"while away");
+        sub.send(&Packet::Disconnect(Disconnect::new(0)));
+    }
+}
+
+#[test]
+fn clean_start_discards_the_old_session() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "fresh", false);
+    c.properties.session_expiry_interval = Some(300);
+    let (mut sub, _) = Raw::handshake(broker.addr, c.clone());
+    sub.subscribe("gone/#", opts(QoS::AtLeastOnce));
+    drop(sub);
+    c.clean_start = true;
+    let (mut sub, ack) = Raw::handshake(broker.addr, c);
+    assert!(!ack.session_present);
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    publisher.publish("gone/1", b"x", QoS::AtLeastOnce, false);
+    sub.expect_nothing(Duration::from_millis(200));
+}
+
+#[test]
+fn a_second_connection_with_the_same_client_id_takes_over_0x8e() {
+    let broker = Broker::start("");
+    let mut first = Raw::connected(broker.addr, V5, "twin");
+    let _second = Raw::connected(broker.addr, V5, "twin");
+    assert_eq!(first.expect_disconnect(), 0x8E);
+}
+
+#[test]
+fn a_silent_client_is_disconnected_after_one_and_a_half_keepalives() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "sleepy", true);
+    c.keep_alive = 1;
+    let (mut raw, _) = Raw::handshake(broker.addr, c);
+    let started = Instant::now();
+    assert_eq!(raw.expect_disconnect(), 0x8D);
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+}
+
+#[test]
+fn disconnect_may_not_turn_a_zero_session_expiry_into_a_kept_session() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "zero");
+    let mut d = Disconnect::new(0);
+    d.properties.session_expiry_interval = Some(60);
+    raw.send(&Packet::Disconnect(d));
+    assert_eq!(raw.expect_disconnect(), 0x82);
+}
+
+fn with_will(
+    protocol: saguin::codec::ProtocolVersion,
+    id: &str,
+    topic: &str,
+    delay: Option<u32>,
+    expiry: u32,
+) -> saguin::codec::Connect {
+    let mut c = connect(protocol, id, expiry == 0);
+    c.properties.session_expiry_interval = Some(expiry);
+    let properties = Properties {
+        will_delay_interval: delay,
+        ..Properties::default()
+    };
+    c.will = Some(Will {
+        topic: topic.into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties,
+    });
+    c
+}
+
+#[test]
+fn the_will_is_published_on_an_abnormal_close_and_not_on_disconnect() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    for protocol in [V5, V311] {
+        let (raw, _) = Raw::handshake(
+            broker.addr,
+            with_will(protocol, "dies", "wills/dies", None, 0),
+        );
+        drop(raw); // no DISCONNECT
+        let got = watcher.recv_publish();
+        assert_eq!((&*got.topic, &*got.payload), ("wills/dies", &b"gone"[..]));
+
+        let (mut raw, _) = Raw::handshake(
+            broker.addr,
+            with_will(protocol, "polite", "wills/polite", None, 0),
+        );
+        raw.send(&Packet::Disconnect(Disconnect::new(0)));
+        watcher.expect_nothing(Duration::from_millis(300));
+    }
+    let (mut raw, _) = Raw::handshake(broker.addr, with_will(V5, "asks", "wills/asks", None, 0));
+    raw.send(&Packet::Disconnect(Disconnect::new(0x04)));
+    assert_eq!(&*watcher.recv_publish().topic, "wills/asks");
+}
+
+#[test]
+fn a_will_delay_is_cancelled_by_a_resuming_connection_and_otherwise_fires() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    let c = with_will(V5, "flaky", "wills/flaky", Some(2), 60);
+    let (raw, _) = Raw::handshake(broker.addr, c.clone());
+    drop(raw);
+    std::thread::sleep(Duration::from_millis(500));
+    let (raw, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    watcher.expect_nothing(Duration::from_millis(2500));
+    drop(raw);
+    let started = Instant::now();
+    assert_eq!(&*watcher.recv_publish().topic, "wills/flaky");
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+}
+
+#[test]
+fn a_will_never_outlives_its_session() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    // Delay 30s, session 1s: the session ends first and takes the Will with it.
+    let (raw, _) = Raw::handshake(
+        broker.addr,
+        with_will(V5, "short", "wills/short", Some(30), 1),
+    );
+    drop(raw);
+    let started = Instant::now();
+    assert_eq!(&*watcher.recv_publish().topic, "wills/short");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn sigterm_tells_mqtt5_clients_0x8b_and_the_broker_exits() {
+    let mut broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "staying");
+    broker.signal("TERM");
+    assert_eq!(raw.expect_disconnect(), 0x8B);
+    assert!(broker.wait_exit().success());
+}
+
+#[test]
+fn sighup_is_logged_and_ignored() {
+    let broker = Broker::start("");
+    broker.signal("HUP");
+    broker.wait_log("SIGHUP ignored");
+    let mut raw = Raw::connected(broker.addr, V5, "after-hup");
+    assert_eq!(raw.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
+}
