@@ -56,7 +56,8 @@ pub struct Broker {
     pub settings: Settings,
     /// Counters the operations listener reports.
     pub metrics: Metrics,
-    sessions: HashMap<Arc<str>, Session>,
+    /// Boxed: the table then holds a pointer per slot, not a whole session per slot.
+    sessions: HashMap<Arc<str>, Box<Session>>,
     tree: TopicTree,
     retained: RetainedStore,
     /// Sessions whose connection ended and that expire unless one resumes them.
@@ -91,7 +92,7 @@ impl Broker {
 
     /// The session of `client_id`, if it exists.
     pub fn session(&mut self, client_id: &str) -> Option<&mut Session> {
-        self.sessions.get_mut(client_id)
+        self.sessions.get_mut(client_id).map(|s| &mut **s)
     }
 
     /// The session `client_id` holds through the connection `link_id`, if it still does.
@@ -99,6 +100,7 @@ impl Broker {
         self.sessions
             .get_mut(client_id)
             .filter(|s| s.link.as_ref().is_some_and(|l| l.id == link_id))
+            .map(|s| &mut **s)
     }
 
     /// How many sessions exist.
@@ -147,7 +149,7 @@ impl Broker {
             let bound = self.settings.session_queue_bytes;
             self.sessions.insert(
                 client_id.clone(),
-                Session::new(client_id.clone(), connect.protocol, bound),
+                Box::new(Session::new(client_id.clone(), connect.protocol, bound)),
             );
         }
         let Some(session) = self.sessions.get_mut(&client_id) else {
@@ -159,10 +161,10 @@ impl Broker {
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         session.max_packet_size = connect.properties.maximum_packet_size.unwrap_or(u32::MAX);
         session.will = match (&connect.will, keep_will) {
-            (Some(will), true) => Some(ArmedWill {
+            (Some(will), true) => Some(Box::new(ArmedWill {
                 will: will.clone(),
                 delay: will.properties.will_delay_interval.unwrap_or(0),
-            }),
+            })),
             _ => None,
         };
         // Deliveries that were on the wire go again, DUP set, before anything new.
@@ -256,7 +258,7 @@ impl Broker {
         }
     }
 
-    fn publish_will(&mut self, client_id: &Arc<str>, armed: ArmedWill) {
+    fn publish_will(&mut self, client_id: &Arc<str>, armed: Box<ArmedWill>) {
         let will = armed.will;
         let message = Message::from_will(client_id.clone(), will, Instant::now());
         log::debug!("publishing the Will of {client_id} to {}", message.topic);
@@ -358,7 +360,7 @@ impl Broker {
                         .find(|(c, _)| sessions.get(*c).is_some_and(|s| s.can_take(qos)))
                         .or_else(|| {
                             group.turn_order().find(|(c, _)| {
-                                sessions.get(*c).is_some_and(Session::outlives_connection)
+                                sessions.get(*c).is_some_and(|s| s.outlives_connection())
                             })
                         })
                         .map(|(c, e)| (c.clone(), *e));

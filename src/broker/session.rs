@@ -131,7 +131,7 @@ pub struct Session {
     /// The client's Maximum Packet Size.
     pub max_packet_size: u32,
     /// The Will of the current connection.
-    pub will: Option<ArmedWill>,
+    pub will: Option<Box<ArmedWill>>,
     /// Bumped whenever a connection takes the session, so stale timers can tell.
     pub generation: u64,
     next_packet_id: u16,

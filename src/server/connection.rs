@@ -49,7 +49,8 @@ struct Conn {
     link: Rc<ConnLink>,
     woken: smol::channel::Receiver<()>,
     keep_alive: Option<Duration>,
-    aliases: [Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize],
+    /// Topic aliases the client registered, allocated at its first alias.
+    aliases: Option<Box<[Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
     /// The client asked for Reason Strings (Request Problem Information, default 1).
     problem_info: bool,
     /// The Session Expiry Interval the CONNECT asked for was 0 (MQTT-3.14.2-2).
@@ -60,7 +61,9 @@ struct Conn {
 pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>, over_limit: bool) {
     let mut reader = FrameReader::default();
     let mut stream = stream;
-    let connect = match read_connect(&mut stream, &mut reader, &shared).await {
+    // The handshake and the ending are boxed so their state does not enlarge the
+    // future every idle connection keeps (see ARCHITECTURE.md, memory).
+    let connect = match Box::pin(read_connect(&mut stream, &mut reader, &shared)).await {
         Ok(connect) => connect,
         Err(reply) => {
             if let Some(bytes) = reply {
@@ -87,8 +90,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
             &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
             protocol,
         );
-        let _ = write_with_timeout(&mut stream, &bytes, shared.settings.write_timeout).await;
-        linger(&stream).await;
+        Box::pin(close_with(&mut stream, &bytes, &shared)).await;
         return;
     }
     let (link, woken) = ConnLink::new(shared.next_link_id());
@@ -107,7 +109,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
         link,
         woken,
         keep_alive: None,
-        aliases: Default::default(),
+        aliases: None,
         problem_info: connect.properties.request_problem_information != Some(0),
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
         shared,
@@ -120,7 +122,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
     );
     drop(connect);
     let end = conn.serve().await;
-    conn.finish(end).await;
+    Box::pin(conn.finish(end)).await;
 }
 
 /// Reads the CONNECT within `connect_timeout`. On failure, returns the bytes to send
@@ -341,6 +343,12 @@ async fn write_with_timeout(
     .await
 }
 
+/// Writes a last packet and closes.
+async fn close_with(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) {
+    let _ = write_with_timeout(stream, bytes, shared.settings.write_timeout).await;
+    linger(stream).await;
+}
+
 /// Closes our side and discards what the peer still sends, briefly, so the last
 /// packet we wrote is not lost to a reset: closing a socket with unread bytes makes
 /// the kernel send RST, which can overtake a CONNACK or DISCONNECT still in flight.
@@ -351,7 +359,7 @@ async fn linger(stream: &TcpStream) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let mut stream = stream.clone();
     let drain = async {
-        let mut scratch = [0u8; 1024];
+        let mut scratch = vec![0u8; 1024];
         let mut discarded = 0;
         while discarded < MAX_DISCARD {
             match smol::io::AsyncReadExt::read(&mut stream, &mut scratch).await {
@@ -452,7 +460,7 @@ impl Conn {
         )
         .await;
         self.out.clear();
-        if self.out.capacity() > 16 * 1024 {
+        if self.out.capacity() > 1024 {
             self.out = Vec::new();
         }
         result.map_err(|e| {
@@ -547,10 +555,7 @@ impl Conn {
     /// Ends the connection for a protocol violation: a DISCONNECT with `code` on
     /// MQTT 5, a plain close on 3.1.1, which has no way to say why.
     fn refuse(&self, code: u8) -> End {
-        match self.protocol {
-            ProtocolVersion::V5 => End::Broker(code),
-            ProtocolVersion::V311 => End::Close,
-        }
+        refusal(self.protocol, code)
     }
 
     fn handle(&mut self, packet: Packet) -> Result<(), End> {
@@ -623,16 +628,18 @@ impl Conn {
             }
             return Ok(());
         };
+        let protocol = self.protocol;
+        let aliases = self.aliases.get_or_insert_with(Default::default);
         let Some(slot) = alias
             .checked_sub(1)
-            .and_then(|i| self.aliases.get_mut(usize::from(i)))
+            .and_then(|i| aliases.get_mut(usize::from(i)))
         else {
-            return Err(self.refuse(reason::TOPIC_ALIAS_INVALID));
+            return Err(refusal(protocol, reason::TOPIC_ALIAS_INVALID));
         };
         if publish.topic.is_empty() {
             match slot {
                 Some(topic) => publish.topic = topic.clone(),
-                None => return Err(self.refuse(reason::PROTOCOL_ERROR)),
+                None => return Err(refusal(protocol, reason::PROTOCOL_ERROR)),
             }
         } else {
             *slot = Some(publish.topic.clone());
@@ -1013,6 +1020,15 @@ impl Conn {
         let _ = self.flush().await;
         linger(&self.stream).await;
         log::debug!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
+    }
+}
+
+/// How a protocol violation ends a connection: DISCONNECT with `code` on MQTT 5, a
+/// plain close on 3.1.1.
+fn refusal(protocol: ProtocolVersion, code: u8) -> End {
+    match protocol {
+        ProtocolVersion::V5 => End::Broker(code),
+        ProtocolVersion::V311 => End::Close,
     }
 }
 

@@ -13,8 +13,6 @@ use crate::codec::{self, DecodeError, FixedHeader};
 const READ_CHUNK: usize = 512;
 /// The most read at once into a packet in progress.
 const MAX_READ: usize = 64 * 1024;
-/// A buffer larger than this is released once empty.
-const KEEP_CAPACITY: usize = 4096;
 
 /// A complete packet sitting in the buffer.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +90,8 @@ impl FrameReader {
     pub fn consume(&mut self, frame: Frame) {
         self.buf.copy_within(frame.end..self.filled, 0);
         self.filled -= frame.end;
-        if self.filled == 0 && self.buf.len() > KEEP_CAPACITY {
+        if self.filled == 0 {
+            // An idle connection holds no read buffer at all.
             self.buf = Vec::new();
         }
     }
