@@ -866,3 +866,47 @@ fn a_publish_with_properties_round_trips() {
     let p = Packet::Publish(publish("t", QoS::ExactlyOnce, properties));
     assert_eq!(round_trip(&p, V5), p);
 }
+
+// ---- the fuzzer's seed streams ---------------------------------------------------------
+
+/// Decodes a stream of packets the way a connection does; the first must be a CONNECT.
+fn decode_stream(mut bytes: &[u8], version: ProtocolVersion) -> Vec<Packet> {
+    let mut packets = Vec::new();
+    while !bytes.is_empty() {
+        let h = read_fixed_header(bytes).unwrap().unwrap();
+        let body = &bytes[h.header_len..h.header_len + h.remaining_length];
+        packets.push(if packets.is_empty() {
+            Packet::Connect(Box::new(decode_connect(h.first_byte, body).unwrap()))
+        } else {
+            decode(h.first_byte, body, version)
+                .unwrap_or_else(|e| panic!("{:02x}: {e}", h.first_byte))
+        });
+        bytes = &bytes[h.header_len + h.remaining_length..];
+    }
+    packets
+}
+
+#[test]
+fn the_fuzz_seed_streams_decode_whole() {
+    let client5 = decode_stream(include_bytes!("../../fuzz/seeds/codec/mqtt5-client"), V5);
+    assert_eq!(client5.len(), 7);
+    let Packet::Connect(c) = &client5[0] else {
+        panic!()
+    };
+    let will = c.will.as_ref().unwrap();
+    assert_eq!(
+        (will.qos, will.retain, will.properties.will_delay_interval),
+        (QoS::AtLeastOnce, true, Some(5))
+    );
+    assert_eq!(
+        decode_stream(include_bytes!("../../fuzz/seeds/codec/mqtt5-server"), V5).len(),
+        10
+    );
+    assert_eq!(
+        decode_stream(include_bytes!("../../fuzz/seeds/codec/mqtt311"), V311).len(),
+        13
+    );
+    let e =
+        decode_connect(0x10, &include_bytes!("../../fuzz/seeds/codec/mqtt31")[2..]).unwrap_err();
+    assert_eq!((e.protocol, e.error), (None, UnsupportedProtocol(3)));
+}
