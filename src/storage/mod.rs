@@ -54,11 +54,15 @@
 
 pub mod error;
 pub mod lock;
+pub mod memory;
+pub mod provider;
 pub mod record;
 pub mod settings;
 pub mod sqlite;
 
 pub use error::StorageError;
+pub use memory::{MemoryProvider, SnapshotReport};
+pub use provider::{Provider, ProviderSettings};
 pub use record::{
     ChannelStats, NewRecord, Record, RecordProperties, RecordState, SweepReport, Window,
     WindowRequest, record_size,

@@ -95,7 +95,6 @@ impl Record {
         )
     }
 
-    #[allow(dead_code)] // used by the memory provider
     pub(crate) fn from_new(offset: u64, new: NewRecord, state: RecordState) -> Record {
         Record {
             offset,
