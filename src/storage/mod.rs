@@ -57,6 +57,7 @@ pub mod lock;
 pub mod memory;
 pub mod provider;
 pub mod record;
+pub mod retention;
 pub mod settings;
 pub mod sqlite;
 
@@ -67,6 +68,7 @@ pub use record::{
     ChannelStats, NewRecord, Record, RecordProperties, RecordState, SweepReport, Window,
     WindowRequest, record_size,
 };
+pub use retention::{RetentionSchedule, run_sweeps};
 pub use settings::{
     ChannelKind, ChannelSettings, CommitMode, MemorySettings, Retention, SqliteSettings,
 };

@@ -18,7 +18,9 @@ use smol::channel::{Receiver, Sender};
 use super::schema::{self, RECORD_COLUMNS, STATE_DELETED, STATE_JOB, STATE_STORED, i, u};
 use crate::storage::error::StorageError;
 use crate::storage::record::{ChannelStats, NewRecord, Record, SweepReport, Window, WindowRequest};
-use crate::storage::settings::{COLLECT_MAX_RECORDS, ChannelSettings, CommitMode, SqliteSettings};
+use crate::storage::settings::{
+    COLLECT_MAX_RECORDS, ChannelKind, ChannelSettings, CommitMode, SqliteSettings,
+};
 
 /// Where a request's answer goes; `bounded(1)`, so completing never blocks.
 pub(crate) type Done<T> = Sender<Result<T, StorageError>>;
@@ -278,12 +280,26 @@ impl Writer {
                 None
             }
             WriteOp::SweepAge { now_ms, done } => {
-                let r = self.sweep(|w, tx, name| w.sweep_age_one(tx, name, now_ms));
+                let r = self.sweep(
+                    |c| {
+                        c.effective_retention().period.is_some()
+                            || matches!(
+                                c.kind,
+                                ChannelKind::Latest {
+                                    deletion_retention: Some(_)
+                                }
+                            )
+                    },
+                    |w, tx, name| w.sweep_age_one(tx, name, now_ms),
+                );
                 let _ = done.try_send(r);
                 None
             }
             WriteOp::SweepSize { done } => {
-                let r = self.sweep(|w, tx, name| w.sweep_size_one(tx, name));
+                let r = self.sweep(
+                    |c| c.effective_retention().bytes.is_some(),
+                    |w, tx, name| w.sweep_size_one(tx, name),
+                );
                 let _ = done.try_send(r);
                 None
             }
@@ -410,10 +426,16 @@ impl Writer {
     /// Runs `one` for every open channel, each in a transaction of its own.
     fn sweep(
         &mut self,
+        wanted: impl Fn(&ChannelSettings) -> bool,
         one: impl Fn(&Writer, &Transaction<'_>, &str) -> rusqlite::Result<SweepReport>,
     ) -> Result<SweepReport, StorageError> {
         let mut total = SweepReport::default();
-        let names: Vec<String> = self.channels.keys().cloned().collect();
+        let names: Vec<String> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| wanted(&c.settings))
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in names {
             let tx = self
                 .conn
@@ -442,9 +464,7 @@ impl Writer {
         let cutoff = |d: Duration| i(now_ms.saturating_sub(d.as_millis() as u64));
         let period = ch.settings.effective_retention().period;
         let tombstones = match ch.settings.kind {
-            crate::storage::settings::ChannelKind::Latest { deletion_retention } => {
-                deletion_retention
-            }
+            ChannelKind::Latest { deletion_retention } => deletion_retention,
             _ => None,
         };
         let mut report = SweepReport::default();
