@@ -839,6 +839,24 @@ fn provider_full(p: &str, bounds: &Bounds) -> StorageError {
     }
 }
 
+/// SQLITE_FULL is the page ceiling (0x97) only when the file is at it; otherwise the
+/// disk itself is full or refusing, which is a failure (0x83), not a quota.
+fn full_or_failed(
+    c: &Connection,
+    p: &str,
+    name: &str,
+    bounds: &Bounds,
+    e: rusqlite::Error,
+) -> StorageError {
+    if e.sqlite_error_code() == Some(ErrorCode::DiskFull) {
+        let pages: Option<i64> = c.query_row("PRAGMA page_count", [], |r| r.get(0)).ok();
+        if pages.is_some_and(|n| u(n) + 1 >= bounds.max_pages) {
+            return provider_full(p, bounds);
+        }
+    }
+    StorageError::io(p, &format!("store a record on {name}"), e)
+}
+
 /// Takes the next offset and inserts; no bound but SQLite's page ceiling is checked.
 fn insert(
     c: &Connection,
@@ -849,10 +867,7 @@ fn insert(
     r: &NewRecord,
     bounds: &Bounds,
 ) -> Result<u64, StorageError> {
-    let io = |e: rusqlite::Error| match e.sqlite_error_code() {
-        Some(ErrorCode::DiskFull) => provider_full(p, bounds),
-        _ => StorageError::io(p, &format!("store a record on {name}"), e),
-    };
+    let io = |e: rusqlite::Error| full_or_failed(c, p, name, bounds, e);
     let offset: i64 = c
         .prepare_cached(
             "UPDATE channels SET next_offset = next_offset + 1 WHERE id = ?1 RETURNING next_offset - 1",
