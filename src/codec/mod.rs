@@ -29,4 +29,6 @@ pub use properties::Properties;
 pub use topic::{valid_topic_filter, valid_topic_name};
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

@@ -1,1 +1,75 @@
-//! Storage providers (see issue 4).
+//! Storage providers: where channels keep their records (issue 4).
+//!
+//! # Design
+//!
+//! A channel's records live on a named **provider**, and a provider is one of two
+//! kinds behind one interface, [`Provider`]: a **sqlite** file ([`SqliteProvider`]) or
+//! **memory with snapshots** ([`MemoryProvider`]). Channel code calls the same async
+//! methods on either and never learns which one it is on. Every provider keeps, per
+//! channel: records with offsets that only grow and are never reused (the next offset
+//! is stored with the channel, so retention emptying a channel or a restart does not
+//! bring an offset back); the latest index (one current value per topic, deletions kept
+//! as tombstones) for `latest` channels; delivery state (attempts, available-after) for
+//! `queue` records; and consumer positions per (client id, channel).
+//!
+//! **Sizes.** A record counts as payload + topic + message id + each User Property's
+//! key and value ([`record_size`], `store.RecordSize`). A channel's `max_bytes` and
+//! `retention_bytes` and a memory provider's `max_bytes` count that; a sqlite
+//! provider's `max_bytes` bounds the file in pages (`PRAGMA max_page_count`). Each
+//! provider keeps a **reserve** (`max_message_size + max_header_bytes`): a publish is
+//! refused (0x97) if it would eat into it, while the operations that relieve a full
+//! bound - resolving a job, counting an attempt, storing a position, the dead-letter
+//! move - may use it. A channel's own `max_bytes` is exact and checked on the write;
+//! retention is not: it is applied by sweeps on the broker's clock ([`retention`]).
+//!
+//! **sqlite.** Only `storage::sqlite` touches rusqlite. Each provider has one writer
+//! thread that owns the write connection (WAL, synchronous=NORMAL) and takes requests
+//! from a bounded channel; async callers send a request and await a one-shot completion,
+//! so a full queue is backpressure, never growth. The writer commits in groups: by
+//! default it takes whatever arrived while the previous commit ran (at most 256
+//! publishes) without waiting; `publish_commit_interval: none` is a transaction per
+//! publish; an interval waits for company up to the interval or the record count,
+//! holding no transaction while it waits. Each request runs in a savepoint, so one
+//! refused publish does not undo its batch, and every completion is sent only after the
+//! commit: stored before acknowledged. `read_connections` reader threads each own a
+//! read-only connection, opened at first use; a window read is one read transaction, so
+//! floor, head and records come from one instant, and it never queues behind a commit.
+//! With `read_connections: 0` reads go to the writer between batches. Every
+//! `flush_interval` after a commit the writer fsyncs the write-ahead log; an idle
+//! provider fsyncs nothing. `<file_path>.lock` (an OS lock, released by the kernel when
+//! the process dies) keeps a second broker off the file while `sqlite3` can still read
+//! it.
+//!
+//! **memory.** Records in RAM under one lock held only for in-memory work, bounded by
+//! `max_bytes`. At graceful shutdown each channel group (a queue and its `__dlq` share
+//! one) is written to its own file in `snapshot_dir` (dots in names percent-encoded),
+//! each to a temporary name then renamed, and the manifest last; at start the manifest
+//! is read and the files it names for configured channels are loaded. `snapshot_dir:
+//! none` keeps nothing. `saguin.lock` in the directory keeps a second broker out.
+//!
+//! **Architecture invariants.** Only `storage::sqlite` touches rusqlite; async code never
+//! blocks on it. Nothing here reads YAML: the settings are plain typed structs the
+//! configuration is mapped onto. Every queue between the async side and a thread is
+//! bounded, and every read is bounded by a record count and a byte count.
+
+pub mod error;
+pub mod lock;
+pub mod memory;
+pub mod provider;
+pub mod record;
+pub mod retention;
+pub mod settings;
+pub mod sqlite;
+
+pub use error::StorageError;
+pub use memory::{MemoryProvider, SnapshotReport};
+pub use provider::{Provider, ProviderSettings};
+pub use record::{
+    ChannelStats, NewRecord, Record, RecordProperties, RecordState, SweepReport, Window,
+    WindowRequest, record_size,
+};
+pub use retention::{RetentionSchedule, run_sweeps};
+pub use settings::{
+    ChannelKind, ChannelSettings, CommitMode, MemorySettings, Retention, SqliteSettings,
+};
+pub use sqlite::{SqliteProvider, WriterStats};

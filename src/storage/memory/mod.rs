@@ -1,0 +1,535 @@
+//! The memory provider: records in RAM, bounded by `max_bytes`, kept across a graceful
+//! restart by snapshots (RFC 0002 "Validation", gaps.md section 3 "Memory snapshots").
+//!
+//! One mutex guards the whole state and is held only for in-memory work, never across
+//! an await or file I/O (snapshots are written at shutdown, when nothing else runs).
+
+mod snapshot;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use super::error::StorageError;
+use super::lock::ProviderLock;
+use super::record::{
+    ChannelStats, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
+};
+use super::settings::{ChannelKind, ChannelSettings, MemorySettings};
+
+pub use snapshot::{SnapshotReport, snapshot_file_name};
+
+/// One channel's records and counts.
+#[derive(Debug, Default)]
+pub(crate) struct MemChannel {
+    pub(crate) next_offset: u64,
+    pub(crate) records: BTreeMap<u64, Record>,
+    pub(crate) bytes: u64,
+    /// `latest` channels: topic to the offset of its current value (or tombstone).
+    pub(crate) latest: HashMap<String, u64>,
+    /// Consumer positions on this channel, by client id.
+    pub(crate) positions: HashMap<String, u64>,
+}
+
+impl MemChannel {
+    fn floor(&self) -> u64 {
+        self.records
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_offset)
+    }
+
+    fn take(&mut self, offset: u64) -> Option<Record> {
+        let rec = self.records.remove(&offset)?;
+        self.bytes = self.bytes.saturating_sub(rec.size());
+        if self.latest.get(&rec.topic) == Some(&offset) {
+            self.latest.remove(&rec.topic);
+        }
+        Some(rec)
+    }
+
+    fn insert(&mut self, new: NewRecord, state: RecordState) -> u64 {
+        let offset = self.next_offset;
+        self.next_offset += 1;
+        self.bytes += new.size();
+        self.records
+            .insert(offset, Record::from_new(offset, new, state));
+        offset
+    }
+}
+
+struct Open {
+    settings: ChannelSettings,
+    data: MemChannel,
+}
+
+#[derive(Default)]
+struct State {
+    channels: HashMap<String, Open>,
+    /// Loaded from a snapshot and not yet opened (a group file holds several channels).
+    pending: HashMap<String, MemChannel>,
+    /// Bytes held across every channel, counted by `record_size`.
+    used: u64,
+}
+
+/// A memory storage provider.
+#[derive(Debug)]
+pub struct MemoryProvider {
+    settings: MemorySettings,
+    state: Mutex<State>,
+    /// Channel name to snapshot file, from the manifest found at start.
+    manifest: HashMap<String, PathBuf>,
+    lock: Option<ProviderLock>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("channels", &self.channels.len())
+            .field("used", &self.used)
+            .finish()
+    }
+}
+
+impl MemoryProvider {
+    /// Takes `saguin.lock` in `snapshot_dir` (creating the directory) and reads the
+    /// manifest of the last graceful shutdown, if there is one. Channel files are loaded
+    /// as their channels are opened; a file for a channel no longer configured is never
+    /// opened (B-506). Blocking: call at startup.
+    ///
+    /// # Errors
+    /// [`StorageError::Locked`] when another broker holds the directory (B-520);
+    /// [`StorageError::Io`] or [`StorageError::Snapshot`] when it cannot be read.
+    pub fn open(settings: &MemorySettings) -> Result<MemoryProvider, StorageError> {
+        let (lock, manifest) = match &settings.snapshot_dir {
+            None => (None, HashMap::new()),
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StorageError::io(&settings.name, &format!("create {}", dir.display()), e)
+                })?;
+                let lock = ProviderLock::acquire(&settings.name, &dir.join("saguin.lock"))?;
+                (Some(lock), snapshot::read_manifest(&settings.name, dir)?)
+            }
+        };
+        Ok(MemoryProvider {
+            settings: settings.clone(),
+            state: Mutex::new(State::default()),
+            manifest,
+            lock,
+        })
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// The lock file, when there is a snapshot directory.
+    pub fn lock_path(&self) -> Option<&Path> {
+        self.lock.as_ref().map(|l| l.path())
+    }
+
+    /// Bytes held across every channel.
+    pub fn used_bytes(&self) -> u64 {
+        self.state().used
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves counts that are still consistent (every
+        // mutation updates them before returning), so a poisoned lock is taken over.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unknown(&self, channel: &str) -> StorageError {
+        StorageError::UnknownChannel {
+            provider: self.settings.name.clone(),
+            channel: channel.to_owned(),
+        }
+    }
+
+    /// Opens a channel, loading it from the snapshot the first time.
+    pub async fn open_channel(
+        &self,
+        name: &str,
+        settings: ChannelSettings,
+    ) -> Result<(), StorageError> {
+        if let Some(open) = self.state().channels.get_mut(name) {
+            open.settings = settings;
+            return Ok(());
+        }
+        let needs_file = !self.state().pending.contains_key(name);
+        if needs_file && let Some(path) = self.manifest.get(name).cloned() {
+            let provider = self.settings.name.clone();
+            let loaded = smol::unblock(move || snapshot::read_group(&provider, &path)).await?;
+            let mut st = self.state();
+            for (n, ch) in loaded {
+                if !st.channels.contains_key(&n) {
+                    st.pending.insert(n, ch);
+                }
+            }
+        }
+        let mut st = self.state();
+        let mut data = st.pending.remove(name).unwrap_or_default();
+        if settings.is_latest() {
+            // The index is not in the file: rebuild it (offset order, so the last wins).
+            data.latest = data
+                .records
+                .values()
+                .map(|r| (r.topic.clone(), r.offset))
+                .collect();
+        }
+        st.used += data.bytes;
+        st.channels.insert(name.to_owned(), Open { settings, data });
+        Ok(())
+    }
+
+    /// Stores a record and returns its offset; refused at the channel's `max_bytes` or
+    /// when it would eat into the provider's reserve (0x97).
+    pub async fn append(&self, channel: &str, record: NewRecord) -> Result<u64, StorageError> {
+        let size = record.size();
+        let mut guard = self.state();
+        let st = &mut *guard;
+        let open = st
+            .channels
+            .get_mut(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        if let Some(max) = open.settings.max_bytes
+            && open.data.bytes + size > max
+        {
+            return Err(StorageError::ChannelFull {
+                channel: channel.to_owned(),
+                max_bytes: max,
+                used: open.data.bytes,
+                size,
+            });
+        }
+        // A latest value replaces the topic's previous one, which frees its bytes.
+        let replaced = match open.settings.is_latest() {
+            true => open
+                .data
+                .latest
+                .get(&record.topic)
+                .and_then(|o| open.data.records.get(o))
+                .map_or(0, Record::size),
+            false => 0,
+        };
+        let limit = self
+            .settings
+            .max_bytes
+            .saturating_sub(self.settings.reserve_bytes);
+        if st.used.saturating_sub(replaced) + size > limit {
+            return Err(StorageError::ProviderFull {
+                provider: self.settings.name.clone(),
+                max_bytes: self.settings.max_bytes,
+                reserve: self.settings.reserve_bytes,
+            });
+        }
+        let state = match open.settings.kind {
+            ChannelKind::Queue { .. } => RecordState::Job {
+                attempts: 0,
+                available_after_ms: 0,
+            },
+            ChannelKind::Latest { .. } if record.payload.is_empty() => RecordState::Deleted,
+            _ => RecordState::Stored,
+        };
+        if open.settings.is_latest()
+            && let Some(old) = open.data.latest.get(&record.topic).copied()
+            && let Some(gone) = open.data.take(old)
+        {
+            st.used = st.used.saturating_sub(gone.size());
+        }
+        let topic = open.settings.is_latest().then(|| record.topic.clone());
+        let offset = open.data.insert(record, state);
+        if let Some(topic) = topic {
+            open.data.latest.insert(topic, offset);
+        }
+        st.used += size;
+        Ok(offset)
+    }
+
+    /// Reads a window; floor, head and records from one instant.
+    pub async fn read_window(
+        &self,
+        channel: &str,
+        req: WindowRequest,
+    ) -> Result<Window, StorageError> {
+        let st = self.state();
+        let open = st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        let mut records = Vec::new();
+        let mut bytes = 0u64;
+        for rec in open.data.records.range(req.from..).map(|(_, r)| r) {
+            if records.len() >= req.max_records {
+                break;
+            }
+            bytes += rec.size();
+            if bytes > req.max_bytes && !records.is_empty() {
+                break;
+            }
+            records.push(rec.clone());
+        }
+        Ok(Window {
+            floor: open.data.floor(),
+            head: open.data.next_offset,
+            records,
+        })
+    }
+
+    /// A channel's floor, head and counts.
+    pub async fn stats(&self, channel: &str) -> Result<ChannelStats, StorageError> {
+        let st = self.state();
+        let d = &st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?
+            .data;
+        Ok(ChannelStats {
+            floor: d.floor(),
+            head: d.next_offset,
+            records: d.records.len() as u64,
+            bytes: d.bytes,
+        })
+    }
+
+    fn with_job<T>(
+        &self,
+        channel: &str,
+        offset: u64,
+        operation: &'static str,
+        f: impl FnOnce(&mut u32, &mut u64) -> T,
+    ) -> Result<T, StorageError> {
+        let mut st = self.state();
+        let open = st
+            .channels
+            .get_mut(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        if !open.settings.is_queue() {
+            return Err(StorageError::WrongChannelKind {
+                channel: channel.to_owned(),
+                operation,
+            });
+        }
+        match open.data.records.get_mut(&offset).map(|r| &mut r.state) {
+            Some(RecordState::Job {
+                attempts,
+                available_after_ms,
+            }) => Ok(f(attempts, available_after_ms)),
+            _ => Err(StorageError::NoSuchRecord {
+                channel: channel.to_owned(),
+                offset,
+            }),
+        }
+    }
+
+    /// Counts an offer and sets when the job may next be offered; returns the attempts.
+    pub async fn record_attempt(
+        &self,
+        channel: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<u32, StorageError> {
+        self.with_job(channel, offset, "record an attempt", |a, after| {
+            *a = a.saturating_add(1);
+            *after = available_after_ms;
+            *a
+        })
+    }
+
+    /// Sets when a job may next be offered.
+    pub async fn set_available_after(
+        &self,
+        channel: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<(), StorageError> {
+        self.with_job(channel, offset, "set available-after", |_, after| {
+            *after = available_after_ms
+        })
+    }
+
+    /// Removes a resolved job.
+    pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
+        self.with_job(channel, offset, "resolve", |_, _| ())?;
+        let mut st = self.state();
+        let gone = st
+            .channels
+            .get_mut(channel)
+            .and_then(|o| o.data.take(offset))
+            .map_or(0, |r| r.size());
+        st.used = st.used.saturating_sub(gone);
+        Ok(())
+    }
+
+    /// Moves a job into the dead-letter channel at once (under one lock), adding
+    /// `extra_user_properties`. Never refused for want of room (C-113).
+    pub async fn dead_letter(
+        &self,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        extra_user_properties: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
+        self.with_job(queue, offset, "dead-letter", |_, _| ())?;
+        let mut guard = self.state();
+        let st = &mut *guard;
+        if !st.channels.contains_key(dlq) {
+            return Err(self.unknown(dlq));
+        }
+        let rec = st
+            .channels
+            .get_mut(queue)
+            .and_then(|o| o.data.take(offset))
+            .ok_or(StorageError::NoSuchRecord {
+                channel: queue.to_owned(),
+                offset,
+            })?;
+        st.used = st.used.saturating_sub(rec.size());
+        let mut props = rec.properties;
+        props.user_properties.extend(extra_user_properties);
+        let new = NewRecord {
+            message_id: rec.message_id,
+            timestamp_ms: rec.timestamp_ms,
+            topic: rec.topic,
+            payload: rec.payload,
+            properties: props,
+        };
+        let grown = new.size();
+        let d = st.channels.get_mut(dlq).ok_or_else(|| self.unknown(dlq))?;
+        let at = d.data.insert(new, RecordState::Stored);
+        st.used += grown;
+        Ok(at)
+    }
+
+    /// Stores a consumer's position.
+    pub async fn set_position(
+        &self,
+        client_id: &str,
+        channel: &str,
+        offset: u64,
+    ) -> Result<(), StorageError> {
+        let mut st = self.state();
+        let open = st
+            .channels
+            .get_mut(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        open.data.positions.insert(client_id.to_owned(), offset);
+        Ok(())
+    }
+
+    /// A consumer's stored position.
+    pub async fn position(
+        &self,
+        client_id: &str,
+        channel: &str,
+    ) -> Result<Option<u64>, StorageError> {
+        let st = self.state();
+        let open = st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        Ok(open.data.positions.get(client_id).copied())
+    }
+
+    /// Forgets every position a client holds.
+    pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
+        let mut st = self.state();
+        for open in st.channels.values_mut() {
+            open.data.positions.remove(client_id);
+        }
+        Ok(())
+    }
+
+    /// The age sweep (see [`crate::storage::retention`]).
+    pub async fn sweep_age(&self, now_ms: u64) -> Result<SweepReport, StorageError> {
+        let mut guard = self.state();
+        let st = &mut *guard;
+        let mut total = SweepReport::default();
+        for open in st.channels.values_mut() {
+            let period = open.settings.effective_retention().period;
+            let tombstones = match open.settings.kind {
+                ChannelKind::Latest { deletion_retention } => deletion_retention,
+                _ => None,
+            };
+            let cutoff = |d: std::time::Duration| {
+                now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            };
+            let (value_cut, tomb_cut) = (period.map(cutoff), tombstones.map(cutoff));
+            let doomed: Vec<u64> = open
+                .data
+                .records
+                .values()
+                .filter(|r| {
+                    let cut = match r.state {
+                        RecordState::Deleted => tomb_cut,
+                        _ => value_cut,
+                    };
+                    cut.is_some_and(|c| r.timestamp_ms < c)
+                })
+                .map(|r| r.offset)
+                .collect();
+            for off in doomed {
+                if let Some(r) = open.data.take(off) {
+                    total.add(SweepReport {
+                        records: 1,
+                        bytes: r.size(),
+                    });
+                }
+            }
+        }
+        st.used = st.used.saturating_sub(total.bytes);
+        Ok(total)
+    }
+
+    /// The size sweep: oldest records go until each channel is under retention_bytes.
+    pub async fn sweep_size(&self) -> Result<SweepReport, StorageError> {
+        let mut guard = self.state();
+        let st = &mut *guard;
+        let mut total = SweepReport::default();
+        for open in st.channels.values_mut() {
+            let Some(bound) = open.settings.effective_retention().bytes else {
+                continue;
+            };
+            while open.data.bytes > bound {
+                let Some(first) = open.data.records.keys().next().copied() else {
+                    break;
+                };
+                if let Some(r) = open.data.take(first) {
+                    total.add(SweepReport {
+                        records: 1,
+                        bytes: r.size(),
+                    });
+                }
+            }
+        }
+        st.used = st.used.saturating_sub(total.bytes);
+        Ok(total)
+    }
+
+    /// Writes the snapshot (one file per channel group, then the manifest). Blocking:
+    /// call at graceful shutdown. With `snapshot_dir: none` it writes nothing.
+    ///
+    /// # Errors
+    /// [`StorageError::Io`] naming the file that could not be written; the previous
+    /// manifest stays in place, so the last good snapshot is still what loads.
+    pub fn write_snapshot(&self, now_ms: u64) -> Result<SnapshotReport, StorageError> {
+        let Some(dir) = &self.settings.snapshot_dir else {
+            return Ok(SnapshotReport::default());
+        };
+        let st = self.state();
+        let mut groups: BTreeMap<String, Vec<(&str, &MemChannel)>> = BTreeMap::new();
+        for (name, open) in &st.channels {
+            let group = match &open.settings.kind {
+                ChannelKind::DeadLetter { queue } => queue.clone(),
+                _ => name.clone(),
+            };
+            groups
+                .entry(group)
+                .or_default()
+                .push((name.as_str(), &open.data));
+        }
+        snapshot::write_all(&self.settings.name, dir, &groups, now_ms)
+    }
+}

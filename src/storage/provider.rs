@@ -1,0 +1,223 @@
+//! The one interface channel code uses: [`Provider`], over both kinds.
+
+use super::error::StorageError;
+use super::memory::MemoryProvider;
+use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
+use super::sqlite::SqliteProvider;
+
+/// A provider's settings, either kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderSettings {
+    /// `type: sqlite`.
+    Sqlite(SqliteSettings),
+    /// `type: memory`.
+    Memory(MemorySettings),
+}
+
+impl ProviderSettings {
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        match self {
+            ProviderSettings::Sqlite(s) => &s.name,
+            ProviderSettings::Memory(s) => &s.name,
+        }
+    }
+}
+
+/// A storage provider of either kind. Channel code holds one of these (behind an `Arc`)
+/// and never learns which kind it is on.
+#[derive(Debug)]
+pub enum Provider {
+    /// A sqlite file.
+    Sqlite(SqliteProvider),
+    /// Memory with snapshots.
+    Memory(MemoryProvider),
+}
+
+impl Provider {
+    /// Opens a provider: takes its lock, opens or loads its store, starts its threads.
+    /// Blocking: call at startup.
+    ///
+    /// # Errors
+    /// [`StorageError::Locked`] when another broker holds it; [`StorageError::Io`] or
+    /// [`StorageError::Snapshot`] when its store cannot be opened.
+    pub fn open(settings: &ProviderSettings) -> Result<Provider, StorageError> {
+        Ok(match settings {
+            ProviderSettings::Sqlite(s) => Provider::Sqlite(SqliteProvider::open(s)?),
+            ProviderSettings::Memory(s) => Provider::Memory(MemoryProvider::open(s)?),
+        })
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Provider::Sqlite(p) => p.name(),
+            Provider::Memory(p) => p.name(),
+        }
+    }
+
+    /// Graceful shutdown: a sqlite provider finishes its queued writes and forces its log
+    /// to disk; a memory provider writes its snapshot. Blocking.
+    ///
+    /// # Errors
+    /// A memory provider's snapshot that could not be written.
+    pub fn close(&self, now_ms: u64) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => {
+                p.close();
+                Ok(())
+            }
+            Provider::Memory(p) => p.write_snapshot(now_ms).map(|_| ()),
+        }
+    }
+
+    /// Opens (creating if new) a channel with its settings; call for every configured channel at startup, the dead-letter channel of a queue included.
+    pub async fn open_channel(
+        &self,
+        name: &str,
+        settings: ChannelSettings,
+    ) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.open_channel(name, settings).await,
+            Provider::Memory(p) => p.open_channel(name, settings).await,
+        }
+    }
+
+    /// Stores a record and returns its offset once it is durable as the provider promises (committed, on sqlite). Refused with a 0x97 error at the channel's `max_bytes` or the provider's bound less its reserve.
+    pub async fn append(&self, channel: &str, record: NewRecord) -> Result<u64, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.append(channel, record).await,
+            Provider::Memory(p) => p.append(channel, record).await,
+        }
+    }
+
+    /// Reads a bounded window from an offset, with the floor and head from the same instant.
+    pub async fn read_window(
+        &self,
+        channel: &str,
+        req: WindowRequest,
+    ) -> Result<Window, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.read_window(channel, req).await,
+            Provider::Memory(p) => p.read_window(channel, req).await,
+        }
+    }
+
+    /// A channel's floor, head and counts.
+    pub async fn stats(&self, channel: &str) -> Result<ChannelStats, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.stats(channel).await,
+            Provider::Memory(p) => p.stats(channel).await,
+        }
+    }
+
+    /// Counts an offer of a queue job and sets when it may next be offered; returns the attempt count. Never refused for want of room.
+    pub async fn record_attempt(
+        &self,
+        channel: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<u32, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.record_attempt(channel, offset, available_after_ms).await,
+            Provider::Memory(p) => p.record_attempt(channel, offset, available_after_ms).await,
+        }
+    }
+
+    /// Sets when a queue job may next be offered (a return, with backoff).
+    pub async fn set_available_after(
+        &self,
+        channel: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => {
+                p.set_available_after(channel, offset, available_after_ms)
+                    .await
+            }
+            Provider::Memory(p) => {
+                p.set_available_after(channel, offset, available_after_ms)
+                    .await
+            }
+        }
+    }
+
+    /// Removes a resolved queue job.
+    pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.resolve(channel, offset).await,
+            Provider::Memory(p) => p.resolve(channel, offset).await,
+        }
+    }
+
+    /// Moves a queue job into its dead-letter channel in one step, appending `extra_user_properties`; returns its offset there. Never refused for want of room, and no channel bound is checked (C-113, B-500).
+    pub async fn dead_letter(
+        &self,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        extra_user_properties: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
+        match self {
+            Provider::Sqlite(p) => {
+                p.dead_letter(queue, offset, dlq, extra_user_properties)
+                    .await
+            }
+            Provider::Memory(p) => {
+                p.dead_letter(queue, offset, dlq, extra_user_properties)
+                    .await
+            }
+        }
+    }
+
+    /// Stores a consumer's position on a channel.
+    pub async fn set_position(
+        &self,
+        client_id: &str,
+        channel: &str,
+        offset: u64,
+    ) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.set_position(client_id, channel, offset).await,
+            Provider::Memory(p) => p.set_position(client_id, channel, offset).await,
+        }
+    }
+
+    /// A consumer's stored position on a channel.
+    pub async fn position(
+        &self,
+        client_id: &str,
+        channel: &str,
+    ) -> Result<Option<u64>, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.position(client_id, channel).await,
+            Provider::Memory(p) => p.position(client_id, channel).await,
+        }
+    }
+
+    /// Forgets every position a client holds (its session ended).
+    pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.drop_positions(client_id).await,
+            Provider::Memory(p) => p.drop_positions(client_id).await,
+        }
+    }
+
+    /// The age sweep: removes records past their channel's `retention_period` and, on latest channels, tombstones past `deletion_retention_period`. Queues are never swept.
+    pub async fn sweep_age(&self, now_ms: u64) -> Result<SweepReport, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.sweep_age(now_ms).await,
+            Provider::Memory(p) => p.sweep_age(now_ms).await,
+        }
+    }
+
+    /// The size sweep: removes each channel's oldest records to bring it under its `retention_bytes`.
+    pub async fn sweep_size(&self) -> Result<SweepReport, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.sweep_size().await,
+            Provider::Memory(p) => p.sweep_size().await,
+        }
+    }
+}

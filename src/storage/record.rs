@@ -1,0 +1,209 @@
+//! Records: what a channel holds, and how large the spec says one is.
+
+/// The publisher's MQTT properties a record keeps, as published.
+///
+/// Only what a delivery must carry again is kept; properties that belong to one hop
+/// (topic alias, subscription identifiers) never reach storage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordProperties {
+    /// Payload Format Indicator (0 or 1), if the publisher sent one.
+    pub payload_format_indicator: Option<u8>,
+    /// Message Expiry Interval in seconds, as published (the channel computes what remains).
+    pub message_expiry_interval: Option<u32>,
+    /// Content Type.
+    pub content_type: Option<String>,
+    /// Response Topic.
+    pub response_topic: Option<String>,
+    /// Correlation Data.
+    pub correlation_data: Option<Vec<u8>>,
+    /// User Properties, in order, repeats allowed.
+    pub user_properties: Vec<(String, String)>,
+}
+
+/// A record as the channel hands it to a provider, before it has an offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRecord {
+    /// The Message ID (delivered as `saguin-id`); kept as given (C-145, C-148).
+    pub message_id: String,
+    /// Milliseconds since the Unix epoch on the broker's clock when it was accepted.
+    pub timestamp_ms: u64,
+    /// The topic it was published to, unchanged (C-060).
+    pub topic: String,
+    /// The payload. On a `latest` channel an empty payload is a deletion.
+    pub payload: Vec<u8>,
+    /// The publisher's properties.
+    pub properties: RecordProperties,
+}
+
+impl NewRecord {
+    /// The record's size as every size bound counts it (B-417, `store.RecordSize`).
+    pub fn size(&self) -> u64 {
+        record_size(
+            &self.message_id,
+            &self.topic,
+            &self.payload,
+            &self.properties.user_properties,
+        )
+    }
+}
+
+/// What the provider knows about a stored record beyond its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    /// An ordinary record of an append or dead-letter channel, or a current value of a
+    /// latest channel.
+    Stored,
+    /// A deletion on a latest channel (a tombstone, A-091): readers are never shown
+    /// it as a value, but a reconnecting consumer may be told the topic was deleted.
+    Deleted,
+    /// A job on a queue and its delivery state.
+    Job {
+        /// Offers made so far (the attempt count).
+        attempts: u32,
+        /// Not offered before this instant, milliseconds since the epoch (backoff).
+        available_after_ms: u64,
+    },
+}
+
+/// A stored record with its position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Position in its channel: strictly increasing, never reused.
+    pub offset: u64,
+    /// The Message ID.
+    pub message_id: String,
+    /// Milliseconds since the epoch when it was accepted.
+    pub timestamp_ms: u64,
+    /// The topic it was published to.
+    pub topic: String,
+    /// The payload.
+    pub payload: Vec<u8>,
+    /// The publisher's properties.
+    pub properties: RecordProperties,
+    /// Tombstone, job, or ordinary.
+    pub state: RecordState,
+}
+
+impl Record {
+    /// The record's size as every size bound counts it (B-417).
+    pub fn size(&self) -> u64 {
+        record_size(
+            &self.message_id,
+            &self.topic,
+            &self.payload,
+            &self.properties.user_properties,
+        )
+    }
+
+    pub(crate) fn from_new(offset: u64, new: NewRecord, state: RecordState) -> Record {
+        Record {
+            offset,
+            message_id: new.message_id,
+            timestamp_ms: new.timestamp_ms,
+            topic: new.topic,
+            payload: new.payload,
+            properties: new.properties,
+            state,
+        }
+    }
+}
+
+/// `store.RecordSize`: payload + topic + message id + each User Property's key and value,
+/// in bytes (B-417, gaps.md section 3).
+pub fn record_size(
+    message_id: &str,
+    topic: &str,
+    payload: &[u8],
+    user_properties: &[(String, String)],
+) -> u64 {
+    let props: usize = user_properties.iter().map(|(k, v)| k.len() + v.len()).sum();
+    (payload.len() + topic.len() + message_id.len() + props) as u64
+}
+
+/// A bounded window of a channel, read in one snapshot (B-155).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Window {
+    /// The lowest offset the channel still holds, or `head` when it holds none.
+    pub floor: u64,
+    /// The offset the next record will get.
+    pub head: u64,
+    /// Records at or above the requested offset, in offset order.
+    pub records: Vec<Record>,
+}
+
+/// What a window read asks for. Both bounds hold; at least one record is returned when
+/// one exists, however large, so a reader always makes progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowRequest {
+    /// First offset wanted (records below the floor are gone; reading starts at the floor).
+    pub from: u64,
+    /// At most this many records (capped at [`MAX_WINDOW_RECORDS`]).
+    pub max_records: usize,
+    /// At most about this many bytes of records, counted by [`record_size`].
+    pub max_bytes: u64,
+}
+
+/// The largest window any read returns, whatever it asks for.
+pub const MAX_WINDOW_RECORDS: usize = 1024;
+
+impl WindowRequest {
+    /// A window of at most `max_records` records and `max_bytes` bytes from `from`.
+    pub fn new(from: u64, max_records: usize, max_bytes: u64) -> WindowRequest {
+        WindowRequest {
+            from,
+            max_records: max_records.clamp(1, MAX_WINDOW_RECORDS),
+            max_bytes,
+        }
+    }
+}
+
+/// Counts for one channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChannelStats {
+    /// Lowest offset held, or `head` if none.
+    pub floor: u64,
+    /// Next offset to be assigned.
+    pub head: u64,
+    /// Records held (tombstones included).
+    pub records: u64,
+    /// Bytes held, counted by [`record_size`].
+    pub bytes: u64,
+}
+
+/// What a retention sweep removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepReport {
+    /// Records removed.
+    pub records: u64,
+    /// Bytes removed, counted by [`record_size`].
+    pub bytes: u64,
+}
+
+impl SweepReport {
+    pub(crate) fn add(&mut self, other: SweepReport) {
+        self.records += other.records;
+        self.bytes += other.bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// B-417: payload + topic + message id + each user property's key and value.
+    #[test]
+    fn record_size_counts_payload_topic_id_and_user_properties() {
+        let r = NewRecord {
+            message_id: "id-1".into(),
+            timestamp_ms: 0,
+            topic: "a/b".into(),
+            payload: vec![0; 10],
+            properties: RecordProperties {
+                content_type: Some("not counted".into()),
+                user_properties: vec![("k".into(), "vv".into()), ("kk".into(), "v".into())],
+                ..Default::default()
+            },
+        };
+        assert_eq!(r.size(), 10 + 3 + 4 + 3 + 3);
+    }
+}

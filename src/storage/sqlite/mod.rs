@@ -1,0 +1,427 @@
+//! The sqlite provider: one file, one writer thread, `read_connections` reader threads.
+//!
+//! Only this module touches rusqlite. Async callers send a request on a bounded
+//! channel and await its completion; a full channel makes the caller wait (backpressure)
+//! rather than grow a queue.
+
+mod schema;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use smol::channel::{Receiver, Sender};
+
+use self::writer::{Counters, Done, ReadOp, WriteOp, Writer};
+use super::error::StorageError;
+use super::lock::{ProviderLock, sqlite_lock_path};
+use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use super::settings::{ChannelSettings, SqliteSettings};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Requests that may wait for the writer before a sender waits in turn.
+const WRITE_QUEUE: usize = 4096;
+/// Reads that may wait for a reader before a sender waits in turn.
+const READ_QUEUE: usize = 256;
+
+/// A sqlite storage provider (RFC 0002 "How a sqlite provider commits publishes",
+/// "How a sqlite provider reads", "flush_interval").
+#[derive(Debug)]
+pub struct SqliteProvider {
+    name: String,
+    file_path: PathBuf,
+    writes: Sender<WriteOp>,
+    /// `None` when `read_connections` is 0: reads go to the writer (B-153).
+    reads: Option<Sender<ReadOp>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    lock: ProviderLock,
+    counters: Arc<Counters>,
+}
+
+/// What a sqlite provider's writer has done so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriterStats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Records appended by them.
+    pub appended: u64,
+    /// Times the write-ahead log was forced to disk.
+    pub flushes: u64,
+}
+
+impl std::fmt::Debug for WriteOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteOp")
+    }
+}
+
+impl std::fmt::Debug for ReadOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadOp")
+    }
+}
+
+fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError> {
+    let io = |op: &str, e: rusqlite::Error| StorageError::io(&s.name, op, e);
+    let conn = Connection::open(&s.file_path)
+        .map_err(|e| io(&format!("open {}", s.file_path.display()), e))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(|e| io("enable WAL", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StorageError::io(
+            &s.name,
+            "enable WAL",
+            format!(
+                "journal_mode is {mode}; is the file on a filesystem that supports shared memory?"
+            ),
+        ));
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
+        .map_err(|e| io("set synchronous", e))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| io("set busy_timeout", e))?;
+    conn.execute_batch(schema::SCHEMA)
+        .map_err(|e| io("create tables", e))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+fn open_read_connection(name: &str, path: &std::path::Path) -> Result<Connection, StorageError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| StorageError::io(name, "open a read connection", e))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(|e| StorageError::io(name, "set busy_timeout", e))?;
+    Ok(conn)
+}
+
+/// A reader thread: opens its read-only connection at its first read and keeps it.
+fn reader_loop(name: String, path: PathBuf, rx: Receiver<ReadOp>) {
+    let mut conn: Option<Connection> = None;
+    while let Ok(op) = rx.recv_blocking() {
+        if conn.is_none() {
+            match open_read_connection(&name, &path) {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    fail_read(op, e);
+                    continue;
+                }
+            }
+        }
+        if let Some(c) = conn.as_mut() {
+            writer::serve_read(c, &name, op);
+        }
+    }
+}
+
+fn fail_read(op: ReadOp, e: StorageError) {
+    match op {
+        ReadOp::Window { done, .. } => {
+            let _ = done.try_send(Err(e));
+        }
+        ReadOp::Stats { done, .. } => {
+            let _ = done.try_send(Err(e));
+        }
+        ReadOp::Position { done, .. } => {
+            let _ = done.try_send(Err(e));
+        }
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, StorageError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .map_err(|e| StorageError::io(&name, "start a thread", e))
+}
+
+impl SqliteProvider {
+    /// Takes `<file_path>.lock`, opens (or creates) the database in WAL mode with
+    /// synchronous=NORMAL, and starts the writer thread and the reader threads.
+    ///
+    /// Blocking: call it at startup, before the executor serves clients.
+    ///
+    /// # Errors
+    /// [`StorageError::Locked`] when another broker holds the lock (B-520);
+    /// [`StorageError::Io`] when the file cannot be opened or set up.
+    pub fn open(settings: &SqliteSettings) -> Result<SqliteProvider, StorageError> {
+        let lock = ProviderLock::acquire(&settings.name, &sqlite_lock_path(&settings.file_path))?;
+        let conn = open_write_connection(settings)?;
+        let (wtx, wrx) = smol::channel::bounded(WRITE_QUEUE);
+        let mut wal = settings.file_path.as_os_str().to_owned();
+        wal.push("-wal");
+        let writer = Writer::new(settings, conn, wrx, PathBuf::from(wal))?;
+        let counters = writer.counters.clone();
+        let mut threads = vec![spawn(format!("sqlite-{}-w", settings.name), move || {
+            writer.run()
+        })?];
+        let reads = if settings.read_connections == 0 {
+            None
+        } else {
+            let (rtx, rrx) = smol::channel::bounded(READ_QUEUE);
+            for n in 0..settings.read_connections.min(8) {
+                let (name, path, rx) = (
+                    settings.name.clone(),
+                    settings.file_path.clone(),
+                    rrx.clone(),
+                );
+                threads.push(spawn(
+                    format!("sqlite-{}-r{n}", settings.name),
+                    move || reader_loop(name, path, rx),
+                )?);
+            }
+            Some(rtx)
+        };
+        Ok(SqliteProvider {
+            name: settings.name.clone(),
+            file_path: settings.file_path.clone(),
+            writes: wtx,
+            reads,
+            threads: Mutex::new(threads),
+            lock,
+            counters,
+        })
+    }
+
+    /// The provider's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The database file.
+    pub fn file_path(&self) -> &std::path::Path {
+        &self.file_path
+    }
+
+    /// The lock file this provider holds.
+    pub fn lock_path(&self) -> &std::path::Path {
+        self.lock.path()
+    }
+
+    /// Commits, appended records and flushes so far.
+    pub fn writer_stats(&self) -> WriterStats {
+        WriterStats {
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            appended: self.counters.appended.load(Ordering::Relaxed),
+            flushes: self.counters.flushes.load(Ordering::Relaxed),
+        }
+    }
+
+    fn closed(&self) -> StorageError {
+        StorageError::Closed {
+            provider: self.name.clone(),
+        }
+    }
+
+    async fn write<T>(&self, make: impl FnOnce(Done<T>) -> WriteOp) -> Result<T, StorageError> {
+        let (tx, rx) = smol::channel::bounded(1);
+        self.writes
+            .send(make(tx))
+            .await
+            .map_err(|_| self.closed())?;
+        rx.recv().await.map_err(|_| self.closed())?
+    }
+
+    async fn read<T>(&self, make: impl FnOnce(Done<T>) -> ReadOp) -> Result<T, StorageError> {
+        let (tx, rx) = smol::channel::bounded(1);
+        let op = make(tx);
+        match &self.reads {
+            Some(reads) => reads.send(op).await.map_err(|_| self.closed())?,
+            None => self
+                .writes
+                .send(WriteOp::Read(op))
+                .await
+                .map_err(|_| self.closed())?,
+        }
+        rx.recv().await.map_err(|_| self.closed())?
+    }
+
+    /// Opens (creating if new) a channel and tells the writer its settings.
+    pub async fn open_channel(
+        &self,
+        name: &str,
+        settings: ChannelSettings,
+    ) -> Result<(), StorageError> {
+        let name = name.to_owned();
+        self.write(|done| WriteOp::OpenChannel {
+            name,
+            settings,
+            done,
+        })
+        .await
+    }
+
+    /// Stores a record; resolves with its offset once the transaction holding it has
+    /// committed (stored before acknowledged, B-151).
+    pub async fn append(&self, channel: &str, record: NewRecord) -> Result<u64, StorageError> {
+        let channel = channel.to_owned();
+        self.write(|done| WriteOp::Append {
+            channel,
+            record,
+            done,
+        })
+        .await
+    }
+
+    /// Reads a window in one snapshot, on a read connection (B-154, B-155).
+    pub async fn read_window(
+        &self,
+        channel: &str,
+        req: WindowRequest,
+    ) -> Result<Window, StorageError> {
+        let channel = channel.to_owned();
+        self.read(|done| ReadOp::Window { channel, req, done })
+            .await
+    }
+
+    /// A channel's floor, head and counts.
+    pub async fn stats(&self, channel: &str) -> Result<ChannelStats, StorageError> {
+        let channel = channel.to_owned();
+        self.read(|done| ReadOp::Stats { channel, done }).await
+    }
+
+    /// Counts an offer of a job and sets when it may next be offered; returns the new
+    /// attempt count. Never refused for want of room.
+    pub async fn record_attempt(
+        &self,
+        channel: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<u32, StorageError> {
+        let channel = channel.to_owned();
+        self.write(|done| WriteOp::RecordAttempt {
+            channel,
+            offset,
+            available_after_ms,
+            done,
+        })
+        .await
+    }
+
+    /// Sets when a job may next be offered (a return with backoff).
+    pub async fn set_available_after(
+        &self,
+        channel: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<(), StorageError> {
+        let channel = channel.to_owned();
+        self.write(|done| WriteOp::SetAvailableAfter {
+            channel,
+            offset,
+            available_after_ms,
+            done,
+        })
+        .await
+    }
+
+    /// Removes a resolved job.
+    pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
+        let channel = channel.to_owned();
+        self.write(|done| WriteOp::Resolve {
+            channel,
+            offset,
+            done,
+        })
+        .await
+    }
+
+    /// Moves a job into the dead-letter channel in one transaction, adding
+    /// `extra_user_properties`; returns its offset there. Not a publish: no channel bound
+    /// is checked and the reserve may be used (C-113, B-500).
+    pub async fn dead_letter(
+        &self,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        extra_user_properties: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
+        let (queue, dlq) = (queue.to_owned(), dlq.to_owned());
+        self.write(|done| WriteOp::DeadLetter {
+            queue,
+            offset,
+            dlq,
+            extra_user_properties,
+            done,
+        })
+        .await
+    }
+
+    /// Stores a consumer's position on a channel.
+    pub async fn set_position(
+        &self,
+        client_id: &str,
+        channel: &str,
+        offset: u64,
+    ) -> Result<(), StorageError> {
+        let (client_id, channel) = (client_id.to_owned(), channel.to_owned());
+        self.write(|done| WriteOp::SetPosition {
+            client_id,
+            channel,
+            offset,
+            done,
+        })
+        .await
+    }
+
+    /// A consumer's stored position on a channel.
+    pub async fn position(
+        &self,
+        client_id: &str,
+        channel: &str,
+    ) -> Result<Option<u64>, StorageError> {
+        let (client_id, channel) = (client_id.to_owned(), channel.to_owned());
+        self.read(|done| ReadOp::Position {
+            client_id,
+            channel,
+            done,
+        })
+        .await
+    }
+
+    /// Forgets every position a client holds (its session ended).
+    pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
+        let client_id = client_id.to_owned();
+        self.write(|done| WriteOp::DropPositions { client_id, done })
+            .await
+    }
+
+    /// The age sweep: removes what is past its channel's retention_period and, on latest
+    /// channels, tombstones past deletion_retention_period.
+    pub async fn sweep_age(&self, now_ms: u64) -> Result<SweepReport, StorageError> {
+        self.write(|done| WriteOp::SweepAge { now_ms, done }).await
+    }
+
+    /// The size sweep: removes each channel's oldest records to bring it under its
+    /// retention_bytes.
+    pub async fn sweep_size(&self) -> Result<SweepReport, StorageError> {
+        self.write(|done| WriteOp::SweepSize { done }).await
+    }
+
+    /// Stops the threads after the writes already queued, forcing the log to disk.
+    /// Blocking; the lock is released when the provider is dropped.
+    pub fn close(&self) {
+        self.writes.close();
+        if let Some(r) = &self.reads {
+            r.close();
+        }
+        let threads = match self.threads.lock() {
+            Ok(mut t) => std::mem::take(&mut *t),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SqliteProvider {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

@@ -1,0 +1,226 @@
+//! The sqlite schema, row mapping, and the reads (which run on a read-only connection,
+//! or on the write connection when `read_connections` is 0).
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::storage::error::StorageError;
+use crate::storage::record::{
+    ChannelStats, Record, RecordProperties, RecordState, Window, WindowRequest,
+};
+
+/// Tables. Plain names and columns so that `sqlite3` on the live file is readable.
+pub(crate) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS channels(
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    next_offset INTEGER NOT NULL DEFAULT 0,
+    records INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS records(
+    channel_id INTEGER NOT NULL,
+    record_offset INTEGER NOT NULL,
+    message_id TEXT NOT NULL,
+    timestamp_ms INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    size INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    available_after_ms INTEGER NOT NULL DEFAULT 0,
+    payload_format INTEGER,
+    message_expiry INTEGER,
+    content_type TEXT,
+    response_topic TEXT,
+    correlation_data BLOB,
+    user_properties TEXT,
+    PRIMARY KEY(channel_id, record_offset)
+);
+CREATE TABLE IF NOT EXISTS latest(
+    channel_id INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    record_offset INTEGER NOT NULL,
+    PRIMARY KEY(channel_id, topic)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS positions(
+    client_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    record_offset INTEGER NOT NULL,
+    PRIMARY KEY(client_id, channel)
+) WITHOUT ROWID;
+";
+
+pub(crate) const STATE_STORED: i64 = 0;
+pub(crate) const STATE_DELETED: i64 = 1;
+pub(crate) const STATE_JOB: i64 = 2;
+
+pub(crate) const RECORD_COLUMNS: &str = "record_offset, message_id, timestamp_ms, topic, payload, \
+     state, attempts, available_after_ms, payload_format, message_expiry, content_type, \
+     response_topic, correlation_data, user_properties";
+
+/// i64 as SQLite stores it, to the u64 the API speaks (never negative here).
+pub(crate) fn u(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// u64 to what SQLite stores, saturating (offsets and sizes never approach 2^63).
+pub(crate) fn i(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn encode_user_properties(p: &[(String, String)]) -> Option<String> {
+    if p.is_empty() {
+        None
+    } else {
+        serde_json::to_string(p).ok()
+    }
+}
+
+pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Record> {
+    let state = match row.get::<_, i64>(5)? {
+        STATE_DELETED => RecordState::Deleted,
+        STATE_JOB => RecordState::Job {
+            attempts: u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX),
+            available_after_ms: u(row.get(7)?),
+        },
+        _ => RecordState::Stored,
+    };
+    let user_properties = match row.get::<_, Option<String>>(13)? {
+        // Written by us as JSON; an unreadable value (edited by hand) reads as none
+        // rather than failing every read of the channel.
+        Some(s) => serde_json::from_str(&s).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    Ok(Record {
+        offset: u(row.get(0)?),
+        message_id: row.get(1)?,
+        timestamp_ms: u(row.get(2)?),
+        topic: row.get(3)?,
+        payload: row.get(4)?,
+        state,
+        properties: RecordProperties {
+            payload_format_indicator: row
+                .get::<_, Option<i64>>(8)?
+                .and_then(|v| u8::try_from(v).ok()),
+            message_expiry_interval: row
+                .get::<_, Option<i64>>(9)?
+                .and_then(|v| u32::try_from(v).ok()),
+            content_type: row.get(10)?,
+            response_topic: row.get(11)?,
+            correlation_data: row.get(12)?,
+            user_properties,
+        },
+    })
+}
+
+/// A channel's id and next offset, if it exists.
+pub(crate) fn channel_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<(i64, u64)>> {
+    conn.prepare_cached("SELECT id, next_offset FROM channels WHERE name = ?1")?
+        .query_row([name], |r| Ok((r.get(0)?, u(r.get(1)?))))
+        .optional()
+}
+
+fn floor(conn: &Connection, id: i64, head: u64) -> rusqlite::Result<u64> {
+    let min: Option<i64> = conn
+        .prepare_cached("SELECT MIN(record_offset) FROM records WHERE channel_id = ?1")?
+        .query_row([id], |r| r.get(0))?;
+    Ok(min.map(u).unwrap_or(head))
+}
+
+fn unknown(provider: &str, channel: &str) -> StorageError {
+    StorageError::UnknownChannel {
+        provider: provider.to_owned(),
+        channel: channel.to_owned(),
+    }
+}
+
+/// One window, in one read transaction: floor, head and records from one instant (B-155).
+pub(crate) fn read_window(
+    conn: &mut Connection,
+    provider: &str,
+    channel: &str,
+    req: WindowRequest,
+) -> Result<Window, StorageError> {
+    let sql_err = |e| StorageError::io(provider, &format!("read channel {channel}"), e);
+    let tx = conn.transaction().map_err(sql_err)?;
+    let (id, head) = channel_row(&tx, channel)
+        .map_err(sql_err)?
+        .ok_or_else(|| unknown(provider, channel))?;
+    let floor = floor(&tx, id, head).map_err(sql_err)?;
+    let mut records = Vec::new();
+    {
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM records WHERE channel_id = ?1 AND record_offset >= ?2 \
+             ORDER BY record_offset LIMIT ?3"
+        );
+        let mut stmt = tx.prepare_cached(&sql).map_err(sql_err)?;
+        let limit = i64::try_from(req.max_records).unwrap_or(1024);
+        let mut rows = stmt
+            .query(params![id, i(req.from), limit])
+            .map_err(sql_err)?;
+        let mut bytes = 0u64;
+        while let Some(row) = rows.next().map_err(sql_err)? {
+            let rec = record_from_row(row).map_err(sql_err)?;
+            bytes += rec.size();
+            if bytes > req.max_bytes && !records.is_empty() {
+                break;
+            }
+            records.push(rec);
+        }
+    }
+    tx.commit().map_err(sql_err)?;
+    Ok(Window {
+        floor,
+        head,
+        records,
+    })
+}
+
+/// A channel's floor, head and counts.
+pub(crate) fn read_stats(
+    conn: &mut Connection,
+    provider: &str,
+    channel: &str,
+) -> Result<ChannelStats, StorageError> {
+    let sql_err = |e| StorageError::io(provider, &format!("read channel {channel}"), e);
+    let tx = conn.transaction().map_err(sql_err)?;
+    let (id, records, bytes, head) = tx
+        .prepare_cached("SELECT id, records, bytes, next_offset FROM channels WHERE name = ?1")
+        .and_then(|mut s| {
+            s.query_row([channel], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    u(r.get(1)?),
+                    u(r.get(2)?),
+                    u(r.get(3)?),
+                ))
+            })
+            .optional()
+        })
+        .map_err(sql_err)?
+        .ok_or_else(|| unknown(provider, channel))?;
+    let floor = floor(&tx, id, head).map_err(sql_err)?;
+    tx.commit().map_err(sql_err)?;
+    Ok(ChannelStats {
+        floor,
+        head,
+        records,
+        bytes,
+    })
+}
+
+/// A consumer's stored position on a channel, if any.
+pub(crate) fn read_position(
+    conn: &Connection,
+    provider: &str,
+    client_id: &str,
+    channel: &str,
+) -> Result<Option<u64>, StorageError> {
+    conn.prepare_cached("SELECT record_offset FROM positions WHERE client_id = ?1 AND channel = ?2")
+        .and_then(|mut s| {
+            s.query_row([client_id, channel], |r| r.get::<_, i64>(0))
+                .optional()
+        })
+        .map(|o| o.map(u))
+        .map_err(|e| StorageError::io(provider, "read a consumer position", e))
+}

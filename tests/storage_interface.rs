@@ -1,0 +1,297 @@
+//! The interface channel code uses, run against both provider kinds: every test here
+//! runs once on sqlite and once on memory, and must see the same answers.
+
+mod storage_support;
+
+use std::time::Duration;
+
+use saguin::storage::{
+    ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, RecordState,
+    Retention, SqliteSettings, StorageError,
+};
+use storage_support::{all, rec, temp_dir};
+
+fn both(tag: &str) -> Vec<Provider> {
+    let dir = temp_dir(tag);
+    let sqlite = SqliteSettings::new("disk", dir.join("s.db"), 64 << 20, 1 << 20);
+    let memory = MemorySettings {
+        name: "ram".into(),
+        max_bytes: 64 << 20,
+        reserve_bytes: 1 << 20,
+        snapshot_dir: None,
+    };
+    vec![
+        Provider::open(&ProviderSettings::Sqlite(sqlite)).unwrap(),
+        Provider::open(&ProviderSettings::Memory(memory)).unwrap(),
+    ]
+}
+
+fn queue() -> ChannelSettings {
+    ChannelSettings {
+        kind: ChannelKind::Queue {
+            job_expires_after: None,
+        },
+        max_bytes: None,
+        retention: Retention::default(),
+    }
+}
+
+fn dlq() -> ChannelSettings {
+    ChannelSettings {
+        kind: ChannelKind::DeadLetter {
+            queue: "jobs".into(),
+        },
+        max_bytes: None,
+        retention: Retention::default(),
+    }
+}
+
+fn latest(period: Option<Duration>, deletions: Option<Duration>) -> ChannelSettings {
+    ChannelSettings {
+        kind: ChannelKind::Latest {
+            deletion_retention: deletions,
+        },
+        max_bytes: None,
+        retention: Retention {
+            period,
+            bytes: None,
+        },
+    }
+}
+
+/// a latest channel holds one value per topic; an empty payload is a
+/// deletion kept as a tombstone; replaced values free their bytes.
+#[test]
+fn latest_keeps_one_value_per_topic_and_deletions_as_tombstones() {
+    for p in both("latest") {
+        smol::block_on(async {
+            p.open_channel("state", latest(None, None)).await.unwrap();
+            p.append("state", rec("s/a", b"1", 1)).await.unwrap();
+            p.append("state", rec("s/b", b"1", 2)).await.unwrap();
+            p.append("state", rec("s/a", b"22", 3)).await.unwrap();
+            p.append("state", rec("s/b", b"", 4)).await.unwrap();
+            let w = p.read_window("state", all()).await.unwrap();
+            let seen: Vec<_> = w
+                .records
+                .iter()
+                .map(|r| (r.offset, r.topic.as_str(), r.state))
+                .collect();
+            assert_eq!(
+                seen,
+                vec![
+                    (2, "s/a", RecordState::Stored),
+                    (3, "s/b", RecordState::Deleted)
+                ],
+                "{}",
+                p.name()
+            );
+            let s = p.stats("state").await.unwrap();
+            assert_eq!(s.records, 2);
+            assert_eq!(
+                s.bytes,
+                rec("s/a", b"22", 3).size() + rec("s/b", b"", 4).size()
+            );
+            assert_eq!((s.floor, s.head), (2, 4));
+        });
+    }
+}
+
+/// Queue delivery state: attempts and available-after are kept per record; resolution
+/// removes; the dead-letter move keeps the id, adds properties and takes a new offset in
+/// the dead-letter channel (C-124, C-127).
+#[test]
+fn queue_delivery_state_and_the_dead_letter_move() {
+    for p in both("queue") {
+        smol::block_on(async {
+            p.open_channel("jobs", queue()).await.unwrap();
+            p.open_channel("jobs__dlq", dlq()).await.unwrap();
+            for n in 0..3 {
+                p.append("jobs", rec("jobs/x", b"work", n)).await.unwrap();
+            }
+            assert_eq!(p.record_attempt("jobs", 1, 500).await.unwrap(), 1);
+            assert_eq!(p.record_attempt("jobs", 1, 900).await.unwrap(), 2);
+            p.set_available_after("jobs", 2, 1234).await.unwrap();
+            let w = p.read_window("jobs", all()).await.unwrap();
+            assert_eq!(
+                w.records[1].state,
+                RecordState::Job {
+                    attempts: 2,
+                    available_after_ms: 900
+                }
+            );
+            assert_eq!(
+                w.records[2].state,
+                RecordState::Job {
+                    attempts: 0,
+                    available_after_ms: 1234
+                }
+            );
+            p.resolve("jobs", 0).await.unwrap();
+            let extra = vec![
+                ("saguin-dlq-channel".to_owned(), "jobs".to_owned()),
+                ("saguin-dlq-offset".to_owned(), "1".to_owned()),
+            ];
+            assert_eq!(
+                p.dead_letter("jobs", 1, "jobs__dlq", extra.clone())
+                    .await
+                    .unwrap(),
+                0
+            );
+            let q = p.read_window("jobs", all()).await.unwrap();
+            assert_eq!(
+                q.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+                vec![2]
+            );
+            let d = p.read_window("jobs__dlq", all()).await.unwrap();
+            assert_eq!(d.records[0].message_id, "id-1-4");
+            assert_eq!(d.records[0].properties.user_properties, extra);
+            assert_eq!(d.records[0].state, RecordState::Stored);
+            let s = p.stats("jobs").await.unwrap();
+            assert_eq!((s.records, s.bytes), (1, rec("jobs/x", b"work", 2).size()));
+            // A resolved record is gone: a second resolution says so.
+            let e = p.resolve("jobs", 0).await.unwrap_err();
+            assert!(
+                matches!(e, StorageError::NoSuchRecord { offset: 0, .. }),
+                "{e}"
+            );
+            // Job operations on an append channel are a caller defect, named.
+            let e = p.record_attempt("jobs__dlq", 0, 0).await.unwrap_err();
+            assert!(matches!(e, StorageError::WrongChannelKind { .. }), "{e}");
+        });
+    }
+}
+
+#[test]
+fn consumer_positions_are_kept_per_client_and_channel() {
+    for p in both("positions") {
+        smol::block_on(async {
+            p.open_channel("a", ChannelSettings::append())
+                .await
+                .unwrap();
+            p.open_channel("b", ChannelSettings::append())
+                .await
+                .unwrap();
+            p.set_position("c1", "a", 5).await.unwrap();
+            p.set_position("c1", "a", 7).await.unwrap();
+            p.set_position("c1", "b", 1).await.unwrap();
+            p.set_position("c2", "a", 3).await.unwrap();
+            assert_eq!(p.position("c1", "a").await.unwrap(), Some(7));
+            assert_eq!(p.position("c2", "a").await.unwrap(), Some(3));
+            assert_eq!(p.position("c2", "b").await.unwrap(), None);
+            p.drop_positions("c1").await.unwrap();
+            assert_eq!(p.position("c1", "b").await.unwrap(), None);
+            assert_eq!(p.position("c2", "a").await.unwrap(), Some(3));
+        });
+    }
+}
+
+/// C-019, C-020, C-024: the age sweep removes what is past retention_period, silently,
+/// with no write needed to notice; the floor moves up.
+#[test]
+fn age_sweep_removes_records_past_the_retention_period() {
+    for p in both("age") {
+        smol::block_on(async {
+            let chan = ChannelSettings {
+                kind: ChannelKind::Append,
+                max_bytes: None,
+                retention: Retention {
+                    period: Some(Duration::from_secs(10)),
+                    bytes: None,
+                },
+            };
+            p.open_channel("c", chan).await.unwrap();
+            for ts in [1_000, 2_000, 15_000] {
+                p.append("c", rec("c/x", b"x", ts)).await.unwrap();
+            }
+            let r = p.sweep_age(20_000).await.unwrap();
+            assert_eq!(r.records, 2, "{}", p.name());
+            let s = p.stats("c").await.unwrap();
+            assert_eq!((s.floor, s.head, s.records), (2, 3, 1));
+            assert_eq!(p.sweep_age(20_000).await.unwrap().records, 0);
+        });
+    }
+}
+
+/// B-416, C-022: the size sweep removes the oldest records until the channel is under
+/// retention_bytes; publishes over it are never refused (C-020).
+#[test]
+fn size_sweep_removes_oldest_until_under_retention_bytes() {
+    for p in both("size") {
+        smol::block_on(async {
+            let one = rec("c/x", &[0; 95], 0).size(); // 100 bytes
+            let chan = ChannelSettings {
+                kind: ChannelKind::Append,
+                max_bytes: None,
+                retention: Retention {
+                    period: None,
+                    bytes: Some(one * 3 + one / 2),
+                },
+            };
+            p.open_channel("c", chan).await.unwrap();
+            for ts in 0..10 {
+                p.append("c", rec("c/x", &[0; 95], ts)).await.unwrap();
+            }
+            assert_eq!(
+                p.stats("c").await.unwrap().records,
+                10,
+                "over, until the sweep"
+            );
+            let r = p.sweep_size().await.unwrap();
+            assert_eq!((r.records, r.bytes), (7, 7 * one), "{}", p.name());
+            let s = p.stats("c").await.unwrap();
+            assert_eq!((s.floor, s.records, s.bytes), (7, 3, 3 * one));
+        });
+    }
+}
+
+/// B-423: on a latest channel the period deletes values of quiet topics and
+/// deletion_retention_period deletes tombstones; C-108: a queue is never swept.
+#[test]
+fn latest_expiry_and_tombstone_retention_and_queues_never_swept() {
+    for p in both("latest-age") {
+        smol::block_on(async {
+            let l = latest(
+                Some(Duration::from_secs(100)),
+                Some(Duration::from_secs(10)),
+            );
+            p.open_channel("state", l).await.unwrap();
+            let q = ChannelSettings {
+                retention: Retention {
+                    period: Some(Duration::from_secs(1)),
+                    bytes: Some(1),
+                },
+                ..queue()
+            };
+            p.open_channel("jobs", q).await.unwrap();
+            p.append("state", rec("s/quiet", b"v", 0)).await.unwrap();
+            p.append("state", rec("s/gone", b"", 50_000)).await.unwrap();
+            p.append("state", rec("s/fresh", b"v", 95_000))
+                .await
+                .unwrap();
+            p.append("jobs", rec("jobs/x", b"work", 0)).await.unwrap();
+            let r = p.sweep_age(101_000).await.unwrap();
+            assert_eq!(r.records, 2, "{}", p.name());
+            p.sweep_size().await.unwrap();
+            let w = p.read_window("state", all()).await.unwrap();
+            let topics: Vec<_> = w.records.iter().map(|r| r.topic.as_str()).collect();
+            assert_eq!(topics, vec!["s/fresh"]);
+            assert_eq!(p.stats("jobs").await.unwrap().records, 1);
+            // A topic whose value expired can be set again.
+            p.append("state", rec("s/quiet", b"again", 102_000))
+                .await
+                .unwrap();
+            assert_eq!(p.stats("state").await.unwrap().records, 2);
+        });
+    }
+}
+
+#[test]
+fn an_unopened_channel_is_named_in_the_error() {
+    for p in both("unknown") {
+        smol::block_on(async {
+            let e = p.append("nope", rec("n/x", b"x", 0)).await.unwrap_err();
+            assert!(matches!(e, StorageError::UnknownChannel { .. }));
+            assert!(e.to_string().contains("nope"));
+        });
+    }
+}

@@ -1,0 +1,400 @@
+//! The sqlite provider: group commit, offsets, reads beside the writer, bounds, lock,
+//! and a second process reading the live file.
+
+mod storage_support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use storage_support::{all, join_all, rec, temp_dir};
+use saguin::storage::{
+    ChannelKind, ChannelSettings, CommitMode, RecordProperties, RecordState, Retention,
+    SqliteProvider, SqliteSettings, StorageError, WindowRequest,
+};
+
+fn settings(dir: &Path) -> SqliteSettings {
+    SqliteSettings::new("local", dir.join("saguin.db"), 64 << 20, 1 << 20)
+}
+
+#[test]
+fn append_then_read_returns_records_and_properties_in_offset_order() {
+    let dir = temp_dir("rw");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(async {
+        p.open_channel("events", ChannelSettings::append())
+            .await
+            .unwrap();
+        let mut r = rec("events/a", b"one", 1);
+        r.properties = RecordProperties {
+            payload_format_indicator: Some(1),
+            message_expiry_interval: Some(60),
+            content_type: Some("text/plain".into()),
+            response_topic: Some("reply/here".into()),
+            correlation_data: Some(vec![1, 2, 3]),
+            user_properties: vec![("k".into(), "v".into()), ("k".into(), "w".into())],
+        };
+        assert_eq!(p.append("events", r.clone()).await.unwrap(), 0);
+        let second = rec("events/b", b"two", 2);
+        assert_eq!(p.append("events", second.clone()).await.unwrap(), 1);
+        let w = p.read_window("events", all()).await.unwrap();
+        assert_eq!((w.floor, w.head, w.records.len()), (0, 2, 2));
+        assert_eq!(w.records[0].properties, r.properties);
+        assert_eq!(w.records[0].payload, b"one");
+        assert_eq!(w.records[1].topic, "events/b");
+        assert_eq!(w.records[0].state, RecordState::Stored);
+        let s = p.stats("events").await.unwrap();
+        assert_eq!(s.records, 2);
+        assert_eq!(s.bytes, r.size() + second.size());
+    });
+}
+
+#[test]
+fn window_reads_are_bounded_by_count_and_bytes_but_always_make_progress() {
+    let dir = temp_dir("window");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(async {
+        p.open_channel("c", ChannelSettings::append())
+            .await
+            .unwrap();
+        for n in 0..10 {
+            p.append("c", rec("c/x", &[0; 100], n)).await.unwrap();
+        }
+        let w = p
+            .read_window("c", WindowRequest::new(3, 4, u64::MAX))
+            .await
+            .unwrap();
+        let offs: Vec<u64> = w.records.iter().map(|r| r.offset).collect();
+        assert_eq!(offs, vec![3, 4, 5, 6]);
+        let w = p
+            .read_window("c", WindowRequest::new(0, 100, 250))
+            .await
+            .unwrap();
+        assert_eq!(w.records.len(), 2);
+        let w = p
+            .read_window("c", WindowRequest::new(0, 100, 1))
+            .await
+            .unwrap();
+        assert_eq!(
+            w.records.len(),
+            1,
+            "one record even when larger than the byte bound"
+        );
+    });
+}
+
+/// Invariant 9 / B-151: offsets are strictly increasing and never reused, across a
+/// restart and after retention has removed everything.
+#[test]
+fn offsets_are_never_reused_across_restart_even_after_retention_empties_the_channel() {
+    let dir = temp_dir("offsets");
+    let chan = ChannelSettings {
+        kind: ChannelKind::Append,
+        max_bytes: None,
+        retention: Retention {
+            period: Some(Duration::from_secs(1)),
+            bytes: None,
+        },
+    };
+    {
+        let p = SqliteProvider::open(&settings(&dir)).unwrap();
+        smol::block_on(async {
+            p.open_channel("c", chan.clone()).await.unwrap();
+            for n in 0..5 {
+                assert_eq!(p.append("c", rec("c/x", b"p", n)).await.unwrap(), n);
+            }
+            let swept = p.sweep_age(10_000).await.unwrap();
+            assert_eq!(swept.records, 5);
+            let s = p.stats("c").await.unwrap();
+            assert_eq!((s.floor, s.head, s.records, s.bytes), (5, 5, 0, 0));
+        });
+    }
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(async {
+        p.open_channel("c", chan).await.unwrap();
+        assert_eq!(p.append("c", rec("c/x", b"p", 20_000)).await.unwrap(), 5);
+    });
+}
+
+/// B-139, B-140: with the keys absent, publishes arriving during a commit go into the
+/// next transaction together, so concurrent publishers need far fewer commits.
+#[test]
+fn collecting_without_waiting_groups_concurrent_publishes() {
+    let dir = temp_dir("collect");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(async {
+        p.open_channel("c", ChannelSettings::append())
+            .await
+            .unwrap();
+        let before = p.writer_stats();
+        let futs: Vec<_> = (0..600)
+            .map(|n| p.append("c", rec("c/x", b"payload", n)))
+            .collect();
+        let mut offs: Vec<u64> = join_all(futs)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        offs.sort();
+        assert_eq!(offs, (0..600).collect::<Vec<_>>());
+        let after = p.writer_stats();
+        let commits = after.commits - before.commits;
+        assert_eq!(after.appended - before.appended, 600);
+        assert!(
+            commits < 100,
+            "600 concurrent publishes took {commits} commits"
+        );
+        // B-140: at most 256 records a transaction.
+        assert!(
+            commits >= 3,
+            "600 publishes in {commits} commits exceeds 256 a commit"
+        );
+    });
+}
+
+/// B-141: `publish_commit_interval: none` is a transaction per publish.
+#[test]
+fn per_publish_mode_commits_once_per_record() {
+    let dir = temp_dir("perpublish");
+    let mut s = settings(&dir);
+    s.commit = CommitMode::PerPublish;
+    let p = SqliteProvider::open(&s).unwrap();
+    smol::block_on(async {
+        p.open_channel("c", ChannelSettings::append())
+            .await
+            .unwrap();
+        let before = p.writer_stats().commits;
+        let futs: Vec<_> = (0..50)
+            .map(|n| p.append("c", rec("c/x", b"x", n)))
+            .collect();
+        for r in join_all(futs).await {
+            r.unwrap();
+        }
+        assert_eq!(p.writer_stats().commits - before, 50);
+    });
+}
+
+/// B-142, B-143: with an interval, a batch closes on the count at once, or at the
+/// interval with whatever it has.
+#[test]
+fn interval_mode_closes_on_count_or_on_interval() {
+    let dir = temp_dir("interval");
+    let mut s = settings(&dir);
+    s.commit = CommitMode::Interval {
+        interval: Duration::from_millis(300),
+        max_records: 8,
+    };
+    let p = SqliteProvider::open(&s).unwrap();
+    smol::block_on(async {
+        p.open_channel("c", ChannelSettings::append())
+            .await
+            .unwrap();
+        let t = Instant::now();
+        p.append("c", rec("c/x", b"x", 0)).await.unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(290),
+            "lone publisher: {:?}",
+            t.elapsed()
+        );
+        let before = p.writer_stats().commits;
+        let t = Instant::now();
+        let futs: Vec<_> = (0..8).map(|n| p.append("c", rec("c/x", b"x", n))).collect();
+        for r in join_all(futs).await {
+            r.unwrap();
+        }
+        assert!(
+            t.elapsed() < Duration::from_millis(250),
+            "full batch: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(p.writer_stats().commits - before, 1);
+    });
+}
+
+/// B-150, B-153, B-154: reads do not wait behind a publisher waiting out a 1s interval,
+/// on read connections and on the write connection alike.
+#[test]
+fn reads_do_not_wait_behind_a_collecting_publisher() {
+    for read_connections in [2, 0] {
+        let dir = temp_dir("readbeside");
+        let mut s = settings(&dir);
+        s.read_connections = read_connections;
+        s.commit = CommitMode::Interval {
+            interval: Duration::from_secs(1),
+            max_records: 64,
+        };
+        let p = SqliteProvider::open(&s).unwrap();
+        smol::block_on(async {
+            p.open_channel("c", ChannelSettings::append())
+                .await
+                .unwrap();
+            let publish = p.append("c", rec("c/x", b"x", 0));
+            let read = async {
+                smol::Timer::after(Duration::from_millis(50)).await;
+                let t = Instant::now();
+                let w = p.read_window("c", all()).await.unwrap();
+                (t.elapsed(), w.records.len())
+            };
+            let (offset, (took, seen)) = futures_lite::future::zip(publish, read).await;
+            offset.unwrap();
+            assert_eq!(seen, 0, "the read saw nothing uncommitted");
+            assert!(
+                took < Duration::from_millis(200),
+                "read_connections {read_connections}: read took {took:?}"
+            );
+        });
+    }
+}
+
+/// C-021, A-178, C-109, C-110: a channel's max_bytes refuses exactly, with 0x97, and
+/// resolution makes room again.
+#[test]
+fn channel_max_bytes_refuses_the_publish_that_would_exceed_it() {
+    let dir = temp_dir("chanmax");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    let r = rec("q/x", &[0; 90], 0);
+    let size = r.size();
+    smol::block_on(async {
+        let chan = ChannelSettings {
+            kind: ChannelKind::Queue {
+                job_expires_after: None,
+            },
+            max_bytes: Some(size * 2),
+            retention: Retention::default(),
+        };
+        p.open_channel("q", chan).await.unwrap();
+        p.append("q", r.clone()).await.unwrap();
+        p.append("q", r.clone()).await.unwrap();
+        let e = p.append("q", r.clone()).await.unwrap_err();
+        assert!(matches!(e, StorageError::ChannelFull { .. }), "{e}");
+        assert_eq!(e.reason_code(), 0x97);
+        p.resolve("q", 0).await.unwrap();
+        assert_eq!(p.append("q", r).await.unwrap(), 2);
+    });
+}
+
+/// C-113, C-115, B-419: the provider bounds its file in pages and keeps a reserve that
+/// publishes may not use and the relieving operations may.
+#[test]
+fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
+    let dir = temp_dir("provmax");
+    let mut s = settings(&dir);
+    s.max_bytes = 600 * 1024;
+    s.reserve_bytes = 200 * 1024;
+    let p = SqliteProvider::open(&s).unwrap();
+    smol::block_on(async {
+        let q = ChannelSettings {
+            kind: ChannelKind::Queue {
+                job_expires_after: None,
+            },
+            max_bytes: None,
+            retention: Retention::default(),
+        };
+        p.open_channel("q", q).await.unwrap();
+        let dlq = ChannelSettings {
+            kind: ChannelKind::DeadLetter { queue: "q".into() },
+            max_bytes: None,
+            retention: Retention::default(),
+        };
+        p.open_channel("q__dlq", dlq).await.unwrap();
+        let mut stored = 0u64;
+        let err = loop {
+            match p.append("q", rec("q/x", &[7; 4000], stored)).await {
+                Ok(_) => stored += 1,
+                Err(e) => break e,
+            }
+            assert!(stored < 1000, "never refused");
+        };
+        assert!(matches!(err, StorageError::ProviderFull { .. }), "{err}");
+        assert_eq!(err.reason_code(), 0x97);
+        assert!(stored > 50, "only {stored} stored before the bound");
+        assert_eq!(p.record_attempt("q", 0, 0).await.unwrap(), 1);
+        let moved = p
+            .dead_letter(
+                "q",
+                0,
+                "q__dlq",
+                vec![("saguin-dlq-offset".into(), "0".into())],
+            )
+            .await
+            .unwrap();
+        assert_eq!(moved, 0);
+        p.set_position("client", "q__dlq", 1).await.unwrap();
+        let w = p.read_window("q__dlq", all()).await.unwrap();
+        assert_eq!(w.records[0].properties.user_properties.len(), 1);
+        assert_eq!(
+            w.records[0].message_id, "id-0-4000",
+            "C-124: the id is kept"
+        );
+        assert_eq!(p.position("client", "q__dlq").await.unwrap(), Some(1));
+    });
+}
+
+/// B-520, B-522: a second broker on the same file refuses to start, naming the lock,
+/// and the lock goes with its holder.
+#[test]
+fn a_second_provider_on_the_same_file_is_refused_naming_the_lock() {
+    let dir = temp_dir("lock");
+    let first = SqliteProvider::open(&settings(&dir)).unwrap();
+    let err = SqliteProvider::open(&settings(&dir)).unwrap_err();
+    let lock = dir.join("saguin.db.lock");
+    assert_eq!(
+        err,
+        StorageError::Locked {
+            provider: "local".into(),
+            lock: lock.clone()
+        }
+    );
+    assert!(err.to_string().contains(&lock.display().to_string()));
+    drop(first);
+    SqliteProvider::open(&settings(&dir)).unwrap();
+}
+
+/// B-521, C-221: another process reads the live database (what `sqlite3` would do).
+#[test]
+fn another_process_reads_the_database_while_the_provider_has_it_open() {
+    let dir = temp_dir("external");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(async {
+        p.open_channel("events", ChannelSettings::append())
+            .await
+            .unwrap();
+        for n in 0..3 {
+            p.append("events", rec("events/x", b"hello", n))
+                .await
+                .unwrap();
+        }
+    });
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "external_reader", "--nocapture"])
+        .env("SAGUIN_EXTERNAL_DB", dir.join("saguin.db"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("EXTERNAL events 3"), "{stdout}");
+    drop(p);
+}
+
+/// Run by the test above in a child process: a plain read-only rusqlite connection.
+#[test]
+#[ignore = "helper run in a child process by another test"]
+fn external_reader() {
+    let Ok(path) = std::env::var("SAGUIN_EXTERNAL_DB") else {
+        return;
+    };
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let conn = rusqlite::Connection::open_with_flags(&path, flags).unwrap();
+    let n: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM records JOIN channels ON channels.id = records.channel_id \
+             WHERE channels.name = 'events'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    println!("EXTERNAL events {n}");
+}
