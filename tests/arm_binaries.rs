@@ -1,0 +1,117 @@
+//! The shipped ARM binaries (built by `cross/build` into `target/dist/<triple>/saguin`)
+//! are portable: static (no dynamic section, no NEEDED libraries), for the right
+//! architecture, and within the flash budget. A pinned-glibc build (`<triple>.2.17`)
+//! may link glibc dynamically but must need nothing newer than GLIBC_2.17.
+//!
+//! A target that has not been built is skipped with a message, so `cargo test` on a
+//! machine that never cross-compiled passes; `.ci/arm` builds them first and sets
+//! SAGUIN_REQUIRE_ARM_BINARIES=1 so that a missing one fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Budget from issue 8: under 6 MiB per ARM binary with everything in.
+const MAX_BYTES: u64 = 6 * 1024 * 1024;
+
+fn dist(triple: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dist").join(triple).join("saguin")
+}
+
+fn tool(candidates: &[&str], args: &[&str], bin: &Path) -> Option<String> {
+    for c in candidates {
+        if let Ok(out) = Command::new(c).args(args).arg(bin).output() {
+            if out.status.success() {
+                return Some(String::from_utf8_lossy(&out.stdout).into_owned());
+            }
+        }
+    }
+    None
+}
+
+fn present(triple: &str) -> Option<PathBuf> {
+    let p = dist(triple);
+    if p.exists() {
+        return Some(p);
+    }
+    if std::env::var_os("SAGUIN_REQUIRE_ARM_BINARIES").is_some_and(|v| v == "1") {
+        panic!("{} is missing: run cross/build", p.display());
+    }
+    eprintln!("skipped: {} not built (cross/build {triple})", p.display());
+    None
+}
+
+fn check_static(triple: &str, arch: &str, readelf: &[&str]) {
+    let Some(bin) = present(triple) else { return };
+    let size = std::fs::metadata(&bin).unwrap().len();
+    let Some(file) = tool(&["file"], &["-b"], &bin) else {
+        eprintln!("skipped: `file` is not installed");
+        return;
+    };
+    eprintln!("{triple}: {size} bytes, {}", file.trim());
+    assert!(file.contains(arch), "{triple}: not an {arch} binary: {file}");
+    assert!(
+        file.contains("statically linked") || file.contains("static-pie linked"),
+        "{triple}: not static: {file}"
+    );
+    assert!(size < MAX_BYTES, "{triple}: {size} bytes, over the {MAX_BYTES}-byte budget");
+    if let Some(dynamic) = tool(readelf, &["-d"], &bin) {
+        assert!(!dynamic.contains("(NEEDED)"), "{triple}: needs shared libraries:\n{dynamic}");
+    }
+}
+
+/// Highest GLIBC_x.y version that `objdump -T` lists, as (x, y).
+fn max_glibc(objdump_t: &str) -> Option<(u32, u32)> {
+    objdump_t
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter_map(|v| {
+            let mut it = v.split('.');
+            Some((it.next()?.parse().ok()?, it.next().unwrap_or("0").parse().ok()?))
+        })
+        .max()
+}
+
+fn check_old_glibc(triple: &str, arch: &str, objdump: &[&str]) {
+    let p = dist(triple);
+    if !p.exists() {
+        eprintln!("skipped: {} not built (optional)", p.display());
+        return;
+    }
+    let Some(file) = tool(&["file"], &["-b"], &p) else { return };
+    assert!(file.contains(arch), "{triple}: {file}");
+    let Some(syms) = tool(objdump, &["-T"], &p) else {
+        eprintln!("skipped: no objdump for {triple}");
+        return;
+    };
+    let max = max_glibc(&syms);
+    eprintln!("{triple}: newest glibc symbol {max:?}");
+    assert!(max.is_none_or(|v| v <= (2, 17)), "{triple}: needs glibc {max:?}, more than 2.17");
+}
+
+#[test]
+fn armv7_musl_is_static() {
+    check_static(
+        "armv7-unknown-linux-musleabihf",
+        "ARM, EABI5",
+        &["arm-linux-gnueabihf-readelf", "readelf"],
+    );
+}
+
+#[test]
+fn aarch64_musl_is_static() {
+    check_static("aarch64-unknown-linux-musl", "ARM aarch64", &["aarch64-linux-gnu-readelf", "readelf"]);
+}
+
+#[test]
+fn pinned_glibc_builds_need_at_most_2_17() {
+    check_old_glibc("armv7-unknown-linux-gnueabihf.2.17", "ARM, EABI5", &["arm-linux-gnueabihf-objdump"]);
+    check_old_glibc("aarch64-unknown-linux-gnu.2.17", "ARM aarch64", &["aarch64-linux-gnu-objdump"]);
+}
+
+#[test]
+fn glibc_version_parsing() {
+    let t = "00000000      DF *UND*  00000000 (GLIBC_2.4)   memcpy\n\
+             00000000      DF *UND*  00000000  GLIBC_2.17  clock_gettime\n";
+    assert_eq!(max_glibc(t), Some((2, 17)));
+    assert_eq!(max_glibc("nothing"), None);
+}
