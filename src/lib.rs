@@ -3,4 +3,5 @@
 
 pub mod codec;
 pub mod config;
+pub mod routing;
 pub mod storage;
