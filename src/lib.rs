@@ -5,5 +5,6 @@ pub mod broker;
 pub mod codec;
 pub mod config;
 pub mod ops;
+pub mod routing;
 pub mod server;
 pub mod storage;

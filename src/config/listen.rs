@@ -241,9 +241,18 @@ pub(crate) fn read(
 #[derive(Debug, Clone)]
 pub(crate) struct DoorLine {
     pub name: String,
+    /// What the door binds: a TCP address or a Unix path.
+    pub bind: Option<Bind>,
     pub path: String,
     pub line: u32,
     pub file: String,
+}
+
+/// What a door binds, for clash checks across listeners.
+#[derive(Debug, Clone)]
+pub(crate) enum Bind {
+    Tcp(ListenAddress),
+    Unix(PathBuf),
 }
 
 /// Two doors of one listener sharing a name, each named with its line.
@@ -308,6 +317,7 @@ fn read_door(
     };
     lines.push(DoorLine {
         name: name.clone(),
+        bind: None,
         path: path.to_string(),
         line: node.line,
         file: ctx.file.clone(),
@@ -322,6 +332,9 @@ fn read_door(
                 }
             };
             let tls = f.take("tls").and_then(|n| tls(ctx, n, &f.path("tls")));
+            if let (Some(a), Some(l)) = (&address, lines.last_mut()) {
+                l.bind = Some(Bind::Tcp(a.clone()));
+            }
             let address = address.unwrap_or(ListenAddress {
                 host: String::new(),
                 port: 0,
@@ -363,6 +376,9 @@ fn read_door(
                     None
                 }
             };
+            if let (Some(p), Some(l)) = (&path_v, lines.last_mut()) {
+                l.bind = Some(Bind::Unix(p.clone()));
+            }
             let mode = f
                 .take("mode")
                 .and_then(|n| mode(ctx, n, &f.path("mode")))
@@ -642,6 +658,69 @@ fn check_host(host: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err("has a host that is neither an IP address nor a host name; write one, or leave it empty for every interface".into())
+    }
+}
+
+/// Two doors on one port (hosts equal or either a wildcard), or two Unix doors
+/// on one path, across the MQTT and operations listeners together.
+pub(crate) fn check_binds(ctx: &mut Ctx, doors: &[DoorLine]) {
+    for (i, b) in doors.iter().enumerate() {
+        for a in &doors[..i] {
+            let clash = match (&a.bind, &b.bind) {
+                (Some(Bind::Tcp(x)), Some(Bind::Tcp(y))) => {
+                    x.port != 0 && x.port == y.port && hosts_overlap(&x.host, &y.host)
+                }
+                (Some(Bind::Unix(x)), Some(Bind::Unix(y))) => {
+                    super::storage::clean(x) == super::storage::clean(y)
+                }
+                _ => false,
+            };
+            if clash {
+                let (what, key) = match &b.bind {
+                    Some(Bind::Tcp(addr)) => {
+                        (format!("port {}", addr.port), format!("{}.address", b.path))
+                    }
+                    _ => ("socket path".to_string(), format!("{}.path", b.path)),
+                };
+                let text = format!(
+                    "is on the same {what} as {} ({} line {}); give each door its own",
+                    a.path, a.file, a.line
+                );
+                let saved = std::mem::replace(&mut ctx.file, b.file.clone());
+                ctx.say(b.line, &key, None, text);
+                ctx.file = saved;
+                break;
+            }
+        }
+    }
+}
+
+fn hosts_overlap(a: &str, b: &str) -> bool {
+    let wildcard = |h: &str| matches!(h, "" | "0.0.0.0" | "::" | "0:0:0:0:0:0:0:0");
+    if wildcard(a) || wildcard(b) {
+        return true;
+    }
+    norm_host(a) == norm_host(b)
+}
+
+fn norm_host(h: &str) -> String {
+    let (ip, zone) = match h.split_once('%') {
+        Some((ip, z)) => (ip, Some(z)),
+        None => (h, None),
+    };
+    match ip.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return v4.to_string();
+            }
+            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
+            match (link_local, zone) {
+                (true, Some(z)) => format!("{v6}%{z}"),
+                _ => v6.to_string(),
+            }
+        }
+        Ok(ip) => ip.to_string(),
+        Err(_) => h.to_ascii_lowercase(),
     }
 }
 

@@ -16,22 +16,55 @@
 //! Only `config` knows YAML. Durations are `std::time::Duration`, sizes are
 //! byte counts, and every default is applied before `load` returns.
 
+mod blocks;
+mod bridges;
+mod channels;
 mod error;
+mod include;
 mod limits;
 mod listen;
 mod node;
+mod render;
+mod storage;
 mod units;
 mod walk;
 
 use std::path::{Path, PathBuf};
 
+pub use blocks::{Operations, Qos2, Retained, Session, Share};
+pub use bridges::{Bridge, BridgeRule, Direction, Peer, PeerScheme};
+pub use channels::{Backoff, Channel, ChannelType, QueueSettings, Retry, Start};
 pub use error::{ConfigError, Finding};
 pub use limits::Limits;
 pub use listen::{ListenAddress, Listeners, TcpDoor, Tls, TlsVersion, UnixDoor, WsDoor};
+pub use render::{render, summary};
+pub use storage::{CommitMode, MemorySettings, Provider, ProviderKind, SqliteSettings, Storage};
 pub use units::{format_duration, format_size};
 
-use node::Node;
+use node::{Kind, Node};
 use walk::{Ctx, Fields};
+
+/// Where something was defined: a file and a 1-based line.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The file, as findings name it (included files relative to the master's directory).
+    pub file: String,
+    /// The line of its key.
+    pub line: u32,
+}
+
+/// A filesystem path the configuration names, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedFile {
+    /// The key, e.g. `broker.mqtt.password_file`.
+    pub key: String,
+    /// The path as written.
+    pub path: PathBuf,
+    /// The configuration file it is written in.
+    pub file: String,
+    /// The line.
+    pub line: u32,
+}
 
 /// A validated configuration: every default applied, every rule checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +73,63 @@ pub struct Config {
     pub source: PathBuf,
     /// The `broker:` block.
     pub broker: Broker,
+    /// Every channel, sorted by name, each queue's `<name>__dlq` included
+    /// (see [`Channel::dlq_of`]).
+    pub channels: Vec<Channel>,
+    /// Every bridge, sorted by name.
+    pub bridges: Vec<Bridge>,
+    /// What `--check-config` says without failing (an unused `$N` in a bridge topic).
+    pub notes: Vec<String>,
+    /// Every path the file names, for [`Config::check_files`].
+    pub named_files: Vec<NamedFile>,
+}
+
+impl Config {
+    /// The channel called `name`, derived dead-letter channels included.
+    pub fn channel(&self, name: &str) -> Option<&Channel> {
+        self.channels
+            .binary_search_by(|c| c.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.channels[i])
+    }
+
+    /// Opens every file the configuration names for the broker to read -
+    /// password files, the ACL file, certificates, keys and authorities -
+    /// and reports every one that cannot be read, at once. Reads only.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] with one finding per unreadable file.
+    pub fn check_files(&self) -> Result<(), ConfigError> {
+        const READ: &[&str] = &[
+            "password_file",
+            "acl_file",
+            "cert_file",
+            "key_file",
+            "client_ca_file",
+            "ca_file",
+        ];
+        let mut findings = Vec::new();
+        for nf in &self.named_files {
+            let last = nf.key.rsplit('.').next().unwrap_or("");
+            if !READ.contains(&last) || !nf.path.is_absolute() {
+                continue;
+            }
+            if let Err(e) = std::fs::File::open(&nf.path) {
+                findings.push(Finding {
+                    file: nf.file.clone(),
+                    line: nf.line,
+                    key: nf.key.clone(),
+                    value: Some(format!("{:?}", nf.path.display().to_string())),
+                    text: format!(" cannot be read ({e}); make the file readable by the broker, or fix the path"),
+                });
+            }
+        }
+        if findings.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::new(findings))
+        }
+    }
 }
 
 /// The `broker:` block.
@@ -55,6 +145,18 @@ pub struct Broker {
     pub mqtt: Mqtt,
     /// `broker.limits`, every limit with its default applied.
     pub limits: Limits,
+    /// `broker.operations`; `None` when the block is absent (no operations listener).
+    pub operations: Option<Operations>,
+    /// `broker.storage`: providers, the default and default retention.
+    pub storage: Storage,
+    /// `broker.retained`, defaults applied.
+    pub retained: Retained,
+    /// `broker.qos2`, defaults applied.
+    pub qos2: Qos2,
+    /// `broker.share`, defaults applied.
+    pub share: Share,
+    /// `broker.session`, defaults applied.
+    pub session: Session,
 }
 
 /// `broker.log_level`.
@@ -199,37 +301,51 @@ const MQTT_KEYS: &[&str] = &[
 ];
 
 fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
+    include::check_tags(ctx, root, "", &["channels", "broker.storage.providers"]);
     let mut f = Fields::open(ctx, root, "", ROOT_KEYS);
-    let broker = match f.take("broker") {
-        Some(n) => read_broker(ctx, n),
-        None => {
-            ctx.say(
-                0,
-                "broker",
-                None,
-                "is missing; write a broker: block with at least id:",
-            );
-            read_broker(
-                ctx,
-                &Node {
-                    kind: node::Kind::Null,
-                    line: 0,
-                    tag: None,
-                },
-            )
-        }
+    let null = Node {
+        kind: Kind::Null,
+        line: 0,
+        tag: None,
     };
-    // Channels and bridges are read by their own modules (see issue 3, part 2).
-    let _ = f.take("channels");
-    let _ = f.take("bridges");
+    let broker_node = f.take("broker");
+    if broker_node.is_none() {
+        ctx.say(
+            0,
+            "broker",
+            None,
+            "is missing; write a broker: block with at least id: and storage:",
+        );
+    }
+    let mut doors = Vec::new();
+    let broker = read_broker(ctx, broker_node.unwrap_or(&null), path, &mut doors);
+    let channels = match f.take("channels") {
+        Some(n) => channels::read(ctx, n, path, &broker.storage, &broker.limits),
+        None => Vec::new(),
+    };
+    let mut notes = Vec::new();
+    let bridges = match f.take("bridges") {
+        Some(n) => bridges::read(ctx, n, &broker.limits, &mut notes),
+        None => Vec::new(),
+    };
     f.finish(ctx);
+    listen::check_binds(ctx, &doors);
     Config {
         source: path.to_path_buf(),
         broker,
+        channels,
+        bridges,
+        notes,
+        named_files: std::mem::take(&mut ctx.paths),
     }
 }
 
-fn read_broker(ctx: &mut Ctx, node: &Node) -> Broker {
+fn read_broker(
+    ctx: &mut Ctx,
+    node: &Node,
+    path: &Path,
+    doors: &mut Vec<listen::DoorLine>,
+) -> Broker {
     let mut f = Fields::open(ctx, node, "broker", BROKER_KEYS);
     let id = match f.take("id") {
         Some(n) => {
@@ -267,7 +383,6 @@ fn read_broker(ctx: &mut Ctx, node: &Node) -> Broker {
     let pid_file = f
         .take("pid_file")
         .and_then(|n| walk::abs_path(ctx, n, "broker.pid_file"));
-    let mqtt = read_mqtt(ctx, f.take("mqtt"));
     let limits = match f.take("limits") {
         Some(n) => {
             let fields = Fields::open(ctx, n, "broker.limits", limits::KEYS);
@@ -275,16 +390,17 @@ fn read_broker(ctx: &mut Ctx, node: &Node) -> Broker {
         }
         None => limits::read(ctx, Fields::empty("broker.limits", limits::KEYS)),
     };
-    for key in [
-        "operations",
-        "storage",
-        "retained",
-        "qos2",
-        "share",
-        "session",
-    ] {
-        let _ = f.take(key);
-    }
+    let mqtt = read_mqtt(ctx, f.take("mqtt"), doors);
+    let operations = f.take("operations").map(|n| {
+        let (ops, ops_doors) = blocks::operations(ctx, n);
+        doors.extend(ops_doors);
+        ops
+    });
+    let storage = storage::read(ctx, f.take("storage"), path, &limits);
+    let retained = blocks::retained(ctx, f.take("retained"), &storage);
+    let qos2 = blocks::qos2(ctx, f.take("qos2"));
+    let share = blocks::share(ctx, f.take("share"));
+    let session = blocks::session(ctx, f.take("session"), &storage);
     f.finish(ctx);
     Broker {
         id,
@@ -292,22 +408,45 @@ fn read_broker(ctx: &mut Ctx, node: &Node) -> Broker {
         pid_file,
         mqtt,
         limits,
+        operations,
+        storage,
+        retained,
+        qos2,
+        share,
+        session,
     }
 }
 
-fn read_mqtt(ctx: &mut Ctx, node: Option<&Node>) -> Mqtt {
+fn read_mqtt(ctx: &mut Ctx, node: Option<&Node>, doors: &mut Vec<listen::DoorLine>) -> Mqtt {
     let null = Node {
-        kind: node::Kind::Null,
+        kind: Kind::Null,
         line: 0,
         tag: None,
     };
-    let mut f = Fields::open(ctx, node.unwrap_or(&null), "broker.mqtt", MQTT_KEYS);
+    let node = node.unwrap_or(&null);
+    let mut f = Fields::open(ctx, node, "broker.mqtt", MQTT_KEYS);
     let listen_node = f.take("listen");
-    let (mut listen, _doors) =
+    let (mut listen, mqtt_doors) =
         listen::read(ctx, listen_node, "broker.mqtt.listen", listen::Block::Mqtt);
     if listen.tcp.is_empty() && listen.ws.is_empty() && listen.unix.is_empty() {
-        listen = Listeners::default_mqtt();
+        if let Some(n) = listen_node.filter(|n| !matches!(n.kind, Kind::Null)) {
+            if ctx
+                .findings
+                .iter()
+                .all(|x| !x.key.starts_with("broker.mqtt.listen"))
+            {
+                ctx.say(
+                    n.line,
+                    "broker.mqtt.listen",
+                    None,
+                    "names no door; write tcp:, ws: or unix:, or remove listen: for tcp on :1883",
+                );
+            }
+        } else {
+            listen = Listeners::default_mqtt();
+        }
     }
+    doors.extend(mqtt_doors.iter().cloned());
     let password_file = f
         .take("password_file")
         .and_then(|n| walk::abs_path(ctx, n, "broker.mqtt.password_file"));
@@ -329,15 +468,97 @@ fn read_mqtt(ctx: &mut Ctx, node: Option<&Node>) -> Mqtt {
             }
         },
     };
-    let acl_file = f
-        .take("acl_file")
-        .and_then(|n| walk::abs_path(ctx, n, "broker.mqtt.acl_file"));
+    let acl_node = f.take("acl_file");
+    let acl_file = acl_node.and_then(|n| walk::abs_path(ctx, n, "broker.mqtt.acl_file"));
+    let anon_line = f.key_line("allow_anonymous");
     f.finish(ctx);
-    Mqtt {
+    let mqtt = Mqtt {
         listen,
         password_file,
         allow_anonymous,
         min_protocol_version,
         acl_file,
+    };
+    check_auth(
+        ctx,
+        &mqtt,
+        &mqtt_doors,
+        acl_node.map(|n| n.line),
+        anon_line.unwrap_or(node.line),
+    );
+    mqtt
+}
+
+/// The authentication rules that span the broker and its doors.
+fn check_auth(
+    ctx: &mut Ctx,
+    m: &Mqtt,
+    doors: &[listen::DoorLine],
+    acl_line: Option<u32>,
+    anon_line: u32,
+) {
+    // (door path, line, own password file, own allow_anonymous, requires a client CA)
+    let mut each: Vec<(String, u32, bool, Option<bool>, bool)> = Vec::new();
+    let line_of = |name: &str, kind: &str| {
+        doors
+            .iter()
+            .find(|d| d.name == name && d.path.contains(kind))
+            .map(|d| (d.path.clone(), d.line))
+            .unwrap_or_default()
+    };
+    for d in &m.listen.tcp {
+        let (p, l) = line_of(&d.name, "tcp");
+        each.push((
+            p,
+            l,
+            d.password_file.is_some(),
+            d.allow_anonymous,
+            d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+        ));
+    }
+    for d in &m.listen.ws {
+        let (p, l) = line_of(&d.name, "ws");
+        each.push((
+            p,
+            l,
+            d.password_file.is_some(),
+            d.allow_anonymous,
+            d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+        ));
+    }
+    for d in &m.listen.unix {
+        let (p, l) = line_of(&d.name, "unix");
+        each.push((p, l, d.password_file.is_some(), d.allow_anonymous, false));
+    }
+    for (path, line, own_file, own_anon, client_ca) in &each {
+        let has_file = *own_file || m.password_file.is_some();
+        let anon = if *own_file {
+            *own_anon
+        } else {
+            own_anon.or(m.allow_anonymous)
+        };
+        if anon == Some(false) && !has_file && !client_ca {
+            let key = if own_anon.is_some() {
+                format!("{path}.allow_anonymous")
+            } else {
+                "broker.mqtt.allow_anonymous".into()
+            };
+            let l = if own_anon.is_some() { *line } else { anon_line };
+            ctx.say(l, &key, Some("false".into()), "with no password file is a broker nothing can connect to; name a password_file, or remove the key");
+        }
+    }
+    if let Some(acl_line) = acl_line {
+        let authenticates = m.password_file.is_some() || each.iter().any(|e| e.2 || e.4);
+        if !authenticates {
+            ctx.say(acl_line, "broker.mqtt.acl_file", None, "is refused: nothing authenticates clients, so every rule would be about anonymous users; name a password_file or give a listener tls.client_ca_file");
+        }
+        if m.allow_anonymous == Some(true) {
+            ctx.say(anon_line, "broker.mqtt.allow_anonymous", Some("true".into()), "is refused beside an acl_file: the ACL names users, and an anonymous client has none; remove it");
+        }
+        for (path, line, _, own_anon, _) in &each {
+            if *own_anon == Some(true) {
+                ctx.say(*line, &format!("{path}.allow_anonymous"), Some("true".into()), "is refused beside an acl_file: the ACL names users, and an anonymous client has none; remove it");
+            }
+        }
     }
 }

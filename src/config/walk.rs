@@ -14,6 +14,8 @@ use super::units::{parse_duration, parse_size};
 pub(crate) struct Ctx {
     pub findings: Vec<Finding>,
     pub file: String,
+    /// Every path the configuration names, for `Config::check_files`.
+    pub paths: Vec<super::NamedFile>,
 }
 
 impl Ctx {
@@ -21,6 +23,7 @@ impl Ctx {
         Ctx {
             findings: Vec::new(),
             file,
+            paths: Vec::new(),
         }
     }
 
@@ -153,6 +156,16 @@ impl<'a> Fields<'a> {
 
     /// Reports every unknown key and every key written twice.
     pub fn finish(self, ctx: &mut Ctx) {
+        self.report(ctx, true);
+    }
+
+    /// Reports only keys written twice: for mappings whose keys are names
+    /// the operator chose (channels, providers, bridges).
+    pub fn finish_duplicates_only(self, ctx: &mut Ctx) {
+        self.report(ctx, false);
+    }
+
+    fn report(self, ctx: &mut Ctx, unknown: bool) {
         for (i, (key, _)) in self.entries.iter().enumerate() {
             if let Some(first) = self.entries[..i].iter().find(|(k, _)| k.name == key.name) {
                 ctx.say(
@@ -166,7 +179,7 @@ impl<'a> Fields<'a> {
                 );
                 continue;
             }
-            if !self.used[i] && !self.known.contains(&key.name.as_str()) {
+            if unknown && !self.used[i] && !self.known.contains(&key.name.as_str()) {
                 ctx.say(
                     key.line,
                     &self.path(&key.name),
@@ -377,6 +390,12 @@ pub(crate) fn abs_path(ctx: &mut Ctx, node: &Node, key: &str) -> Option<PathBuf>
         return None;
     }
     let p = PathBuf::from(&s);
+    ctx.paths.push(super::NamedFile {
+        key: key.to_string(),
+        path: p.clone(),
+        file: ctx.file.clone(),
+        line: node.line,
+    });
     if !p.is_absolute() {
         ctx.bad(
             node,

@@ -1,0 +1,293 @@
+//! Routing: where a topic lands and what a filter reaches, golden against
+//! the spec's own tables (A-008, B-347 … B-353; RFC 0002 "--route").
+
+use std::path::Path;
+
+use saguin::config::{self, ChannelType};
+use saguin::routing::{self, Route, Router, Serves};
+
+fn router(p: &str) -> (config::Config, Router) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/config")
+        .join(p);
+    let c = config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let r = Router::new(&c);
+    (c, r)
+}
+
+fn lands(r: &Router, topic: &str) -> Option<&'static str> {
+    match r.resolve(topic) {
+        Route::Channel { name, .. } => Some(Box::leak(name.to_string().into_boxed_str())),
+        Route::Broadcast => None,
+    }
+}
+
+#[test]
+fn a008_the_water_table() {
+    let (_, r) = router("route-water.yaml");
+    assert_eq!(lands(&r, "iot/water/w-7/location"), Some("water-location"));
+    assert_eq!(
+        lands(&r, "iot/water/w-7/location/gps"),
+        Some("water-location")
+    );
+    assert_eq!(lands(&r, "iot/water/w-7/flow"), Some("water-measurement"));
+    assert_eq!(
+        lands(&r, "iot/water/w-7/flow/raw"),
+        Some("water-measurement")
+    );
+    assert_eq!(
+        lands(&r, "iot/weather/st-3/data"),
+        Some("weather-measurement")
+    );
+    assert_eq!(
+        lands(&r, "iot/weather/st-3/data/raw"),
+        None,
+        "that filter carries no #"
+    );
+    assert_eq!(
+        lands(&r, "iot/weather/st-3/status"),
+        None,
+        "no filter matches it"
+    );
+    match r.resolve("iot/weather/st-3/events") {
+        Route::Channel { filter, kind, .. } => {
+            assert_eq!(filter, "iot/weather/+/events");
+            assert_eq!(kind, ChannelType::Append);
+        }
+        Route::Broadcast => panic!("events is claimed"),
+    }
+}
+
+#[test]
+fn most_exact_rules_level_by_level() {
+    let chans = |v: &[(&str, &str)]| {
+        Router::from_channels(v.iter().enumerate().map(|(i, (n, f))| {
+            (
+                n.to_string(),
+                ChannelType::Append,
+                vec![f.to_string()],
+                (i, false),
+            )
+        }))
+    };
+    // A spelled-out level beats +, which beats #.
+    let r = chans(&[("hash", "a/#"), ("plus", "a/+"), ("lit", "a/b")]);
+    assert_eq!(lands(&r, "a/b"), Some("lit"));
+    assert_eq!(lands(&r, "a/c"), Some("plus"));
+    assert_eq!(lands(&r, "a/c/d"), Some("hash"));
+    // A filter that ends here beats one continuing with #.
+    let r = chans(&[("deeper", "a/b/#"), ("ends", "a/b")]);
+    assert_eq!(lands(&r, "a/b"), Some("ends"));
+    assert_eq!(lands(&r, "a/b/c"), Some("deeper"));
+    // The first differing level decides, whatever follows it.
+    let r = chans(&[("x", "a/+/c/d"), ("y", "a/b/+/+")]);
+    assert_eq!(lands(&r, "a/b/c/d"), Some("y"));
+    // # matches the parent level too.
+    let r = chans(&[("loc", "iot/+/location/#")]);
+    assert_eq!(lands(&r, "iot/w/location"), Some("loc"));
+}
+
+#[test]
+fn b131_file_order_never_changes_an_answer() {
+    let filters = [
+        ("a", "x/+/z"),
+        ("b", "x/y/#"),
+        ("c", "x/+/+"),
+        ("d", "x/#"),
+        ("e", "x/y/z/#"),
+    ];
+    let forward = Router::from_channels(filters.iter().enumerate().map(|(i, (n, f))| {
+        (
+            n.to_string(),
+            ChannelType::Append,
+            vec![f.to_string()],
+            (i, false),
+        )
+    }));
+    let backward = Router::from_channels(filters.iter().rev().enumerate().map(|(i, (n, f))| {
+        (
+            n.to_string(),
+            ChannelType::Append,
+            vec![f.to_string()],
+            (i, false),
+        )
+    }));
+    for t in ["x/y/z", "x/q/z", "x/y", "x/y/z/w", "x", "x/q/q", "x/q/q/q"] {
+        assert_eq!(forward.resolve(t), backward.resolve(t), "{t}");
+    }
+}
+
+#[test]
+fn what_a_filter_reaches_the_spec_table() {
+    let (_, r) = router("route-water.yaml");
+    let names = |f: &str| -> Vec<(String, Serves)> {
+        r.reach(f)
+            .channels
+            .iter()
+            .map(|t| (t.name.to_string(), t.serves))
+            .collect()
+    };
+    assert_eq!(
+        names("iot/water/w-7/location"),
+        [("water-location".into(), Serves::Current)]
+    );
+    assert_eq!(
+        names("iot/water/+/location/#"),
+        [("water-location".into(), Serves::Current)]
+    );
+    assert_eq!(
+        names("iot/water/w-7/#"),
+        [
+            ("water-location".into(), Serves::Current),
+            ("water-measurement".into(), Serves::Replayed),
+            ("inspections".into(), Serves::Excluded),
+            ("inspections__dlq".into(), Serves::Replayed),
+        ]
+    );
+    assert!(names("iot/weather/st-3/data/raw").is_empty());
+    assert!(r.reach("iot/weather/st-3/data/raw").broadcast);
+    assert_eq!(names("#").len(), 5);
+}
+
+#[test]
+fn a_plain_filter_inside_a_queue_is_refused_0x8f_and_a_crossing_one_is_not() {
+    let (_, r) = router("route-water.yaml");
+    assert_eq!(
+        r.reach("iot/water/+/inspect").refused_inside_queue,
+        Some("inspections")
+    );
+    assert_eq!(
+        r.reach("iot/water/w-7/inspect").refused_inside_queue,
+        Some("inspections")
+    );
+    assert_eq!(r.reach("#").refused_inside_queue, None);
+    assert_eq!(r.reach("iot/#").refused_inside_queue, None);
+    // The dead-letter channel's topics are its own (the more exact filter).
+    assert_eq!(
+        r.reach("iot/water/+/inspect/__dlq").refused_inside_queue,
+        None
+    );
+}
+
+#[test]
+fn b347_b351_the_depot_table_golden() {
+    let (_, r) = router("route-depot.yaml");
+    let subjects: Vec<String> = [
+        "iot/depot/events/order-1",
+        "iot/depot/state/device-1",
+        "iot/depot/health/device-1",
+        "iot/depot/#",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let want = "# topic-or-filter\tchannel\ttype\twhy
+iot/depot/events/order-1\tevents\tappend\tiot/+/events/+
+iot/depot/state/device-1\tstate\tlatest\tiot/+/state/+
+iot/depot/health/device-1\t-\tbroadcast\t-
+iot/depot/#\tevents\tappend\treplayed
+iot/depot/#\tpresence\tlatest\tcurrent
+iot/depot/#\tstate\tlatest\tcurrent
+iot/depot/#\tjobs\tqueue\texcluded
+iot/depot/#\tjobs__dlq\tappend\treplayed
+";
+    assert_eq!(routing::explain(&r, &subjects), want);
+}
+
+#[test]
+fn b353_json_one_object_per_line_null_for_dash() {
+    let (_, r) = router("route-depot.yaml");
+    let subjects = routing::read_subjects("iot/depot/state/device-1\niot/depot/health/device-1\n");
+    assert_eq!(
+        routing::explain_json(&r, &subjects),
+        "{\"subject\":\"iot/depot/state/device-1\",\"channel\":\"state\",\"type\":\"latest\",\"why\":\"iot/+/state/+\"}\n{\"subject\":\"iot/depot/health/device-1\",\"channel\":null,\"type\":\"broadcast\",\"why\":null}\n"
+    );
+}
+
+#[test]
+fn b352_input_skips_blanks_and_comments_but_answers_a_bare_hash() {
+    let subjects = routing::read_subjects(
+        "# topic-or-filter\tchannel\ttype\twhy\n\n#\n# a note\niot/x\tevents\n",
+    );
+    assert_eq!(subjects, ["#", "iot/x"]);
+}
+
+#[test]
+fn a020_the_routing_table_prints_expanded_filters() {
+    let (_, r) = router("route-water.yaml");
+    let one = routing::explain_one(&r, "iot/weather/st-3/data");
+    assert!(
+        one.contains("iot/weather/+/data\tweather-measurement\tappend"),
+        "{one}"
+    );
+    assert!(
+        one.contains("iot/weather/+/events\tweather-measurement\tappend"),
+        "{one}"
+    );
+    assert!(
+        one.contains("iot/water/+/inspect/__dlq\tinspections__dlq\tappend"),
+        "{one}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&routing::explain_one_json(&r, "iot/weather/st-3/data")).unwrap();
+    assert_eq!(json["channel"], "weather-measurement");
+    assert!(json["table"].as_array().unwrap().len() >= 5);
+}
+
+#[test]
+fn b397_check_config_says_where_each_bridge_rule_lands() {
+    let (c, _) = router("bridges.yaml");
+    let s = config::summary(&c);
+    assert!(
+        s.contains(
+            "bridge \"head-office\", in \"fleet/+/telemetry/#\": lands in readings (append)"
+        ),
+        "{s}"
+    );
+    assert!(
+        s.contains("bridge \"head-office\", both \"alerts/#\": lands in alerts (latest)"),
+        "{s}"
+    );
+}
+
+/// `cargo test --release --test config_route -- --ignored --nocapture` prints ns per resolution.
+#[test]
+#[ignore]
+fn bench_resolve_with_10000_channels() {
+    let mut chans = Vec::new();
+    for i in 0..10_000 {
+        let f = match i % 4 {
+            0 => format!("site-{}/+/events/#", i),
+            1 => format!("site-{}/+/state/+", i),
+            2 => format!("fleet/{}/+/telemetry", i),
+            _ => format!("fleet/{}/jobs/#", i),
+        };
+        chans.push((format!("ch-{i}"), ChannelType::Append, vec![f], (i, false)));
+    }
+    let r = Router::from_channels(chans);
+    let topics: Vec<String> = (0..1000)
+        .map(|i| {
+            let j = (i * 37 % 2500) * 4;
+            match i % 5 {
+                0 => format!("site-{j}/dev/events/x/y"),
+                1 => format!("site-{}/dev/state/s", j + 1),
+                2 => format!("fleet/{}/dev/telemetry", j + 2),
+                3 => format!("fleet/{}/jobs/a/b/c", j + 3),
+                _ => format!("fleet/{j}/unclaimed/x"),
+            }
+        })
+        .collect();
+    let rounds = 1000;
+    let start = std::time::Instant::now();
+    let mut hits = 0usize;
+    for _ in 0..rounds {
+        for t in &topics {
+            if matches!(r.resolve(std::hint::black_box(t)), Route::Channel { .. }) {
+                hits += 1;
+            }
+        }
+    }
+    let ns = start.elapsed().as_nanos() as f64 / (rounds * topics.len()) as f64;
+    println!("resolve with 10,000 channels: {ns:.0} ns per topic ({hits} hits)");
+    assert_eq!(hits, rounds * topics.len() * 4 / 5);
+}
