@@ -4,7 +4,10 @@
 //! channel and await its completion; a full channel makes the caller wait (backpressure)
 //! rather than grow a queue.
 
+mod batch;
+mod ops;
 mod schema;
+mod sweep;
 mod writer;
 
 use std::path::PathBuf;
@@ -15,7 +18,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use smol::channel::{Receiver, Sender};
 
-use self::writer::{Counters, Done, ReadOp, WriteOp, Writer};
+use self::ops::{Done, ReadOp, WriteOp};
+use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
 use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
@@ -51,18 +55,6 @@ pub struct WriterStats {
     pub appended: u64,
     /// Times the write-ahead log was forced to disk.
     pub flushes: u64,
-}
-
-impl std::fmt::Debug for WriteOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WriteOp")
-    }
-}
-
-impl std::fmt::Debug for ReadOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReadOp")
-    }
 }
 
 fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError> {
@@ -108,27 +100,13 @@ fn reader_loop(name: String, path: PathBuf, rx: Receiver<ReadOp>) {
             match open_read_connection(&name, &path) {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    fail_read(op, e);
+                    ops::fail_read(op, &e);
                     continue;
                 }
             }
         }
         if let Some(c) = conn.as_mut() {
-            writer::serve_read(c, &name, op);
-        }
-    }
-}
-
-fn fail_read(op: ReadOp, e: StorageError) {
-    match op {
-        ReadOp::Window { done, .. } => {
-            let _ = done.try_send(Err(e));
-        }
-        ReadOp::Stats { done, .. } => {
-            let _ = done.try_send(Err(e));
-        }
-        ReadOp::Position { done, .. } => {
-            let _ = done.try_send(Err(e));
+            ops::serve_read(c, &name, op);
         }
     }
 }
