@@ -24,8 +24,9 @@
 //!
 //! **sqlite.** Only `storage::sqlite` touches rusqlite. Each provider has one writer
 //! thread that owns the write connection (WAL, synchronous=NORMAL) and takes requests
-//! from a bounded channel; async callers send a request and await a one-shot completion,
-//! so a full queue is backpressure, never growth. The writer commits in groups: by
+//! from two bounded channels - the writes a client's packet waits on (publishes, job
+//! state, dead-lettering) first, consumer positions after; async callers send a request
+//! and await a one-shot completion, so a full queue is backpressure, never growth. The writer commits in groups: by
 //! default it takes whatever arrived while the previous commit ran (at most 256
 //! publishes) without waiting; `publish_commit_interval: none` is a transaction per
 //! publish; an interval waits for company up to the interval or the record count,

@@ -39,6 +39,8 @@ pub struct SqliteProvider {
     name: String,
     file_path: PathBuf,
     writes: Sender<WriteOp>,
+    /// Consumer positions: taken by the writer after `writes`.
+    background: Sender<WriteOp>,
     /// `None` when `read_connections` is 0: reads go to the writer (B-153).
     reads: Option<Sender<ReadOp>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -131,9 +133,10 @@ impl SqliteProvider {
         let lock = ProviderLock::acquire(&settings.name, &sqlite_lock_path(&settings.file_path))?;
         let conn = open_write_connection(settings)?;
         let (wtx, wrx) = smol::channel::bounded(WRITE_QUEUE);
+        let (btx, brx) = smol::channel::bounded(WRITE_QUEUE);
         let mut wal = settings.file_path.as_os_str().to_owned();
         wal.push("-wal");
-        let writer = Writer::new(settings, conn, wrx, PathBuf::from(wal))?;
+        let writer = Writer::new(settings, conn, (wrx, brx), PathBuf::from(wal))?;
         let counters = writer.counters.clone();
         let mut threads = vec![spawn(format!("sqlite-{}-w", settings.name), move || {
             writer.run()
@@ -159,6 +162,7 @@ impl SqliteProvider {
             name: settings.name.clone(),
             file_path: settings.file_path.clone(),
             writes: wtx,
+            background: btx,
             reads,
             threads: Mutex::new(threads),
             lock,
@@ -197,11 +201,16 @@ impl SqliteProvider {
     }
 
     async fn write<T>(&self, make: impl FnOnce(Done<T>) -> WriteOp) -> Result<T, StorageError> {
+        self.write_on(&self.writes, make).await
+    }
+
+    async fn write_on<T>(
+        &self,
+        lane: &Sender<WriteOp>,
+        make: impl FnOnce(Done<T>) -> WriteOp,
+    ) -> Result<T, StorageError> {
         let (tx, rx) = smol::channel::bounded(1);
-        self.writes
-            .send(make(tx))
-            .await
-            .map_err(|_| self.closed())?;
+        lane.send(make(tx)).await.map_err(|_| self.closed())?;
         rx.recv().await.map_err(|_| self.closed())?
     }
 
@@ -338,7 +347,7 @@ impl SqliteProvider {
         offset: u64,
     ) -> Result<(), StorageError> {
         let (client_id, channel) = (client_id.to_owned(), channel.to_owned());
-        self.write(|done| WriteOp::SetPosition {
+        self.write_on(&self.background, |done| WriteOp::SetPosition {
             client_id,
             channel,
             offset,
@@ -365,8 +374,11 @@ impl SqliteProvider {
     /// Forgets every position a client holds (its session ended).
     pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
         let client_id = client_id.to_owned();
-        self.write(|done| WriteOp::DropPositions { client_id, done })
-            .await
+        self.write_on(&self.background, |done| WriteOp::DropPositions {
+            client_id,
+            done,
+        })
+        .await
     }
 
     /// The age sweep: removes what is past its channel's retention_period and, on latest
@@ -385,6 +397,7 @@ impl SqliteProvider {
     /// Blocking; the lock is released when the provider is dropped.
     pub fn close(&self) {
         self.writes.close();
+        self.background.close();
         if let Some(r) = &self.reads {
             r.close();
         }

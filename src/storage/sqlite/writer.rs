@@ -39,7 +39,10 @@ pub(crate) struct Counters {
 pub(crate) struct Writer {
     name: String,
     conn: Connection,
+    /// Writes a client's packet is waiting on: publishes, job state, dead-lettering.
     rx: Receiver<WriteOp>,
+    /// Writes nobody waits on a packet for (consumer positions): taken after `rx`.
+    bg: Receiver<WriteOp>,
     commit: CommitMode,
     flush_interval: Duration,
     wal_path: PathBuf,
@@ -56,13 +59,15 @@ enum Next {
     Op(WriteOp),
     Timeout,
     Closed,
+    /// One of the two channels closed under the wait; look again.
+    Retry,
 }
 
 impl Writer {
     pub(crate) fn new(
         settings: &SqliteSettings,
         conn: Connection,
-        rx: Receiver<WriteOp>,
+        (rx, bg): (Receiver<WriteOp>, Receiver<WriteOp>),
         wal_path: PathBuf,
     ) -> Result<Writer, StorageError> {
         let name = settings.name.clone();
@@ -88,6 +93,7 @@ impl Writer {
             name,
             conn,
             rx,
+            bg,
             commit: settings.commit,
             flush_interval: settings.flush_interval,
             wal_path,
@@ -99,21 +105,38 @@ impl Writer {
         })
     }
 
+    /// The next request already queued, urgent ones first (RFC 0004 "Group commit", as
+    /// gaps.md proposes it: the writes a client's packet waits on first, the rest after).
+    fn try_next(&self) -> Option<WriteOp> {
+        self.rx.try_recv().or_else(|_| self.bg.try_recv()).ok()
+    }
+
     /// Waits for the next request, or until `deadline`.
     fn next(&self, deadline: Option<Instant>) -> Next {
-        let rx = &self.rx;
-        let recv = async {
-            match rx.recv().await {
-                Ok(op) => Next::Op(op),
-                Err(_) => Next::Closed,
+        loop {
+            if let Some(op) = self.try_next() {
+                return Next::Op(op);
             }
-        };
-        match deadline {
-            None => smol::block_on(recv),
-            Some(at) => smol::block_on(recv.or(async {
-                smol::Timer::at(at).await;
-                Next::Timeout
-            })),
+            let (rx, bg) = (&self.rx, &self.bg);
+            let wait = async {
+                let got = match (rx.is_closed(), bg.is_closed()) {
+                    (true, true) => return Next::Closed,
+                    (false, false) => rx.recv().or(bg.recv()).await,
+                    (true, false) => bg.recv().await,
+                    (false, true) => rx.recv().await,
+                };
+                got.map_or(Next::Retry, Next::Op)
+            };
+            let next = match deadline {
+                None => smol::block_on(wait),
+                Some(at) => smol::block_on(wait.or(async {
+                    smol::Timer::at(at).await;
+                    Next::Timeout
+                })),
+            };
+            if !matches!(next, Next::Retry) {
+                return next;
+            }
         }
     }
 
@@ -131,6 +154,7 @@ impl Writer {
                     continue;
                 }
                 Next::Closed => break,
+                Next::Retry => continue,
             };
             if let Some(first) = self.take_standalone(first) {
                 let mut batch = vec![first];
@@ -175,7 +199,7 @@ impl Writer {
             CommitMode::Collect => {
                 // Whatever arrived while the last commit ran, without waiting.
                 while publishes < COLLECT_MAX_RECORDS && batch.len() < 4 * COLLECT_MAX_RECORDS {
-                    let Ok(op) = self.rx.try_recv() else { break };
+                    let Some(op) = self.try_next() else { break };
                     if let Some(op) = self.take_standalone(op) {
                         publishes += usize::from(op.is_publish());
                         batch.push(op);
@@ -197,7 +221,7 @@ impl Writer {
                                 batch.push(op);
                             }
                         }
-                        Next::Timeout | Next::Closed => break,
+                        Next::Timeout | Next::Closed | Next::Retry => break,
                     }
                 }
             }
