@@ -180,7 +180,7 @@ fn interval_mode_closes_on_count_or_on_interval() {
     let dir = temp_dir("interval");
     let mut s = settings(&dir);
     s.commit = CommitMode::Interval {
-        interval: Duration::from_millis(300),
+        interval: Duration::from_secs(1),
         max_records: 8,
     };
     let p = SqliteProvider::open(&s).unwrap();
@@ -238,7 +238,7 @@ fn reads_do_not_wait_behind_a_collecting_publisher() {
             offset.unwrap();
             assert_eq!(seen, 0, "the read saw nothing uncommitted");
             assert!(
-                took < Duration::from_millis(200),
+                took < Duration::from_millis(500),
                 "read_connections {read_connections}: read took {took:?}"
             );
         });

@@ -473,19 +473,24 @@ impl MemoryProvider {
                 now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             };
             let (value_cut, tomb_cut) = (period.map(cutoff), tombstones.map(cutoff));
-            let doomed: Vec<u64> = open
-                .data
-                .records
-                .values()
-                .filter(|r| {
-                    let cut = match r.state {
-                        RecordState::Deleted => tomb_cut,
-                        _ => value_cut,
-                    };
-                    cut.is_some_and(|c| r.timestamp_ms < c)
-                })
-                .map(|r| r.offset)
-                .collect();
+            let expired = |r: &Record| {
+                let cut = match r.state {
+                    RecordState::Deleted => tomb_cut,
+                    _ => value_cut,
+                };
+                cut.is_some_and(|c| r.timestamp_ms < c)
+            };
+            let records = open.data.records.values();
+            // An append log is in time order, so the lock is held only for what goes;
+            // a latest channel's values are not, and are looked at one by one.
+            let doomed: Vec<u64> = if open.settings.is_latest() {
+                records.filter(|r| expired(r)).map(|r| r.offset).collect()
+            } else {
+                records
+                    .take_while(|r| expired(r))
+                    .map(|r| r.offset)
+                    .collect()
+            };
             for off in doomed {
                 if let Some(r) = open.data.take(off) {
                     total.add(SweepReport {
