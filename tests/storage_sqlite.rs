@@ -451,3 +451,35 @@ fn the_log_is_flushed_after_writes_and_never_when_idle() {
         assert_eq!(p.writer_stats().flushes, 1, "idle again");
     });
 }
+
+/// B-154: a window read on a read connection does not queue behind a write in progress.
+/// Another connection holds the write lock; the provider's append waits for it, and a
+/// read answers meanwhile.
+#[test]
+fn a_read_answers_while_a_write_is_held_up() {
+    let dir = temp_dir("readwhilewrite");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(async {
+        p.open_channel("c", ChannelSettings::append())
+            .await
+            .unwrap();
+        p.append("c", rec("c/x", b"first", 0)).await.unwrap();
+    });
+    let blocker = rusqlite::Connection::open(dir.join("saguin.db")).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    smol::block_on(async {
+        let write = p.append("c", rec("c/x", b"second", 1));
+        let read = async {
+            smol::Timer::after(Duration::from_millis(100)).await;
+            let t = Instant::now();
+            let w = p.read_window("c", all()).await.unwrap();
+            let took = t.elapsed();
+            blocker.execute_batch("ROLLBACK").unwrap();
+            (took, w.records.len())
+        };
+        let (written, (took, seen)) = futures_lite::future::zip(write, read).await;
+        assert_eq!(written.unwrap(), 1);
+        assert_eq!(seen, 1);
+        assert!(took < Duration::from_millis(500), "read took {took:?}");
+    });
+}

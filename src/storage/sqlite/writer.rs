@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_lite::FutureExt;
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction, TransactionBehavior};
 use smol::channel::Receiver;
 
 use super::batch::{Batch, Bounds, Channel, Completion, Counts};
@@ -230,7 +230,7 @@ impl Writer {
 
     /// One transaction for the whole batch; completions only after the commit.
     fn commit_batch(&mut self, ops: Vec<WriteOp>) {
-        let tx = match self.conn.unchecked_transaction() {
+        let tx = match Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate) {
             Ok(tx) => tx,
             Err(e) => {
                 let err = StorageError::io(&self.name, "begin a transaction", e);
@@ -357,9 +357,7 @@ impl Writer {
             let Some(ch) = self.channels.get(&name) else {
                 continue;
             };
-            let tx = self
-                .conn
-                .unchecked_transaction()
+            let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)
                 .map_err(|e| StorageError::io(&self.name, "begin a sweep", e))?;
             let r = one(&tx, ch)
                 .and_then(|r| tx.commit().map(|()| r))
