@@ -35,9 +35,23 @@ pub(crate) fn age(c: &Connection, ch: &Channel, now_ms: u64) -> rusqlite::Result
         _ => None,
     };
     let mut report = SweepReport::default();
-    if let Some(p) = ch.settings.effective_retention().period {
-        let cond = format!("timestamp_ms < ?2 AND state != {STATE_DELETED}");
-        report.add(delete_where(c, ch.id, &cond, cutoff(p))?);
+    match ch.settings.effective_retention().period {
+        Some(p) if ch.settings.is_latest() => {
+            let cond = format!("timestamp_ms < ?2 AND state != {STATE_DELETED}");
+            report.add(delete_where(c, ch.id, &cond, cutoff(p))?);
+        }
+        Some(p) => {
+            // A log ages as a prefix, so what is above the floor stays contiguous: up
+            // to the first record young enough to keep.
+            let keep: Option<i64> = c
+                .prepare_cached(
+                    "SELECT MIN(record_offset) FROM records WHERE channel_id = ?1 AND timestamp_ms >= ?2",
+                )?
+                .query_row(params![ch.id, cutoff(p)], |r| r.get(0))?;
+            let below = keep.unwrap_or(i64::MAX);
+            report.add(delete_where(c, ch.id, "record_offset < ?2", below)?);
+        }
+        None => {}
     }
     if let Some(p) = tombstones {
         let cond = format!("timestamp_ms < ?2 AND state = {STATE_DELETED}");
