@@ -24,14 +24,18 @@
 //!
 //! **sqlite.** Only `storage::sqlite` touches rusqlite. Each provider has one writer
 //! thread that owns the write connection (WAL, synchronous=NORMAL) and takes requests
-//! from a bounded channel; async callers send a request and await a one-shot completion,
-//! so a full queue is backpressure, never growth. The writer commits in groups: by
+//! from two bounded channels - the writes a client's packet waits on (publishes, job
+//! state, dead-lettering) first, consumer positions after; async callers send a request
+//! and await a one-shot completion, so a full queue is backpressure, never growth. The writer commits in groups: by
 //! default it takes whatever arrived while the previous commit ran (at most 256
 //! publishes) without waiting; `publish_commit_interval: none` is a transaction per
 //! publish; an interval waits for company up to the interval or the record count,
-//! holding no transaction while it waits. Each request runs in a savepoint, so one
-//! refused publish does not undo its batch, and every completion is sent only after the
-//! commit: stored before acknowledged. `read_connections` reader threads each own a
+//! holding no transaction while it waits. A refusal (a bound, an unknown record) is
+//! decided before a request writes anything, so it does not undo its batch; a statement
+//! that fails is the disk failing, and the whole batch is rolled back and told (0x83).
+//! Every completion is sent only after the commit: stored before acknowledged. A
+//! channel's next offset and counts are cached by the writer and written once per
+//! transaction. `read_connections` reader threads each own a
 //! read-only connection, opened at first use; a window read is one read transaction, so
 //! floor, head and records come from one instant, and it never queues behind a commit.
 //! With `read_connections: 0` reads go to the writer between batches. Every

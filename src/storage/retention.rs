@@ -5,6 +5,11 @@
 //! age sweep at a tenth of the shortest deadline any channel configured (every
 //! `retention_period` and every queue's `job_expires_after`), floored at one second.
 //! Both run once at startup, and neither interval is configurable (C-025 to C-030).
+//!
+//! An append or dead-letter log ages as a prefix: everything below the first record
+//! young enough to keep goes, so the records above the floor stay contiguous. (A clock
+//! stepped back can therefore shield older records until the newer one ages.) A latest
+//! channel's values age one by one, each by its own timestamp; a queue never ages.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -109,7 +109,9 @@ impl MemoryProvider {
                     StorageError::io(&settings.name, &format!("create {}", dir.display()), e)
                 })?;
                 let lock = ProviderLock::acquire(&settings.name, &dir.join("saguin.lock"))?;
-                (Some(lock), snapshot::read_manifest(&settings.name, dir)?)
+                let manifest = snapshot::read_manifest(&settings.name, dir)?;
+                snapshot::mark_running(&settings.name, dir, !manifest.is_empty())?;
+                (Some(lock), manifest)
             }
         };
         Ok(MemoryProvider {
@@ -171,6 +173,20 @@ impl MemoryProvider {
         }
         let mut st = self.state();
         let mut data = st.pending.remove(name).unwrap_or_default();
+        let limit = self
+            .settings
+            .max_bytes
+            .saturating_sub(self.settings.reserve_bytes);
+        if st.used <= limit && st.used + data.bytes > limit {
+            // B-467, B-468: loaded whole, said once.
+            log::warn!(
+                "storage provider {}: the snapshot holds {} bytes, over max_bytes {} less the reserve {}; publishes into its channels are refused (0x97) until retention or consumers make room, or max_bytes is raised",
+                self.settings.name,
+                st.used + data.bytes,
+                self.settings.max_bytes,
+                self.settings.reserve_bytes
+            );
+        }
         if settings.is_latest() {
             // The index is not in the file: rebuild it (offset order, so the last wins).
             data.latest = data
@@ -457,19 +473,24 @@ impl MemoryProvider {
                 now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             };
             let (value_cut, tomb_cut) = (period.map(cutoff), tombstones.map(cutoff));
-            let doomed: Vec<u64> = open
-                .data
-                .records
-                .values()
-                .filter(|r| {
-                    let cut = match r.state {
-                        RecordState::Deleted => tomb_cut,
-                        _ => value_cut,
-                    };
-                    cut.is_some_and(|c| r.timestamp_ms < c)
-                })
-                .map(|r| r.offset)
-                .collect();
+            let expired = |r: &Record| {
+                let cut = match r.state {
+                    RecordState::Deleted => tomb_cut,
+                    _ => value_cut,
+                };
+                cut.is_some_and(|c| r.timestamp_ms < c)
+            };
+            let records = open.data.records.values();
+            // An append log is in time order, so the lock is held only for what goes;
+            // a latest channel's values are not, and are looked at one by one.
+            let doomed: Vec<u64> = if open.settings.is_latest() {
+                records.filter(|r| expired(r)).map(|r| r.offset).collect()
+            } else {
+                records
+                    .take_while(|r| expired(r))
+                    .map(|r| r.offset)
+                    .collect()
+            };
             for off in doomed {
                 if let Some(r) = open.data.take(off) {
                     total.add(SweepReport {

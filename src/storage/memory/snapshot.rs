@@ -18,6 +18,8 @@ use crate::storage::record::{Record, RecordProperties, RecordState};
 
 const MAGIC: &[u8; 16] = b"SAGUIN-SNAPSHOT1";
 const MANIFEST: &str = "manifest.json";
+/// Present while a broker runs on the directory; removed by a graceful snapshot.
+const RUNNING: &str = "running";
 /// The manifest lists file names; anything larger was not written by us.
 const MANIFEST_MAX: u64 = 16 << 20;
 
@@ -110,6 +112,32 @@ pub(crate) fn read_manifest(
     Ok(out)
 }
 
+/// Marks the directory in use. Finding the mark left over means the last run ended
+/// without a snapshot (killed, or power lost): what it stored after the last snapshot
+/// is gone, and the offsets it handed out since will be handed out again - which is
+/// what a memory provider promises after SIGKILL (C-211), said once at start.
+pub(crate) fn mark_running(
+    provider: &str,
+    dir: &Path,
+    has_snapshot: bool,
+) -> Result<(), StorageError> {
+    let path = dir.join(RUNNING);
+    if path.exists() {
+        log::warn!(
+            "storage provider {provider}: the last broker on {} did not shut down gracefully; {} records stored since are lost and their offsets will be reused",
+            dir.display(),
+            if has_snapshot {
+                "loading the last snapshot;"
+            } else {
+                "there is no snapshot;"
+            }
+        );
+    }
+    File::create(&path)
+        .map(drop)
+        .map_err(|e| StorageError::io(provider, &format!("create {}", path.display()), e))
+}
+
 /// Writes every group, then the manifest.
 pub(crate) fn write_all(
     provider: &str,
@@ -145,6 +173,7 @@ pub(crate) fn write_all(
         serde_json::to_writer_pretty(&mut *w, &manifest).map_err(std::io::Error::other)
     })
     .map_err(|e| StorageError::io(provider, &format!("write {}", path.display()), e))?;
+    let _ = std::fs::remove_file(dir.join(RUNNING));
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }

@@ -4,7 +4,10 @@
 //! channel and await its completion; a full channel makes the caller wait (backpressure)
 //! rather than grow a queue.
 
+mod batch;
+mod ops;
 mod schema;
+mod sweep;
 mod writer;
 
 use std::path::PathBuf;
@@ -15,7 +18,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use smol::channel::{Receiver, Sender};
 
-use self::writer::{Counters, Done, ReadOp, WriteOp, Writer};
+use self::ops::{Done, ReadOp, WriteOp};
+use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
 use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
@@ -35,6 +39,8 @@ pub struct SqliteProvider {
     name: String,
     file_path: PathBuf,
     writes: Sender<WriteOp>,
+    /// Consumer positions: taken by the writer after `writes`.
+    background: Sender<WriteOp>,
     /// `None` when `read_connections` is 0: reads go to the writer (B-153).
     reads: Option<Sender<ReadOp>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -51,18 +57,6 @@ pub struct WriterStats {
     pub appended: u64,
     /// Times the write-ahead log was forced to disk.
     pub flushes: u64,
-}
-
-impl std::fmt::Debug for WriteOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WriteOp")
-    }
-}
-
-impl std::fmt::Debug for ReadOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ReadOp")
-    }
 }
 
 fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError> {
@@ -108,27 +102,13 @@ fn reader_loop(name: String, path: PathBuf, rx: Receiver<ReadOp>) {
             match open_read_connection(&name, &path) {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    fail_read(op, e);
+                    ops::fail_read(op, &e);
                     continue;
                 }
             }
         }
         if let Some(c) = conn.as_mut() {
-            writer::serve_read(c, &name, op);
-        }
-    }
-}
-
-fn fail_read(op: ReadOp, e: StorageError) {
-    match op {
-        ReadOp::Window { done, .. } => {
-            let _ = done.try_send(Err(e));
-        }
-        ReadOp::Stats { done, .. } => {
-            let _ = done.try_send(Err(e));
-        }
-        ReadOp::Position { done, .. } => {
-            let _ = done.try_send(Err(e));
+            ops::serve_read(c, &name, op);
         }
     }
 }
@@ -153,9 +133,10 @@ impl SqliteProvider {
         let lock = ProviderLock::acquire(&settings.name, &sqlite_lock_path(&settings.file_path))?;
         let conn = open_write_connection(settings)?;
         let (wtx, wrx) = smol::channel::bounded(WRITE_QUEUE);
+        let (btx, brx) = smol::channel::bounded(WRITE_QUEUE);
         let mut wal = settings.file_path.as_os_str().to_owned();
         wal.push("-wal");
-        let writer = Writer::new(settings, conn, wrx, PathBuf::from(wal))?;
+        let writer = Writer::new(settings, conn, (wrx, brx), PathBuf::from(wal))?;
         let counters = writer.counters.clone();
         let mut threads = vec![spawn(format!("sqlite-{}-w", settings.name), move || {
             writer.run()
@@ -181,6 +162,7 @@ impl SqliteProvider {
             name: settings.name.clone(),
             file_path: settings.file_path.clone(),
             writes: wtx,
+            background: btx,
             reads,
             threads: Mutex::new(threads),
             lock,
@@ -219,11 +201,16 @@ impl SqliteProvider {
     }
 
     async fn write<T>(&self, make: impl FnOnce(Done<T>) -> WriteOp) -> Result<T, StorageError> {
+        self.write_on(&self.writes, make).await
+    }
+
+    async fn write_on<T>(
+        &self,
+        lane: &Sender<WriteOp>,
+        make: impl FnOnce(Done<T>) -> WriteOp,
+    ) -> Result<T, StorageError> {
         let (tx, rx) = smol::channel::bounded(1);
-        self.writes
-            .send(make(tx))
-            .await
-            .map_err(|_| self.closed())?;
+        lane.send(make(tx)).await.map_err(|_| self.closed())?;
         rx.recv().await.map_err(|_| self.closed())?
     }
 
@@ -360,7 +347,7 @@ impl SqliteProvider {
         offset: u64,
     ) -> Result<(), StorageError> {
         let (client_id, channel) = (client_id.to_owned(), channel.to_owned());
-        self.write(|done| WriteOp::SetPosition {
+        self.write_on(&self.background, |done| WriteOp::SetPosition {
             client_id,
             channel,
             offset,
@@ -387,8 +374,11 @@ impl SqliteProvider {
     /// Forgets every position a client holds (its session ended).
     pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
         let client_id = client_id.to_owned();
-        self.write(|done| WriteOp::DropPositions { client_id, done })
-            .await
+        self.write_on(&self.background, |done| WriteOp::DropPositions {
+            client_id,
+            done,
+        })
+        .await
     }
 
     /// The age sweep: removes what is past its channel's retention_period and, on latest
@@ -407,6 +397,7 @@ impl SqliteProvider {
     /// Blocking; the lock is released when the provider is dropped.
     pub fn close(&self) {
         self.writes.close();
+        self.background.close();
         if let Some(r) = &self.reads {
             r.close();
         }

@@ -1,0 +1,502 @@
+//! One group-commit transaction: the writes in it, and the channel counts they move.
+//!
+//! Refusals (a channel or the provider at its bound, an unknown channel or record) are
+//! decided before a request writes anything, so a refused request leaves the
+//! transaction as it found it. A statement that fails is the disk failing: the whole
+//! transaction is rolled back and every request in it is told (0x83, or 0x97 when
+//! SQLite's page ceiling was what refused).
+//!
+//! A channel's next offset, record count and byte count are kept in memory and written
+//! once per channel per transaction, rather than once per record.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+
+use super::ops::{Done, WriteOp, fail};
+use super::schema::{self, RECORD_COLUMNS, STATE_DELETED, STATE_JOB, STATE_STORED, i, u};
+use crate::storage::error::StorageError;
+use crate::storage::record::{NewRecord, Record};
+use crate::storage::settings::ChannelSettings;
+
+/// What the pages of a record cost beyond its counted size, for the reserve check.
+const ROW_OVERHEAD: u64 = 80;
+
+/// A channel's counters, as stored in the `channels` table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) next_offset: u64,
+    pub(crate) records: u64,
+    pub(crate) bytes: u64,
+}
+
+/// What the writer knows about an open channel.
+pub(crate) struct Channel {
+    pub(crate) id: i64,
+    pub(crate) settings: ChannelSettings,
+    pub(crate) counts: Counts,
+}
+
+/// Provider-wide bounds, in pages (gaps.md section 3 "The reserve").
+pub(crate) struct Bounds {
+    pub(crate) page_size: u64,
+    pub(crate) max_pages: u64,
+    pub(crate) reserve_pages: u64,
+    pub(crate) max_bytes: u64,
+    pub(crate) reserve_bytes: u64,
+}
+
+/// Called once the batch's fate is known: `None` if it committed.
+pub(crate) type Completion = Box<dyn FnOnce(Option<&StorageError>) + Send>;
+
+/// The transaction being built.
+pub(crate) struct Batch<'a> {
+    provider: &'a str,
+    channels: &'a HashMap<String, Channel>,
+    bounds: &'a Bounds,
+    /// Working copies of the counts this transaction moved.
+    counts: HashMap<String, Counts>,
+    used_pages: Option<u64>,
+    added_bytes: u64,
+    /// Set when a statement failed: the transaction must not commit.
+    failed: Cell<bool>,
+    failure: Option<StorageError>,
+    pub(crate) publishes: u64,
+}
+
+impl<'a> Batch<'a> {
+    pub(crate) fn new(
+        provider: &'a str,
+        channels: &'a HashMap<String, Channel>,
+        bounds: &'a Bounds,
+    ) -> Batch<'a> {
+        Batch {
+            provider,
+            channels,
+            bounds,
+            counts: HashMap::new(),
+            used_pages: None,
+            added_bytes: 0,
+            failed: Cell::new(false),
+            failure: None,
+            publishes: 0,
+        }
+    }
+
+    /// The error that doomed the transaction, if one did.
+    pub(crate) fn failure(&self) -> Option<&StorageError> {
+        self.failure.as_ref()
+    }
+
+    /// The counts to write back, by channel.
+    pub(crate) fn into_counts(self) -> HashMap<String, Counts> {
+        self.counts
+    }
+
+    /// Writes the moved counts into the `channels` table (inside the transaction).
+    pub(crate) fn store_counts(&self, c: &Connection) -> Result<(), StorageError> {
+        for (name, n) in &self.counts {
+            let id = self.channel(name)?.id;
+            c.prepare_cached(
+                "UPDATE channels SET next_offset = ?2, records = ?3, bytes = ?4 WHERE id = ?1",
+            )
+            .and_then(|mut s| s.execute(params![id, i(n.next_offset), i(n.records), i(n.bytes)]))
+            .map_err(|e| self.sql(c, name, e))?;
+        }
+        Ok(())
+    }
+
+    /// Runs one request. Once a statement has failed, later requests are not run.
+    pub(crate) fn exec(&mut self, c: &Connection, op: WriteOp) -> Completion {
+        if let Some(e) = &self.failure {
+            fail(op, e);
+            return Box::new(|_| {});
+        }
+        match op {
+            WriteOp::Append {
+                channel,
+                record,
+                done,
+            } => {
+                self.publishes += 1;
+                let r = self.append(c, &channel, record);
+                self.complete(done, r)
+            }
+            WriteOp::RecordAttempt {
+                channel,
+                offset,
+                available_after_ms,
+                done,
+            } => {
+                let r = self.record_attempt(c, &channel, offset, available_after_ms);
+                self.complete(done, r)
+            }
+            WriteOp::SetAvailableAfter {
+                channel,
+                offset,
+                available_after_ms,
+                done,
+            } => {
+                let r = self.set_available_after(c, &channel, offset, available_after_ms);
+                self.complete(done, r)
+            }
+            WriteOp::Resolve {
+                channel,
+                offset,
+                done,
+            } => {
+                let r = self
+                    .job_channel(&channel, "resolve")
+                    .and_then(|_| self.take_record(c, &channel, offset))
+                    .map(|_| ());
+                self.complete(done, r)
+            }
+            WriteOp::DeadLetter {
+                queue,
+                offset,
+                dlq,
+                extra_user_properties,
+                done,
+            } => {
+                let r = self.dead_letter(c, &queue, offset, &dlq, extra_user_properties);
+                self.complete(done, r)
+            }
+            WriteOp::SetPosition {
+                client_id,
+                channel,
+                offset,
+                done,
+            } => {
+                let r = c
+                    .prepare_cached(
+                        "INSERT INTO positions(client_id, channel, record_offset) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT(client_id, channel) DO UPDATE SET record_offset = excluded.record_offset",
+                    )
+                    .and_then(|mut s| s.execute(params![client_id, channel, i(offset)]))
+                    .map(|_| ())
+                    .map_err(|e| self.sql(c, &channel, e));
+                self.complete(done, r)
+            }
+            WriteOp::DropPositions { client_id, done } => {
+                let r = c
+                    .execute("DELETE FROM positions WHERE client_id = ?1", [client_id])
+                    .map(|_| ())
+                    .map_err(|e| self.sql(c, "positions", e));
+                self.complete(done, r)
+            }
+            other => {
+                // Standalone requests never reach a batch.
+                fail(
+                    other,
+                    &StorageError::io(self.provider, "batch", "unbatchable request"),
+                );
+                Box::new(|_| {})
+            }
+        }
+    }
+
+    fn complete<T: Send + 'static>(
+        &mut self,
+        done: Done<T>,
+        result: Result<T, StorageError>,
+    ) -> Completion {
+        if self.failed.get() && self.failure.is_none() {
+            self.failure = Some(match &result {
+                Err(e) => e.clone(),
+                Ok(_) => StorageError::io(self.provider, "commit", "a statement failed"),
+            });
+        }
+        Box::new(move |batch_err| {
+            let out = match (result, batch_err) {
+                (Ok(v), None) => Ok(v),
+                (Ok(_), Some(e)) => Err(e.clone()),
+                (Err(e), _) => Err(e),
+            };
+            let _ = done.try_send(out);
+        })
+    }
+
+    /// Maps a failed statement, marking the transaction failed. SQLITE_FULL is the page
+    /// ceiling (0x97) only when the file is at it; otherwise the disk itself refused.
+    fn sql(&self, c: &Connection, channel: &str, e: rusqlite::Error) -> StorageError {
+        self.failed.set(true);
+        if e.sqlite_error_code() == Some(ErrorCode::DiskFull) {
+            let pages: Option<i64> = c.query_row("PRAGMA page_count", [], |r| r.get(0)).ok();
+            if pages.is_some_and(|n| u(n) + 1 >= self.bounds.max_pages) {
+                return self.provider_full();
+            }
+        }
+        StorageError::io(self.provider, &format!("write channel {channel}"), e)
+    }
+
+    fn provider_full(&self) -> StorageError {
+        StorageError::ProviderFull {
+            provider: self.provider.to_owned(),
+            max_bytes: self.bounds.max_bytes,
+            reserve: self.bounds.reserve_bytes,
+        }
+    }
+
+    fn channel(&self, name: &str) -> Result<&'a Channel, StorageError> {
+        self.channels
+            .get(name)
+            .ok_or_else(|| StorageError::UnknownChannel {
+                provider: self.provider.to_owned(),
+                channel: name.to_owned(),
+            })
+    }
+
+    fn job_channel(
+        &self,
+        name: &str,
+        operation: &'static str,
+    ) -> Result<&'a Channel, StorageError> {
+        let ch = self.channel(name)?;
+        if ch.settings.is_queue() {
+            Ok(ch)
+        } else {
+            Err(StorageError::WrongChannelKind {
+                channel: name.to_owned(),
+                operation,
+            })
+        }
+    }
+
+    fn counts(&self, name: &str, ch: &Channel) -> Counts {
+        self.counts.get(name).copied().unwrap_or(ch.counts)
+    }
+
+    fn used_pages(&mut self, c: &Connection, channel: &str) -> Result<u64, StorageError> {
+        if let Some(u) = self.used_pages {
+            return Ok(u);
+        }
+        let (pages, free): (i64, i64) = c
+            .query_row(
+                "SELECT (SELECT page_count FROM pragma_page_count()), \
+                 (SELECT freelist_count FROM pragma_freelist_count())",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| self.sql(c, channel, e))?;
+        let used = u(pages).saturating_sub(u(free));
+        self.used_pages = Some(used);
+        Ok(used)
+    }
+
+    /// A publish: the channel's own bound, then the provider's bound less its reserve,
+    /// then the writes (C-021, C-115).
+    fn append(
+        &mut self,
+        c: &Connection,
+        name: &str,
+        record: NewRecord,
+    ) -> Result<u64, StorageError> {
+        let ch = self.channel(name)?;
+        let size = record.size();
+        let mut n = self.counts(name, ch);
+        if let Some(max) = ch.settings.max_bytes
+            && n.bytes + size > max
+        {
+            return Err(StorageError::ChannelFull {
+                channel: name.to_owned(),
+                max_bytes: max,
+                used: n.bytes,
+                size,
+            });
+        }
+        let used = self.used_pages(c, name)?;
+        let b = self.bounds;
+        let grown = (self.added_bytes + size + ROW_OVERHEAD).div_ceil(b.page_size);
+        if used + grown > b.max_pages.saturating_sub(b.reserve_pages) {
+            return Err(self.provider_full());
+        }
+        let latest = ch.settings.is_latest();
+        let state = if ch.settings.is_queue() {
+            STATE_JOB
+        } else if latest && record.payload.is_empty() {
+            STATE_DELETED
+        } else {
+            STATE_STORED
+        };
+        if latest {
+            let old: Option<i64> = c
+                .prepare_cached(
+                    "SELECT record_offset FROM latest WHERE channel_id = ?1 AND topic = ?2",
+                )
+                .and_then(|mut s| {
+                    s.query_row(params![ch.id, record.topic], |r| r.get(0))
+                        .optional()
+                })
+                .map_err(|e| self.sql(c, name, e))?;
+            if let Some(old) = old {
+                self.take_record(c, name, u(old))?;
+                n = self.counts(name, ch);
+            }
+        }
+        let offset = n.next_offset;
+        self.insert_row(c, name, ch.id, offset, state, &record)?;
+        if latest {
+            c.prepare_cached(
+                "INSERT INTO latest(channel_id, topic, record_offset) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(channel_id, topic) DO UPDATE SET record_offset = excluded.record_offset",
+            )
+            .and_then(|mut s| s.execute(params![ch.id, record.topic, i(offset)]))
+            .map_err(|e| self.sql(c, name, e))?;
+        }
+        n.next_offset += 1;
+        n.records += 1;
+        n.bytes += size;
+        self.counts.insert(name.to_owned(), n);
+        self.added_bytes += size + ROW_OVERHEAD;
+        Ok(offset)
+    }
+
+    fn insert_row(
+        &self,
+        c: &Connection,
+        name: &str,
+        id: i64,
+        offset: u64,
+        state: i64,
+        r: &NewRecord,
+    ) -> Result<(), StorageError> {
+        let pr = &r.properties;
+        c.prepare_cached(
+            "INSERT INTO records(channel_id, record_offset, message_id, timestamp_ms, topic, payload, \
+             size, state, payload_format, message_expiry, content_type, response_topic, \
+             correlation_data, user_properties) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                id,
+                i(offset),
+                r.message_id,
+                i(r.timestamp_ms),
+                r.topic,
+                r.payload,
+                i(r.size()),
+                state,
+                pr.payload_format_indicator,
+                pr.message_expiry_interval,
+                pr.content_type,
+                pr.response_topic,
+                pr.correlation_data,
+                schema::encode_user_properties(&pr.user_properties),
+            ])
+        })
+        .map(|_| ())
+        .map_err(|e| self.sql(c, name, e))
+    }
+
+    /// Removes one record and returns it, moving the channel's counts.
+    fn take_record(
+        &mut self,
+        c: &Connection,
+        name: &str,
+        offset: u64,
+    ) -> Result<Record, StorageError> {
+        let ch = self.channel(name)?;
+        let sql = format!(
+            "DELETE FROM records WHERE channel_id = ?1 AND record_offset = ?2 RETURNING {RECORD_COLUMNS}"
+        );
+        let rec = c
+            .prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_row(params![ch.id, i(offset)], schema::record_from_row)
+                    .optional()
+            })
+            .map_err(|e| self.sql(c, name, e))?
+            .ok_or(StorageError::NoSuchRecord {
+                channel: name.to_owned(),
+                offset,
+            })?;
+        let mut n = self.counts(name, ch);
+        n.records = n.records.saturating_sub(1);
+        n.bytes = n.bytes.saturating_sub(rec.size());
+        self.counts.insert(name.to_owned(), n);
+        Ok(rec)
+    }
+
+    fn record_attempt(
+        &mut self,
+        c: &Connection,
+        name: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<u32, StorageError> {
+        let ch = self.job_channel(name, "record an attempt")?;
+        c.prepare_cached(
+            "UPDATE records SET attempts = attempts + 1, available_after_ms = ?3 \
+             WHERE channel_id = ?1 AND record_offset = ?2 RETURNING attempts",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![ch.id, i(offset), i(available_after_ms)], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()
+        })
+        .map_err(|e| self.sql(c, name, e))?
+        .map(|a| u32::try_from(a).unwrap_or(u32::MAX))
+        .ok_or(StorageError::NoSuchRecord {
+            channel: name.to_owned(),
+            offset,
+        })
+    }
+
+    fn set_available_after(
+        &mut self,
+        c: &Connection,
+        name: &str,
+        offset: u64,
+        available_after_ms: u64,
+    ) -> Result<(), StorageError> {
+        let ch = self.job_channel(name, "set available-after")?;
+        let n = c
+            .prepare_cached(
+                "UPDATE records SET available_after_ms = ?3 WHERE channel_id = ?1 AND record_offset = ?2",
+            )
+            .and_then(|mut s| s.execute(params![ch.id, i(offset), i(available_after_ms)]))
+            .map_err(|e| self.sql(c, name, e))?;
+        if n == 0 {
+            return Err(StorageError::NoSuchRecord {
+                channel: name.to_owned(),
+                offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// The move into the dead-letter channel: not a publish, so no bound is checked
+    /// (C-113, B-500); SQLite's page ceiling is the only limit.
+    fn dead_letter(
+        &mut self,
+        c: &Connection,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        extra: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
+        self.job_channel(queue, "dead-letter")?;
+        let d = self.channel(dlq)?;
+        let rec = self.take_record(c, queue, offset)?;
+        let mut properties = rec.properties;
+        properties.user_properties.extend(extra);
+        let new = NewRecord {
+            message_id: rec.message_id,
+            timestamp_ms: rec.timestamp_ms,
+            topic: rec.topic,
+            payload: rec.payload,
+            properties,
+        };
+        let mut n = self.counts(dlq, d);
+        let at = n.next_offset;
+        self.insert_row(c, dlq, d.id, at, STATE_STORED, &new)?;
+        n.next_offset += 1;
+        n.records += 1;
+        n.bytes += new.size();
+        self.counts.insert(dlq.to_owned(), n);
+        Ok(at)
+    }
+}

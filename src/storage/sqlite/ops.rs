@@ -1,0 +1,152 @@
+//! The requests the async side sends to a sqlite provider's threads.
+
+use rusqlite::Connection;
+use smol::channel::Sender;
+
+use super::schema;
+use crate::storage::error::StorageError;
+use crate::storage::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use crate::storage::settings::ChannelSettings;
+
+/// Where a request's answer goes; `bounded(1)`, so completing never blocks.
+pub(crate) type Done<T> = Sender<Result<T, StorageError>>;
+
+/// A read, served by a reader thread or (read_connections 0) by the writer.
+pub(crate) enum ReadOp {
+    Window {
+        channel: String,
+        req: WindowRequest,
+        done: Done<Window>,
+    },
+    Stats {
+        channel: String,
+        done: Done<ChannelStats>,
+    },
+    Position {
+        client_id: String,
+        channel: String,
+        done: Done<Option<u64>>,
+    },
+}
+
+/// A write the writer thread performs.
+pub(crate) enum WriteOp {
+    OpenChannel {
+        name: String,
+        settings: ChannelSettings,
+        done: Done<()>,
+    },
+    Append {
+        channel: String,
+        record: NewRecord,
+        done: Done<u64>,
+    },
+    RecordAttempt {
+        channel: String,
+        offset: u64,
+        available_after_ms: u64,
+        done: Done<u32>,
+    },
+    SetAvailableAfter {
+        channel: String,
+        offset: u64,
+        available_after_ms: u64,
+        done: Done<()>,
+    },
+    Resolve {
+        channel: String,
+        offset: u64,
+        done: Done<()>,
+    },
+    DeadLetter {
+        queue: String,
+        offset: u64,
+        dlq: String,
+        extra_user_properties: Vec<(String, String)>,
+        done: Done<u64>,
+    },
+    SetPosition {
+        client_id: String,
+        channel: String,
+        offset: u64,
+        done: Done<()>,
+    },
+    DropPositions {
+        client_id: String,
+        done: Done<()>,
+    },
+    SweepAge {
+        now_ms: u64,
+        done: Done<SweepReport>,
+    },
+    SweepSize {
+        done: Done<SweepReport>,
+    },
+    Read(ReadOp),
+}
+
+impl WriteOp {
+    /// Whether this is a publish, the thing a commit mode counts.
+    pub(crate) fn is_publish(&self) -> bool {
+        matches!(self, WriteOp::Append { .. })
+    }
+}
+
+impl std::fmt::Debug for WriteOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteOp")
+    }
+}
+
+impl std::fmt::Debug for ReadOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadOp")
+    }
+}
+
+/// Completes a write that never ran, with `err`.
+pub(crate) fn fail(op: WriteOp, err: &StorageError) {
+    let e = err.clone();
+    match op {
+        WriteOp::OpenChannel { done, .. }
+        | WriteOp::SetAvailableAfter { done, .. }
+        | WriteOp::Resolve { done, .. }
+        | WriteOp::SetPosition { done, .. }
+        | WriteOp::DropPositions { done, .. } => drop(done.try_send(Err(e))),
+        WriteOp::Append { done, .. } | WriteOp::DeadLetter { done, .. } => {
+            drop(done.try_send(Err(e)))
+        }
+        WriteOp::RecordAttempt { done, .. } => drop(done.try_send(Err(e))),
+        WriteOp::SweepAge { done, .. } | WriteOp::SweepSize { done } => drop(done.try_send(Err(e))),
+        WriteOp::Read(read) => fail_read(read, err),
+    }
+}
+
+/// Completes a read that never ran, with `err`.
+pub(crate) fn fail_read(op: ReadOp, err: &StorageError) {
+    let e = err.clone();
+    match op {
+        ReadOp::Window { done, .. } => drop(done.try_send(Err(e))),
+        ReadOp::Stats { done, .. } => drop(done.try_send(Err(e))),
+        ReadOp::Position { done, .. } => drop(done.try_send(Err(e))),
+    }
+}
+
+/// Serves one read on `conn`.
+pub(crate) fn serve_read(conn: &mut Connection, provider: &str, op: ReadOp) {
+    match op {
+        ReadOp::Window { channel, req, done } => {
+            let _ = done.try_send(schema::read_window(conn, provider, &channel, req));
+        }
+        ReadOp::Stats { channel, done } => {
+            let _ = done.try_send(schema::read_stats(conn, provider, &channel));
+        }
+        ReadOp::Position {
+            client_id,
+            channel,
+            done,
+        } => {
+            let _ = done.try_send(schema::read_position(conn, provider, &client_id, &channel));
+        }
+    }
+}

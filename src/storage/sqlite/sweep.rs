@@ -1,0 +1,125 @@
+//! Retention on a sqlite provider: statements for one channel's age and size sweeps.
+//! Each runs in a transaction of its own on the writer, between batches.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+
+use super::batch::Channel;
+use super::schema::{STATE_DELETED, i, u};
+use crate::storage::record::SweepReport;
+use crate::storage::settings::{ChannelKind, ChannelSettings};
+
+/// Whether the age sweep has anything to do on a channel.
+pub(crate) fn ages(s: &ChannelSettings) -> bool {
+    s.effective_retention().period.is_some()
+        || matches!(
+            s.kind,
+            ChannelKind::Latest {
+                deletion_retention: Some(_)
+            }
+        )
+}
+
+/// Whether the size sweep has anything to do on a channel.
+pub(crate) fn sizes(s: &ChannelSettings) -> bool {
+    s.effective_retention().bytes.is_some()
+}
+
+/// Removes what is past the channel's period and, on latest, tombstones past theirs.
+pub(crate) fn age(c: &Connection, ch: &Channel, now_ms: u64) -> rusqlite::Result<SweepReport> {
+    let cutoff =
+        |d: Duration| i(now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)));
+    let tombstones = match ch.settings.kind {
+        ChannelKind::Latest { deletion_retention } => deletion_retention,
+        _ => None,
+    };
+    let mut report = SweepReport::default();
+    match ch.settings.effective_retention().period {
+        Some(p) if ch.settings.is_latest() => {
+            let cond = format!("timestamp_ms < ?2 AND state != {STATE_DELETED}");
+            report.add(delete_where(c, ch.id, &cond, cutoff(p))?);
+        }
+        Some(p) => {
+            // A log ages as a prefix, so what is above the floor stays contiguous: up
+            // to the first record young enough to keep.
+            let keep: Option<i64> = c
+                .prepare_cached(
+                    "SELECT MIN(record_offset) FROM records WHERE channel_id = ?1 AND timestamp_ms >= ?2",
+                )?
+                .query_row(params![ch.id, cutoff(p)], |r| r.get(0))?;
+            let below = keep.unwrap_or(i64::MAX);
+            report.add(delete_where(c, ch.id, "record_offset < ?2", below)?);
+        }
+        None => {}
+    }
+    if let Some(p) = tombstones {
+        let cond = format!("timestamp_ms < ?2 AND state = {STATE_DELETED}");
+        report.add(delete_where(c, ch.id, &cond, cutoff(p))?);
+    }
+    Ok(report)
+}
+
+/// Removes the oldest records until the channel is under its retention_bytes.
+pub(crate) fn size(c: &Connection, ch: &Channel) -> rusqlite::Result<SweepReport> {
+    let Some(bound) = ch.settings.effective_retention().bytes else {
+        return Ok(SweepReport::default());
+    };
+    let mut excess = ch.counts.bytes.saturating_sub(bound);
+    if excess == 0 {
+        return Ok(SweepReport::default());
+    }
+    // Oldest first until enough is gone; then one range delete.
+    let mut cut = None;
+    {
+        let mut stmt = c.prepare_cached(
+            "SELECT record_offset, size FROM records WHERE channel_id = ?1 ORDER BY record_offset",
+        )?;
+        let mut rows = stmt.query([ch.id])?;
+        while let Some(row) = rows.next()? {
+            let (off, size): (i64, i64) = (row.get(0)?, row.get(1)?);
+            cut = Some(off);
+            excess = excess.saturating_sub(u(size));
+            if excess == 0 {
+                break;
+            }
+        }
+    }
+    match cut {
+        Some(off) => delete_where(c, ch.id, "record_offset <= ?2", off),
+        None => Ok(SweepReport::default()),
+    }
+}
+
+/// Deletes a channel's records matching `cond` (with `?2` bound to `arg`), keeping the
+/// `channels` counts and the latest index in step.
+fn delete_where(c: &Connection, id: i64, cond: &str, arg: i64) -> rusqlite::Result<SweepReport> {
+    let (n, bytes): (i64, Option<i64>) = c.query_row(
+        &format!("SELECT COUNT(*), SUM(size) FROM records WHERE channel_id = ?1 AND {cond}"),
+        params![id, arg],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if n == 0 {
+        return Ok(SweepReport::default());
+    }
+    c.execute(
+        &format!(
+            "DELETE FROM latest WHERE channel_id = ?1 AND record_offset IN \
+             (SELECT record_offset FROM records WHERE channel_id = ?1 AND {cond})"
+        ),
+        params![id, arg],
+    )?;
+    c.execute(
+        &format!("DELETE FROM records WHERE channel_id = ?1 AND {cond}"),
+        params![id, arg],
+    )?;
+    let bytes = bytes.unwrap_or(0);
+    c.execute(
+        "UPDATE channels SET records = records - ?2, bytes = bytes - ?3 WHERE id = ?1",
+        params![id, n, bytes],
+    )?;
+    Ok(SweepReport {
+        records: u(n),
+        bytes: u(bytes),
+    })
+}
