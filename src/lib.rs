@@ -7,4 +7,5 @@ pub mod config;
 pub mod ops;
 pub mod routing;
 pub mod server;
+pub mod startup;
 pub mod storage;

@@ -36,9 +36,23 @@ fn main() -> ExitCode {
     }
     init_logging(config.broker.log_level);
     let settings = saguin::broker::Settings::from_config(&config);
+    let channels = match smol::block_on(saguin::startup::open_channels(&config)) {
+        Ok(channels) => channels,
+        Err(e) => {
+            log::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let addrs = config.broker.mqtt.plain_tcp_addrs();
     let listeners = match saguin::server::bind(&addrs) {
         Ok(listeners) => listeners,
+        Err(e) => {
+            log::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let operations = match saguin::startup::operations(&config) {
+        Ok(operations) => operations,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;
@@ -60,7 +74,13 @@ fn main() -> ExitCode {
         env!("CARGO_PKG_VERSION"),
         settings.broker_id
     );
-    match saguin::server::serve(settings, listeners, None, stop_signal(signals)) {
+    match saguin::server::serve(
+        settings,
+        listeners,
+        channels,
+        operations,
+        stop_signal(signals),
+    ) {
         Ok(()) => {
             log::info!("stopped");
             ExitCode::SUCCESS

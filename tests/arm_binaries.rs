@@ -14,15 +14,18 @@ use std::process::Command;
 const MAX_BYTES: u64 = 6 * 1024 * 1024;
 
 fn dist(triple: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dist").join(triple).join("saguin")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/dist")
+        .join(triple)
+        .join("saguin")
 }
 
 fn tool(candidates: &[&str], args: &[&str], bin: &Path) -> Option<String> {
     for c in candidates {
-        if let Ok(out) = Command::new(c).args(args).arg(bin).output() {
-            if out.status.success() {
-                return Some(String::from_utf8_lossy(&out.stdout).into_owned());
-            }
+        if let Ok(out) = Command::new(c).args(args).arg(bin).output()
+            && out.status.success()
+        {
+            return Some(String::from_utf8_lossy(&out.stdout).into_owned());
         }
     }
     None
@@ -48,14 +51,23 @@ fn check_static(triple: &str, arch: &str, readelf: &[&str]) {
         return;
     };
     eprintln!("{triple}: {size} bytes, {}", file.trim());
-    assert!(file.contains(arch), "{triple}: not an {arch} binary: {file}");
+    assert!(
+        file.contains(arch),
+        "{triple}: not an {arch} binary: {file}"
+    );
     assert!(
         file.contains("statically linked") || file.contains("static-pie linked"),
         "{triple}: not static: {file}"
     );
-    assert!(size < MAX_BYTES, "{triple}: {size} bytes, over the {MAX_BYTES}-byte budget");
+    assert!(
+        size < MAX_BYTES,
+        "{triple}: {size} bytes, over the {MAX_BYTES}-byte budget"
+    );
     if let Some(dynamic) = tool(readelf, &["-d"], &bin) {
-        assert!(!dynamic.contains("(NEEDED)"), "{triple}: needs shared libraries:\n{dynamic}");
+        assert!(
+            !dynamic.contains("(NEEDED)"),
+            "{triple}: needs shared libraries:\n{dynamic}"
+        );
     }
 }
 
@@ -66,7 +78,10 @@ fn max_glibc(objdump_t: &str) -> Option<(u32, u32)> {
         .filter_map(|w| w.strip_prefix("GLIBC_"))
         .filter_map(|v| {
             let mut it = v.split('.');
-            Some((it.next()?.parse().ok()?, it.next().unwrap_or("0").parse().ok()?))
+            Some((
+                it.next()?.parse().ok()?,
+                it.next().unwrap_or("0").parse().ok()?,
+            ))
         })
         .max()
 }
@@ -77,7 +92,9 @@ fn check_old_glibc(triple: &str, arch: &str, objdump: &[&str]) {
         eprintln!("skipped: {} not built (optional)", p.display());
         return;
     }
-    let Some(file) = tool(&["file"], &["-b"], &p) else { return };
+    let Some(file) = tool(&["file"], &["-b"], &p) else {
+        return;
+    };
     assert!(file.contains(arch), "{triple}: {file}");
     let Some(syms) = tool(objdump, &["-T"], &p) else {
         eprintln!("skipped: no objdump for {triple}");
@@ -85,7 +102,10 @@ fn check_old_glibc(triple: &str, arch: &str, objdump: &[&str]) {
     };
     let max = max_glibc(&syms);
     eprintln!("{triple}: newest glibc symbol {max:?}");
-    assert!(max.is_none_or(|v| v <= (2, 17)), "{triple}: needs glibc {max:?}, more than 2.17");
+    assert!(
+        max.is_none_or(|v| v <= (2, 17)),
+        "{triple}: needs glibc {max:?}, more than 2.17"
+    );
 }
 
 #[test]
@@ -99,13 +119,25 @@ fn armv7_musl_is_static() {
 
 #[test]
 fn aarch64_musl_is_static() {
-    check_static("aarch64-unknown-linux-musl", "ARM aarch64", &["aarch64-linux-gnu-readelf", "readelf"]);
+    check_static(
+        "aarch64-unknown-linux-musl",
+        "ARM aarch64",
+        &["aarch64-linux-gnu-readelf", "readelf"],
+    );
 }
 
 #[test]
 fn pinned_glibc_builds_need_at_most_2_17() {
-    check_old_glibc("armv7-unknown-linux-gnueabihf.2.17", "ARM, EABI5", &["arm-linux-gnueabihf-objdump"]);
-    check_old_glibc("aarch64-unknown-linux-gnu.2.17", "ARM aarch64", &["aarch64-linux-gnu-objdump"]);
+    check_old_glibc(
+        "armv7-unknown-linux-gnueabihf.2.17",
+        "ARM, EABI5",
+        &["arm-linux-gnueabihf-objdump"],
+    );
+    check_old_glibc(
+        "aarch64-unknown-linux-gnu.2.17",
+        "ARM aarch64",
+        &["aarch64-linux-gnu-objdump"],
+    );
 }
 
 #[test]

@@ -16,6 +16,8 @@ pub struct Metrics {
     pub dropped_queue_full: Cell<u64>,
     /// Shared-group messages no member could take.
     pub dropped_no_shared_member: Cell<u64>,
+    /// Storage operations that failed.
+    pub storage_errors: Cell<u64>,
     /// Publishes refused, by the spec's label ("quota exceeded", "publish rate exceeded"...).
     pub publish_refused: RefCell<BTreeMap<&'static str, u64>>,
 }

@@ -6,9 +6,12 @@
 //! an await. Connections own their sockets; the broker only queues deliveries on
 //! sessions and wakes the connection that holds one (DESIGN-NOTES 3).
 
+pub mod channels;
 mod connection_link;
+pub mod cursor;
 pub mod metrics;
 mod rate;
+pub mod records;
 pub mod retained;
 pub mod session;
 mod settings;
@@ -24,18 +27,20 @@ pub use settings::{Settings, TOPIC_ALIAS_MAXIMUM};
 
 use crate::codec::reason;
 use crate::codec::{Connect, ProtocolVersion, QoS, RetainHandling, SubscriptionOptions};
+use channels::{ChannelId, Channels};
 use metrics::Metrics;
 use rate::PublishBudgets;
 use retained::RetainedStore;
 use session::{ArmedWill, Delivery, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
-/// Where a publish goes. The one place that decides it is [`Broker::destination`];
-/// channels (append, latest, queue) join this enum as they land.
+/// Where a publish goes. The one place that decides it is [`Broker::destination`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
     /// No channel claims the topic: ordinary MQTT.
     Broadcast,
+    /// The channel whose filter spells the topic out most exactly.
+    Channel(ChannelId),
 }
 
 /// What a CONNECT was granted.
@@ -56,6 +61,8 @@ pub struct Broker {
     pub settings: Settings,
     /// Counters the operations listener reports.
     pub metrics: Metrics,
+    /// The configured channels and the routing table.
+    pub channels: Channels,
     /// Boxed: the table then holds a pointer per slot, not a whole session per slot.
     sessions: HashMap<Arc<str>, Box<Session>>,
     tree: TopicTree,
@@ -65,29 +72,36 @@ pub struct Broker {
     /// Wills waiting out their delay: the session generation they belong to and when.
     wills: HashMap<Arc<str>, (u64, Instant)>,
     budgets: PublishBudgets,
+    /// Wills bound for a channel, waiting to be stored.
+    unstored: Vec<(ChannelId, Arc<Message>)>,
     next_assigned: u64,
 }
 
 impl Broker {
-    /// A broker with no sessions.
-    pub fn new(settings: Settings) -> Broker {
+    /// A broker with no sessions, serving `channels`.
+    pub fn new(settings: Settings, channels: Channels) -> Broker {
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
         Broker {
             retained: RetainedStore::new(settings.retained_max_bytes),
             settings,
             metrics: Metrics::default(),
+            channels,
             sessions: HashMap::new(),
             tree: TopicTree::default(),
             expiring: HashMap::new(),
             wills: HashMap::new(),
             budgets,
+            unstored: Vec::new(),
             next_assigned: 0,
         }
     }
 
     /// Where a publish to `topic` goes.
-    pub fn destination(&self, _topic: &str) -> Destination {
-        Destination::Broadcast
+    pub fn destination(&self, topic: &str) -> Destination {
+        match self.channels.resolve(topic) {
+            Some(id) => Destination::Channel(id),
+            None => Destination::Broadcast,
+        }
     }
 
     /// The session of `client_id`, if it exists.
@@ -278,6 +292,9 @@ impl Broker {
             self.tree
                 .remove(&sub.filter, sub.share.as_deref(), client_id);
         }
+        for channel in session.cursors.keys() {
+            self.channels.get_mut(*channel).readers.remove(client_id);
+        }
         self.wills.remove(client_id);
         self.expiring.remove(client_id);
     }
@@ -311,8 +328,34 @@ impl Broker {
         let Some(sub) = session.subscriptions.remove(filter) else {
             return false;
         };
+        if sub.share.is_none() {
+            let channels = &mut self.channels;
+            session.cursors.retain(|channel, cursor| {
+                cursor.subs.retain(|s| s.filter != sub.filter);
+                let keep = !cursor.subs.is_empty();
+                if !keep {
+                    channels.get_mut(*channel).readers.remove(client_id);
+                }
+                keep
+            });
+        }
         self.tree
             .remove(&sub.filter, sub.share.as_deref(), client_id)
+    }
+
+    /// A record landed in `channel`: wake every session reading it, and hand it to
+    /// the shared groups whose filters match, which are served what is published
+    /// after they began (RFC 0002 "Shared subscriptions").
+    pub fn landed(&mut self, channel: ChannelId, message: Arc<Message>) {
+        for reader in &self.channels.get(channel).readers {
+            if let Some(session) = self.sessions.get_mut(reader) {
+                if let Some(cursor) = session.cursors.get_mut(&channel) {
+                    cursor.caught_up = false;
+                }
+                session.wake();
+            }
+        }
+        self.fan_out(message, true);
     }
 
     /// How many filters a client holds.
@@ -332,6 +375,11 @@ impl Broker {
     pub fn publish(&mut self, message: Arc<Message>) -> u8 {
         match self.destination(&message.topic) {
             Destination::Broadcast => self.broadcast(message),
+            // Stored by the server, which awaits the provider (`take_unstored`).
+            Destination::Channel(id) => {
+                self.unstored.push((id, message));
+                reason::SUCCESS
+            }
         }
     }
 
@@ -342,6 +390,13 @@ impl Broker {
         self.metrics
             .messages_received
             .set(self.metrics.messages_received.get() + 1);
+        self.fan_out(message, false);
+        reason::SUCCESS
+    }
+
+    /// Hands `message` to every subscription matching its topic (only the shared
+    /// groups when `shared_only`, for a channel's record).
+    fn fan_out(&mut self, message: Arc<Message>, shared_only: bool) {
         let mut targets: Vec<(Arc<str>, SubEntry)> = Vec::new();
         let sessions = &self.sessions;
         let publisher = &message.publisher;
@@ -349,7 +404,8 @@ impl Broker {
         self.tree
             .for_each_match(&message.topic, |target| match target {
                 Target::Client(client, entry) => {
-                    if !(entry.options.no_local && client == publisher) {
+                    let own = entry.options.no_local && client == publisher;
+                    if !shared_only && !own {
                         targets.push((client.clone(), *entry));
                     }
                 }
@@ -399,10 +455,15 @@ impl Broker {
                 retain: message.retain && retain_as_published,
                 identifiers,
                 message: message.clone(),
+                origin: None,
             };
             self.deliver(&client, delivery);
         }
-        reason::SUCCESS
+    }
+
+    /// Messages the broker published itself (Wills) that a channel must store.
+    pub fn take_unstored(&mut self) -> Vec<(ChannelId, Arc<Message>)> {
+        std::mem::take(&mut self.unstored)
     }
 
     /// Queues a delivery on a session and wakes its connection.

@@ -14,7 +14,9 @@ use std::time::Instant;
 
 use crate::codec::{Properties, ProtocolVersion, QoS, SubscriptionOptions, Will};
 
+use super::channels::ChannelId;
 use super::connection_link::ConnLink;
+use super::cursor::Cursor;
 
 /// A message as the broker routes it: shared by every session it is delivered to.
 #[derive(Debug)]
@@ -70,6 +72,8 @@ pub struct Delivery {
     pub retain: bool,
     /// Subscription Identifiers of every matching subscription that carried one.
     pub identifiers: Vec<u32>,
+    /// The channel record it is, for a channel delivery: settling it moves the cursor.
+    pub origin: Option<(ChannelId, u64)>,
 }
 
 /// An outbound QoS 1 or 2 exchange on the wire.
@@ -77,8 +81,8 @@ pub struct Delivery {
 pub enum Inflight {
     /// PUBLISH sent; waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
     Published(Delivery),
-    /// PUBREL sent; waiting for PUBCOMP.
-    Released,
+    /// PUBREL sent; waiting for PUBCOMP. Carries the channel record it was, if any.
+    Released(Option<(ChannelId, u64)>),
 }
 
 /// A subscription as the session remembers it.
@@ -134,6 +138,8 @@ pub struct Session {
     pub will: Option<Box<ArmedWill>>,
     /// Bumped whenever a connection takes the session, so stale timers can tell.
     pub generation: u64,
+    /// Cursors on the channels its subscriptions touch.
+    pub cursors: BTreeMap<ChannelId, Cursor>,
     next_packet_id: u16,
 }
 
@@ -164,6 +170,7 @@ impl Session {
             max_packet_size: u32::MAX,
             will: None,
             generation: 0,
+            cursors: BTreeMap::new(),
             next_packet_id: 1,
         }
     }
@@ -205,7 +212,7 @@ impl Session {
             .values()
             .map(|i| match i {
                 Inflight::Published(d) => d.message.charge(),
-                Inflight::Released => 0,
+                Inflight::Released(_) => 0,
             })
             .sum()
     }
@@ -233,10 +240,23 @@ impl Session {
         match self.inflight.remove(&packet_id) {
             Some(Inflight::Published(d)) => {
                 self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                self.settle_origin(d.origin);
                 true
             }
-            Some(Inflight::Released) => true,
+            Some(Inflight::Released(origin)) => {
+                self.settle_origin(origin);
+                true
+            }
             None => false,
+        }
+    }
+
+    /// Moves a channel cursor past a delivery that is settled.
+    pub fn settle_origin(&mut self, origin: Option<(ChannelId, u64)>) {
+        if let Some((channel, offset)) = origin
+            && let Some(cursor) = self.cursors.get_mut(&channel)
+        {
+            cursor.unsettled.remove(&offset);
         }
     }
 
@@ -244,12 +264,17 @@ impl Session {
     pub fn release(&mut self, packet_id: u16) -> bool {
         match self.inflight.get_mut(&packet_id) {
             Some(slot @ Inflight::Published(_)) => {
-                if let Inflight::Published(d) = std::mem::replace(slot, Inflight::Released) {
+                let origin = match slot {
+                    Inflight::Published(d) => d.origin,
+                    Inflight::Released(o) => *o,
+                };
+                if let Inflight::Published(d) = std::mem::replace(slot, Inflight::Released(origin))
+                {
                     self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
                 }
                 true
             }
-            Some(Inflight::Released) => true,
+            Some(Inflight::Released(_)) => true,
             None => false,
         }
     }
@@ -292,6 +317,7 @@ mod tests {
                 qos: QoS::AtLeastOnce,
                 retain: false,
                 identifiers: vec![],
+                origin: None,
             });
         }
         assert!(s.queued_bytes <= 1000);
@@ -303,7 +329,7 @@ mod tests {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         s.next_packet_id = u16::MAX;
         assert_eq!(s.next_packet_id(), u16::MAX);
-        s.inflight.insert(1, Inflight::Released);
+        s.inflight.insert(1, Inflight::Released(None));
         assert_eq!(s.next_packet_id(), 2);
     }
 }

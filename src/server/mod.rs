@@ -92,12 +92,13 @@ pub struct OpsDoors {
 pub fn serve(
     settings: Settings,
     listeners: Vec<std::net::TcpListener>,
+    channels: crate::broker::channels::Channels,
     operations: Option<OpsDoors>,
     stop: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
     let shared = Rc::new(Shared {
-        broker: RefCell::new(Broker::new(settings.clone())),
+        broker: RefCell::new(Broker::new(settings.clone(), channels)),
         settings,
         next_link: Cell::new(0),
         active: Cell::new(0),
@@ -117,6 +118,13 @@ pub fn serve(
         executor.spawn(housekeeping(shared.clone())).detach();
         stop.await;
         shutdown(&shared).await;
+        store_unstored(&shared).await;
+        let providers = shared.broker.borrow().channels.providers();
+        for provider in providers {
+            if let Err(e) = provider.close(crate::broker::records::now_ms()) {
+                log::error!("storage provider {}: {e}", provider.name());
+            }
+        }
         Ok(())
     }))
 }
@@ -157,6 +165,18 @@ async fn housekeeping(shared: Rc<Shared>) {
     loop {
         smol::Timer::after(Duration::from_secs(1)).await;
         shared.broker.borrow_mut().tick(Instant::now());
+        store_unstored(&shared).await;
+    }
+}
+
+/// Stores the Wills that fired into channels.
+pub(crate) async fn store_unstored(shared: &Shared) {
+    let unstored = shared.broker.borrow_mut().take_unstored();
+    for (channel, message) in unstored {
+        let code = connection::store(shared, channel, message).await;
+        if code != 0 {
+            log::warn!("a Will bound for a channel was refused 0x{code:02X}");
+        }
     }
 }
 

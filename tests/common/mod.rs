@@ -41,11 +41,22 @@ fn nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-/// The smallest configuration: one TCP listener on an ephemeral loopback port, with
-/// `extra` appended under `broker:` (indent it by two spaces).
+/// The smallest configuration: a memory provider and one TCP listener on an ephemeral
+/// loopback port, with `extra` appended after `broker.mqtt.listen` (indent it by two
+/// spaces for a key of `broker`, four for one of `broker.mqtt`).
 pub fn config(extra: &str) -> String {
+    let storage = "  storage:
+    default: mem
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      mem:
+        type: memory
+        max_bytes: 64MiB
+        snapshot_dir: none
+";
     format!(
-        "broker:\n  id: test\n  log_level: debug\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{extra}"
+        "broker:\n  id: test\n  log_level: debug\n{storage}  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n{extra}"
     )
 }
 
@@ -57,7 +68,13 @@ impl Broker {
 
     /// Starts the broker on a whole configuration file's text.
     pub fn start_with(yaml: &str) -> Broker {
-        let dir = temp_dir("broker");
+        Broker::start_in(temp_dir("broker"), yaml)
+    }
+
+    /// Starts the broker with its configuration in `dir`; `{dir}` in `yaml` is
+    /// replaced by the directory, for storage paths.
+    pub fn start_in(dir: PathBuf, yaml: &str) -> Broker {
+        let yaml = yaml.replace("{dir}", &dir.display().to_string());
         let path = dir.join("saguin.yaml");
         std::fs::write(&path, yaml).expect("write the configuration");
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
@@ -141,11 +158,24 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Stops the broker gracefully (SIGTERM) and keeps its directory, for a restart.
+    pub fn stop(mut self) -> PathBuf {
+        self.signal("TERM");
+        assert!(self.wait_exit().success(), "the broker exits 0 on SIGTERM");
+        let dir = self.dir.clone();
+        self.dir = PathBuf::new();
+        dir
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -365,6 +395,16 @@ impl Raw {
             other => panic!("expected DISCONNECT, got {other:?}"),
         }
     }
+}
+
+/// The value of the first User Property called `key`.
+pub fn user_property<'a>(publish: &'a codec::Publish, key: &str) -> Option<&'a str> {
+    publish
+        .properties
+        .user_properties
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
 }
 
 /// A PUBLISH with packet id 1 when QoS > 0.

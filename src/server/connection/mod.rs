@@ -13,6 +13,11 @@ use futures_lite::future;
 use smol::io::AsyncWriteExt;
 use smol::net::TcpStream;
 
+mod channels;
+
+use channels::route;
+pub(crate) use channels::store;
+
 use super::Shared;
 use super::frame::{FrameError, FrameReader};
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
@@ -55,6 +60,8 @@ struct Conn {
     problem_info: bool,
     /// The Session Expiry Interval the CONNECT asked for was 0 (MQTT-3.14.2-2).
     connected_with_zero_expiry: bool,
+    /// When the positions of this consumer were last written.
+    positions_stored_at: Option<Instant>,
 }
 
 /// Runs a connection to its end. `over_limit` says the broker is at max_connections.
@@ -95,6 +102,18 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
     }
     let (link, woken) = ConnLink::new(shared.next_link_id());
     let link = Rc::new(link);
+    if connect.clean_start && !connect.client_id.is_empty() {
+        // Clean Start discards what a durable consumer kept (gaps G-11).
+        let providers = shared.broker.borrow().channels.providers();
+        for provider in providers {
+            if let Err(e) = provider.drop_positions(&connect.client_id).await {
+                log::error!(
+                    "{peer}: positions of {:?} not discarded: {e}",
+                    connect.client_id
+                );
+            }
+        }
+    }
     let accepted = shared
         .broker
         .borrow_mut()
@@ -112,6 +131,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
         aliases: None,
         problem_info: connect.properties.request_problem_information != Some(0),
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
+        positions_stored_at: None,
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
@@ -436,7 +456,7 @@ impl Conn {
         for (id, inflight) in &session.inflight {
             packets.push(match inflight {
                 Inflight::Published(d) => Packet::Publish(publish_packet(d, Some(*id), true, now)),
-                Inflight::Released => Packet::PubRel(Ack::new(*id, 0)),
+                Inflight::Released(_) => Packet::PubRel(Ack::new(*id, 0)),
             });
         }
         drop(broker);
@@ -474,13 +494,17 @@ impl Conn {
             if let Some(code) = self.link.kicked() {
                 return End::Kicked(code);
             }
-            if let Err(end) = self.handle_buffered() {
+            if let Err(end) = self.handle_buffered().await {
                 return end;
             }
-            self.write_owed();
+            self.pump_channels().await;
+            if let Err(end) = self.write_owed() {
+                return end;
+            }
             if let Err(end) = self.flush().await {
                 return end;
             }
+            self.store_positions(false).await;
             let deadline = self.keep_alive.map(|k| Instant::now() + k);
             let Conn {
                 stream,
@@ -517,7 +541,7 @@ impl Conn {
     }
 
     /// Handles every whole packet in the buffer.
-    fn handle_buffered(&mut self) -> Result<(), End> {
+    async fn handle_buffered(&mut self) -> Result<(), End> {
         loop {
             let frame = match self
                 .reader
@@ -538,7 +562,7 @@ impl Conn {
             let decoded = codec::decode(frame.first_byte, self.reader.body(&frame), self.protocol);
             self.reader.consume(frame);
             match decoded {
-                Ok(packet) => self.handle(packet)?,
+                Ok(packet) => self.handle(packet).await?,
                 Err(e) => return Err(self.decode_failed(&e)),
             }
         }
@@ -558,9 +582,9 @@ impl Conn {
         refusal(self.protocol, code)
     }
 
-    fn handle(&mut self, packet: Packet) -> Result<(), End> {
+    async fn handle(&mut self, packet: Packet) -> Result<(), End> {
         match packet {
-            Packet::Publish(publish) => self.on_publish(publish),
+            Packet::Publish(publish) => self.on_publish(publish).await,
             Packet::PubAck(ack) => {
                 self.with_session(|s| s.settle(ack.packet_id));
                 Ok(())
@@ -585,8 +609,8 @@ impl Conn {
                 self.with_session(|s| s.settle(ack.packet_id));
                 Ok(())
             }
-            Packet::PubRel(ack) => self.on_pubrel(ack.packet_id),
-            Packet::Subscribe(subscribe) => self.on_subscribe(subscribe),
+            Packet::PubRel(ack) => self.on_pubrel(ack.packet_id).await,
+            Packet::Subscribe(subscribe) => self.on_subscribe(subscribe).await,
             Packet::Unsubscribe(unsubscribe) => {
                 self.on_unsubscribe(unsubscribe);
                 Ok(())
@@ -647,7 +671,7 @@ impl Conn {
         Ok(())
     }
 
-    fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
+    async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
         self.resolve_alias(&mut publish)?;
         let settings = &self.shared.settings;
         let code = match check_topic_name(&publish.topic, settings) {
@@ -689,7 +713,7 @@ impl Conn {
             return self.answer_publish(&publish, reason::SUCCESS);
         }
         let message = Arc::new(self.message_from(&publish));
-        let code = self.shared.broker.borrow_mut().publish(message);
+        let code = route(&self.shared, message).await;
         self.answer_publish(&publish, code)
     }
 
@@ -757,23 +781,29 @@ impl Conn {
         }
     }
 
-    fn on_pubrel(&mut self, packet_id: u16) -> Result<(), End> {
+    async fn on_pubrel(&mut self, packet_id: u16) -> Result<(), End> {
         let held = self
             .with_session(|s| s.incoming.remove(&packet_id))
             .flatten();
         let code = match held {
-            Some(Some(message)) => self.shared.broker.borrow_mut().publish(message),
+            Some(Some(message)) => {
+                let code = route(&self.shared, message.clone()).await;
+                if code >= 0x80 {
+                    // The message stays held, and a PUBREL on the next connection
+                    // completes it (RFC 0002 "A DISCONNECT from the broker").
+                    self.with_session(|s| s.incoming.insert(packet_id, Some(message)));
+                    return Err(self.refuse(code));
+                }
+                code
+            }
             Some(None) => reason::SUCCESS,
             None => reason::PACKET_IDENTIFIER_NOT_FOUND,
         };
-        if code == reason::QUOTA_EXCEEDED {
-            return Err(self.refuse(code));
-        }
         self.queue_packet(&Packet::PubComp(Ack::new(packet_id, code)));
         Ok(())
     }
 
-    fn on_subscribe(&mut self, subscribe: Subscribe) -> Result<(), End> {
+    async fn on_subscribe(&mut self, subscribe: Subscribe) -> Result<(), End> {
         let identifier = subscribe
             .properties
             .subscription_identifiers
@@ -793,7 +823,18 @@ impl Conn {
                         );
                         code
                     }
+                    Ok(None) if let Some(queue) = self.inside_queue(filter) => {
+                        log::info!(
+                            "{}: {} refused {filter:?}: it lies inside queue {queue} (0x8F)",
+                            self.peer,
+                            self.client_id
+                        );
+                        reason::TOPIC_FILTER_INVALID
+                    }
                     Ok(share) => {
+                        if share.is_none() {
+                            self.open_cursors(filter, *options, identifier).await;
+                        }
                         let mut broker = self.shared.broker.borrow_mut();
                         let full = broker.subscription_count(&self.client_id)
                             >= self.shared.settings.max_subscriptions;
@@ -843,6 +884,7 @@ impl Conn {
                 retain: true,
                 identifiers: identifier.into_iter().collect(),
                 message,
+                origin: None,
             };
             broker.deliver(&self.client_id, delivery);
         }
@@ -952,11 +994,11 @@ impl Conn {
 
     /// Moves what the session is owed into the write buffer, as far as the client's
     /// Receive Maximum and the session bound allow.
-    fn write_owed(&mut self) {
+    fn write_owed(&mut self) -> Result<(), End> {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
-            return;
+            return Ok(());
         };
         let now = Instant::now();
         let max_packet = session.max_packet_size as usize;
@@ -968,7 +1010,9 @@ impl Conn {
                 break;
             };
             let charge = delivery.message.charge();
-            if delivery.message.expired(now) {
+            // A broadcast that expired is gone; a channel's record is delivered anyway,
+            // its countdown left out (gaps G-16).
+            if delivery.origin.is_none() && delivery.message.expired(now) {
                 session.queued_bytes -= charge;
                 continue;
             }
@@ -980,8 +1024,15 @@ impl Conn {
                 &mut self.out,
             );
             if self.out.len() - start > max_packet {
-                // Over the client's Maximum Packet Size: discarded (MQTT-3.1.2-25).
                 self.out.truncate(start);
+                if delivery.origin.is_some() {
+                    // A channel's record is not skipped: the consumer is told why it
+                    // cannot have it, and its position stays (gaps G-17).
+                    session.queue.push_front(delivery);
+                    return Err(refusal(self.protocol, reason::PACKET_TOO_LARGE));
+                }
+                // A broadcast over the client's Maximum Packet Size is discarded
+                // (MQTT-3.1.2-25).
                 session.queued_bytes -= charge;
                 continue;
             }
@@ -989,9 +1040,13 @@ impl Conn {
                 Some(id) => {
                     session.inflight.insert(id, Inflight::Published(delivery));
                 }
-                None => session.queued_bytes -= charge,
+                None => {
+                    session.queued_bytes -= charge;
+                    session.settle_origin(delivery.origin);
+                }
             }
         }
+        Ok(())
     }
 
     /// Ends the connection: the last packet, the Will, the session's fate.
@@ -1003,6 +1058,7 @@ impl Conn {
             End::Kicked(code) => (false, Some(code)),
         };
         if !matches!(end, End::Kicked(_)) {
+            Box::pin(self.store_positions(true)).await;
             self.shared.broker.borrow_mut().disconnect(
                 &self.client_id,
                 self.link.id,
@@ -1040,11 +1096,12 @@ fn publish_packet(delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: I
     properties
         .subscription_identifiers
         .clone_from(&delivery.identifiers);
-    if let Some(at) = message.expires_at {
+    properties.message_expiry_interval = message.expires_at.and_then(|at| {
         let left = at.saturating_duration_since(now);
-        properties.message_expiry_interval =
-            Some(u32::try_from(left.as_secs().max(1)).unwrap_or(u32::MAX));
-    }
+        // Rounded up, so a message is never sent with less time than it has.
+        let secs = left.as_millis().div_ceil(1000);
+        (secs > 0).then(|| u32::try_from(secs).unwrap_or(u32::MAX))
+    });
     Publish {
         dup,
         qos: delivery.qos,

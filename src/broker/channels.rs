@@ -1,0 +1,128 @@
+//! The channels the configuration names, as the broker runs them: each with its
+//! provider, and the sessions reading it (woken when a record lands).
+//!
+//! Architecture invariant: which channel a topic belongs to is asked of
+//! [`crate::routing::Router`] and nothing else.
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::config::ChannelType;
+use crate::routing::{Route, Router};
+use crate::storage::Provider;
+
+/// An index into [`Channels`].
+pub type ChannelId = usize;
+
+/// What a channel is, as the publish and delivery paths tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A durable log; `tail` says where a reader with no position starts.
+    Append {
+        /// `start: tail`.
+        tail: bool,
+    },
+    /// One current value per topic.
+    Latest,
+    /// Work for one worker at a time.
+    Queue,
+    /// A queue's derived `<queue>__dlq`: read like an append channel, written only by
+    /// its queue.
+    DeadLetter,
+}
+
+/// One channel.
+#[derive(Debug)]
+pub struct Channel {
+    /// Its name.
+    pub name: Arc<str>,
+    /// What it is.
+    pub kind: Kind,
+    /// The provider holding its records.
+    pub provider: Rc<Provider>,
+    /// Client ids of the sessions with a cursor on it.
+    pub readers: HashSet<Arc<str>>,
+}
+
+/// Every channel and the routing table over their filters.
+#[derive(Debug)]
+pub struct Channels {
+    router: Router,
+    list: Vec<Channel>,
+    by_name: HashMap<Arc<str>, ChannelId>,
+}
+
+impl Channels {
+    /// No channels: every topic is broadcast.
+    pub fn none() -> Channels {
+        Channels::new(Router::from_channels(std::iter::empty()), Vec::new())
+    }
+
+    /// The channels, with the router built from the same configuration.
+    pub fn new(router: Router, list: Vec<Channel>) -> Channels {
+        let by_name = list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.clone(), i))
+            .collect();
+        Channels {
+            router,
+            list,
+            by_name,
+        }
+    }
+
+    /// Where a publish to `topic` goes: `Some` channel, or `None` for broadcast.
+    pub fn resolve(&self, topic: &str) -> Option<ChannelId> {
+        match self.router.resolve(topic) {
+            Route::Channel { name, .. } => self.by_name.get(name).copied(),
+            Route::Broadcast => None,
+        }
+    }
+
+    /// The channels a subscription filter touches, queues left out (a queue's records
+    /// leave only through its own form), and whether the filter lies wholly inside a
+    /// queue's filter (refused 0x8F).
+    pub fn reach(&self, filter: &str) -> (Vec<ChannelId>, Option<String>) {
+        let reach = self.router.reach(filter);
+        let ids = reach
+            .channels
+            .iter()
+            .filter(|t| t.kind != ChannelType::Queue)
+            .filter_map(|t| self.by_name.get(t.name).copied())
+            .collect();
+        (ids, reach.refused_inside_queue.map(str::to_string))
+    }
+
+    /// The channel `id`.
+    pub fn get(&self, id: ChannelId) -> &Channel {
+        &self.list[id]
+    }
+
+    /// The channel `id`, mutably.
+    pub fn get_mut(&mut self, id: ChannelId) -> &mut Channel {
+        &mut self.list[id]
+    }
+
+    /// The channel called `name`.
+    pub fn by_name(&self, name: &str) -> Option<ChannelId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every channel.
+    pub fn iter(&self) -> impl Iterator<Item = (ChannelId, &Channel)> {
+        self.list.iter().enumerate()
+    }
+
+    /// Every distinct provider.
+    pub fn providers(&self) -> Vec<Rc<Provider>> {
+        let mut seen: Vec<Rc<Provider>> = Vec::new();
+        for c in &self.list {
+            if !seen.iter().any(|p| Rc::ptr_eq(p, &c.provider)) {
+                seen.push(c.provider.clone());
+            }
+        }
+        seen
+    }
+}

@@ -1,0 +1,92 @@
+//! A session's place in one channel (DESIGN-NOTES 6: a channel subscription is a
+//! cursor). The connection reads windows from the provider at `next`, paced by the
+//! session's room; the position is the lowest offset not yet settled.
+
+use std::collections::BTreeSet;
+
+use crate::codec::SubscriptionOptions;
+
+/// One of the session's subscriptions that touches the channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelSub {
+    /// The filter as subscribed.
+    pub filter: String,
+    /// Its options.
+    pub options: SubscriptionOptions,
+    /// Its Subscription Identifier.
+    pub identifier: Option<u32>,
+}
+
+/// A session's cursor on one channel.
+#[derive(Debug, Clone)]
+pub struct Cursor {
+    /// The next offset to read.
+    pub next: u64,
+    /// The subscriptions reading through it.
+    pub subs: Vec<ChannelSub>,
+    /// Offsets queued or on the wire and not yet settled (PUBACK, PUBCOMP, or the write
+    /// at QoS 0).
+    pub unsettled: BTreeSet<u64>,
+    /// The position last written to the provider.
+    pub stored: Option<u64>,
+    /// On a latest channel, offsets below this are the current-state pass, sent with
+    /// RETAIN set.
+    pub pass_until: u64,
+    /// The last read found nothing new: wait for a wake-up before reading again.
+    pub caught_up: bool,
+}
+
+impl Cursor {
+    /// A cursor starting at `next`.
+    pub fn new(next: u64, pass_until: u64, stored: Option<u64>) -> Cursor {
+        Cursor {
+            next,
+            subs: Vec::new(),
+            unsettled: BTreeSet::new(),
+            stored,
+            pass_until,
+            caught_up: false,
+        }
+    }
+
+    /// The position: the next offset owed to the consumer (G-11).
+    pub fn position(&self) -> u64 {
+        self.unsettled.first().copied().unwrap_or(self.next)
+    }
+
+    /// Whether the position moved since it was last stored.
+    pub fn dirty(&self) -> bool {
+        self.stored != Some(self.position())
+    }
+
+    /// Adds or replaces a subscription reading through this cursor.
+    pub fn add(&mut self, sub: ChannelSub) {
+        self.subs.retain(|s| s.filter != sub.filter);
+        self.subs.push(sub);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_position_is_the_lowest_unsettled_offset() {
+        let mut c = Cursor::new(10, 0, Some(10));
+        assert!(!c.dirty());
+        c.unsettled.extend([10, 11, 12]);
+        c.next = 13;
+        assert_eq!(c.position(), 10);
+        c.unsettled.remove(&11);
+        assert_eq!(
+            c.position(),
+            10,
+            "an acknowledgement out of order moves nothing"
+        );
+        c.unsettled.remove(&10);
+        assert_eq!(c.position(), 12);
+        c.unsettled.clear();
+        assert_eq!(c.position(), 13);
+        assert!(c.dirty());
+    }
+}

@@ -1,0 +1,88 @@
+//! From publish to record and back (RFC 0003 "From publish to record", gaps G-16):
+//! what a channel stores of a publish, and what a delivery of a record carries.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::codec::{Properties, QoS};
+use crate::storage::{NewRecord, Record, RecordProperties};
+
+use super::session::Message;
+
+/// The reserved prefix of User Properties.
+pub const RESERVED_PREFIX: &str = "saguin-";
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The record a publish becomes. The publisher's own `saguin-id` is kept (first
+/// occurrence, invariant 8); every other `saguin-` property is dropped silently;
+/// otherwise a UUIDv7 is minted.
+pub fn to_record(message: &Message, received_ms: u64) -> NewRecord {
+    let p = &message.properties;
+    let mut message_id = None;
+    let mut user_properties = Vec::with_capacity(p.user_properties.len());
+    for (k, v) in &p.user_properties {
+        if k == "saguin-id" {
+            message_id.get_or_insert_with(|| v.clone());
+        } else if !k.starts_with(RESERVED_PREFIX) {
+            user_properties.push((k.clone(), v.clone()));
+        }
+    }
+    NewRecord {
+        message_id: message_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        timestamp_ms: received_ms,
+        topic: message.topic.to_string(),
+        payload: message.payload.to_vec(),
+        properties: RecordProperties {
+            payload_format_indicator: p.payload_format_indicator,
+            message_expiry_interval: p.message_expiry_interval,
+            content_type: p.content_type.clone(),
+            response_topic: p.response_topic.clone(),
+            correlation_data: p.correlation_data.clone(),
+            user_properties,
+        },
+    }
+}
+
+/// The message a stored record is delivered as: the publisher's topic, payload and
+/// properties, plus `saguin-id`, `saguin-offset`, `saguin-timestamp` and, where an
+/// expiry was set, `saguin-expires`. The Message Expiry Interval counts down from the
+/// receive time; once it has run out the record is still delivered, without it.
+pub fn from_record(record: Record, qos: QoS, now_ms: u64) -> Message {
+    let p = record.properties;
+    let mut user_properties = p.user_properties;
+    user_properties.push(("saguin-id".into(), record.message_id));
+    user_properties.push(("saguin-offset".into(), record.offset.to_string()));
+    user_properties.push(("saguin-timestamp".into(), record.timestamp_ms.to_string()));
+    let mut expires_at = None;
+    if let Some(seconds) = p.message_expiry_interval {
+        let at_ms = record
+            .timestamp_ms
+            .saturating_add(u64::from(seconds) * 1000);
+        user_properties.push(("saguin-expires".into(), at_ms.to_string()));
+        if at_ms > now_ms {
+            expires_at = Some(Instant::now() + Duration::from_millis(at_ms - now_ms));
+        }
+    }
+    Message {
+        topic: Arc::from(record.topic),
+        payload: record.payload.into(),
+        qos,
+        retain: false,
+        properties: Properties {
+            payload_format_indicator: p.payload_format_indicator,
+            content_type: p.content_type,
+            response_topic: p.response_topic,
+            correlation_data: p.correlation_data,
+            user_properties,
+            ..Properties::default()
+        },
+        publisher: Arc::from(""),
+        expires_at,
+    }
+}

@@ -1,0 +1,347 @@
+//! The channel half of a connection: storing what it publishes into channels, and
+//! reading its cursors' windows into the session (DESIGN-NOTES 4 and 6).
+//!
+//! Architecture invariant: a channel publish is acknowledged only after its provider
+//! reports the record stored; a consumer's position moves only over settled offsets
+//! and is written at most every `ACK_COMMIT_INTERVAL`, and at the end of the
+//! connection.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Conn, Shared};
+use crate::broker::channels::{ChannelId, Kind};
+use crate::broker::cursor::{ChannelSub, Cursor};
+use crate::broker::records::{self, now_ms};
+use crate::broker::session::{Delivery, Message};
+use crate::broker::{Destination, topic};
+use crate::codec::{QoS, SubscriptionOptions, reason};
+use crate::storage::{RecordState, StorageError, WindowRequest};
+
+/// How often a moved position is written (RFC 0002 `ack_commit_interval`, 200ms).
+const ACK_COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+/// The most records one read takes.
+const WINDOW_RECORDS: usize = 64;
+
+/// Routes a publish: broadcast at once, or into its channel's provider, returning the
+/// reason code for the publisher once the record is stored or refused.
+pub(super) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
+    let destination = shared.broker.borrow().destination(&message.topic);
+    match destination {
+        Destination::Broadcast => shared.broker.borrow_mut().publish(message),
+        Destination::Channel(id) => store(shared, id, message).await,
+    }
+}
+
+/// Stores `message` in channel `id` (RFC 0002 "Publishing").
+pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>) -> u8 {
+    let (provider, name, kind) = {
+        let broker = shared.broker.borrow();
+        let channel = broker.channels.get(id);
+        (channel.provider.clone(), channel.name.clone(), channel.kind)
+    };
+    if kind == Kind::DeadLetter {
+        // It takes its records from its queue alone.
+        shared
+            .broker
+            .borrow()
+            .metrics
+            .refuse_publish("not authorized");
+        return reason::NOT_AUTHORIZED;
+    }
+    let record = records::to_record(&message, now_ms());
+    let landed = record.clone();
+    match provider.append(&name, record).await {
+        Ok(offset) => {
+            let delivered = records::from_record(
+                crate::storage::Record {
+                    offset,
+                    message_id: landed.message_id,
+                    timestamp_ms: landed.timestamp_ms,
+                    topic: landed.topic,
+                    payload: landed.payload,
+                    properties: landed.properties,
+                    state: RecordState::Stored,
+                },
+                message.qos,
+                now_ms(),
+            );
+            shared.broker.borrow_mut().landed(id, Arc::new(delivered));
+            reason::SUCCESS
+        }
+        Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
+            log::info!("publish to {:?} refused 0x97: {e}", message.topic);
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_publish("quota exceeded");
+            reason::QUOTA_EXCEEDED
+        }
+        Err(e) => {
+            log::error!(
+                "channel {name} could not store a record for {:?}: {e}",
+                message.topic
+            );
+            let broker = shared.broker.borrow();
+            broker
+                .metrics
+                .storage_errors
+                .set(broker.metrics.storage_errors.get() + 1);
+            reason::IMPLEMENTATION_SPECIFIC_ERROR
+        }
+    }
+}
+
+impl Conn {
+    /// The queue a plain filter lies wholly inside, if any (refused 0x8F).
+    pub(super) fn inside_queue(&self, filter: &str) -> Option<String> {
+        self.shared.broker.borrow().channels.reach(filter).1
+    }
+
+    /// Opens (or joins) a cursor on every channel `filter` touches, recorded before
+    /// the SUBACK so nothing landing in between is missed. A cursor starts at the
+    /// stored position of a durable consumer, else at the floor or, for `start:
+    /// tail`, the head (gaps G-11, G-12).
+    pub(super) async fn open_cursors(
+        &mut self,
+        filter: &str,
+        options: SubscriptionOptions,
+        identifier: Option<u32>,
+    ) {
+        let sub = ChannelSub {
+            filter: filter.to_string(),
+            options,
+            identifier,
+        };
+        let touched = self.shared.broker.borrow().channels.reach(filter).0;
+        for id in touched {
+            let joined = self.with_session(|s| match s.cursors.get_mut(&id) {
+                Some(cursor) => {
+                    cursor.add(sub.clone());
+                    cursor.caught_up = false;
+                    true
+                }
+                None => false,
+            });
+            if joined != Some(false) {
+                continue;
+            }
+            let (provider, name, kind, durable) = {
+                let mut broker = self.shared.broker.borrow_mut();
+                let durable = broker
+                    .session(&self.client_id)
+                    .is_some_and(|s| s.outlives_connection());
+                let channel = broker.channels.get(id);
+                (
+                    channel.provider.clone(),
+                    channel.name.clone(),
+                    channel.kind,
+                    durable,
+                )
+            };
+            let stats = match provider.stats(&name).await {
+                Ok(stats) => stats,
+                Err(e) => {
+                    log::error!(
+                        "channel {name}: cannot read its bounds for {}: {e}",
+                        self.client_id
+                    );
+                    continue;
+                }
+            };
+            let stored = if durable {
+                provider
+                    .position(&self.client_id, &name)
+                    .await
+                    .ok()
+                    .flatten()
+            } else {
+                None
+            };
+            let start = match (stored, kind) {
+                (Some(position), _) => position.max(stats.floor),
+                (None, Kind::Append { tail: true }) => stats.head,
+                (None, _) => stats.floor,
+            };
+            let pass_until = if kind == Kind::Latest && stored.is_none() {
+                stats.head
+            } else {
+                0
+            };
+            let mut cursor = Cursor::new(start, pass_until, stored);
+            cursor.add(sub.clone());
+            let mut broker = self.shared.broker.borrow_mut();
+            let client = self.client_id.clone();
+            if let Some(session) = broker.session_of(&client, self.link.id) {
+                session.cursors.insert(id, cursor);
+                broker.channels.get_mut(id).readers.insert(client);
+            }
+        }
+    }
+
+    /// Reads what the session's cursors are owed into its queue, as far as the session
+    /// bound allows: never more than half the bound queued, so acknowledgements keep
+    /// room for what follows (RFC 0002 "How much a session may hold").
+    pub(super) async fn pump_channels(&mut self) {
+        loop {
+            let Some((id, from, room)) = self.next_read() else {
+                return;
+            };
+            let (provider, name) = {
+                let broker = self.shared.broker.borrow();
+                let channel = broker.channels.get(id);
+                (channel.provider.clone(), channel.name.clone())
+            };
+            let request = WindowRequest {
+                from,
+                max_records: WINDOW_RECORDS,
+                max_bytes: room as u64,
+            };
+            let window = match provider.read_window(&name, request).await {
+                Ok(window) => window,
+                Err(e) => {
+                    log::error!("channel {name}: read for {} failed: {e}", self.client_id);
+                    self.with_session(|s| s.cursors.get_mut(&id).map(|c| c.caught_up = true));
+                    return;
+                }
+            };
+            let now = now_ms();
+            let client = self.client_id.clone();
+            let mut broker = self.shared.broker.borrow_mut();
+            let Some(session) = broker.session_of(&client, self.link.id) else {
+                return;
+            };
+            let Some(cursor) = session.cursors.get_mut(&id) else {
+                continue;
+            };
+            if cursor.next < window.floor {
+                log::warn!(
+                    "{client}: channel {name} no longer holds offsets {}..{}; continuing at its floor",
+                    cursor.next,
+                    window.floor
+                );
+                cursor.next = window.floor;
+            }
+            if window.records.is_empty() {
+                cursor.caught_up = true;
+                continue;
+            }
+            let mut deliveries = Vec::with_capacity(window.records.len());
+            for record in window.records {
+                if record.offset < cursor.next {
+                    continue;
+                }
+                cursor.next = record.offset + 1;
+                let Some((qos, identifiers, retain_as_published)) =
+                    select(&cursor.subs, &record.topic)
+                else {
+                    continue; // no filter of this session takes it: settled at once
+                };
+                if !matches!(record.state, RecordState::Stored) {
+                    continue; // a deletion is shown to no reader here (gaps G-19)
+                }
+                let retain = record.offset < cursor.pass_until || retain_as_published;
+                cursor.unsettled.insert(record.offset);
+                let origin = Some((id, record.offset));
+                let message = Arc::new(records::from_record(record, qos, now));
+                deliveries.push(Delivery {
+                    message,
+                    qos,
+                    retain,
+                    identifiers,
+                    origin,
+                });
+            }
+            for delivery in deliveries {
+                session.enqueue(delivery);
+            }
+        }
+    }
+
+    /// The cursor to read next, where it starts, and how many bytes the session has
+    /// room for; `None` when nothing is owed or there is no room.
+    fn next_read(&self) -> Option<(ChannelId, u64, usize)> {
+        let mut broker = self.shared.broker.borrow_mut();
+        let session = broker.session_of(&self.client_id, self.link.id)?;
+        let room = (session.queue_bound / 2).checked_sub(session.queued_bytes)?;
+        if room == 0 {
+            return None;
+        }
+        let (id, cursor) = session.cursors.iter().find(|(_, c)| !c.caught_up)?;
+        Some((*id, cursor.next, room))
+    }
+
+    /// Writes the positions of a durable consumer that moved: at most every
+    /// `ACK_COMMIT_INTERVAL`, or now when `force`.
+    pub(super) async fn store_positions(&mut self, force: bool) {
+        if !force
+            && self
+                .positions_stored_at
+                .is_some_and(|at| at.elapsed() < ACK_COMMIT_INTERVAL)
+        {
+            return;
+        }
+        let moved: Vec<(ChannelId, u64)> = {
+            let mut broker = self.shared.broker.borrow_mut();
+            let Some(session) = broker.session(&self.client_id) else {
+                return;
+            };
+            if !session.outlives_connection() {
+                return;
+            }
+            session
+                .cursors
+                .iter()
+                .filter(|(_, c)| c.dirty())
+                .map(|(id, c)| (*id, c.position()))
+                .collect()
+        };
+        if moved.is_empty() {
+            return;
+        }
+        self.positions_stored_at = Some(Instant::now());
+        for (id, position) in moved {
+            let (provider, name): (Rc<_>, Arc<str>) = {
+                let broker = self.shared.broker.borrow();
+                let channel = broker.channels.get(id);
+                (channel.provider.clone(), channel.name.clone())
+            };
+            match provider
+                .set_position(&self.client_id, &name, position)
+                .await
+            {
+                Ok(()) => {
+                    let mut broker = self.shared.broker.borrow_mut();
+                    if let Some(cursor) = broker
+                        .session(&self.client_id)
+                        .and_then(|s| s.cursors.get_mut(&id))
+                    {
+                        cursor.stored = Some(position);
+                    }
+                }
+                Err(e) => log::error!(
+                    "channel {name}: position of {} not stored: {e}",
+                    self.client_id
+                ),
+            }
+        }
+    }
+}
+
+/// Which of a cursor's subscriptions take a record on `topic`: the highest QoS among
+/// them, every Subscription Identifier, and whether any keeps RETAIN as published.
+fn select(subs: &[ChannelSub], topic_name: &str) -> Option<(QoS, Vec<u32>, bool)> {
+    let mut taken = None::<(QoS, Vec<u32>, bool)>;
+    for sub in subs
+        .iter()
+        .filter(|s| topic::matches(&s.filter, topic_name))
+    {
+        let (qos, ids, rap) = taken.get_or_insert((QoS::AtMostOnce, Vec::new(), false));
+        *qos = (*qos).max(sub.options.qos);
+        ids.extend(sub.identifier);
+        *rap |= sub.options.retain_as_published;
+    }
+    taken
+}

@@ -1,0 +1,190 @@
+//! From a validated configuration to what the broker runs with: providers opened,
+//! channels registered with them, settings mapped. Everything that can fail here fails
+//! before a listener opens, with a message naming what to fix.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::broker::channels::{Channel, Channels, Kind};
+use crate::config::{self, ChannelType, Config};
+use crate::ops::OpsSettings;
+use crate::routing::Router;
+use crate::server::OpsDoors;
+use crate::storage::{self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention};
+
+/// The storage settings a configured provider maps to. The reserve each provider keeps
+/// is `max_message_size + max_header_bytes` (RFC 0002 "Bounds on what a channel holds").
+pub fn provider_settings(config: &Config, provider: &config::Provider) -> ProviderSettings {
+    let limits = &config.broker.limits;
+    let reserve = u64::from(limits.max_message_size) + u64::from(limits.max_header_bytes);
+    match &provider.kind {
+        config::ProviderKind::Sqlite(s) => ProviderSettings::Sqlite(storage::SqliteSettings {
+            name: provider.name.clone(),
+            file_path: s.file_path.clone(),
+            max_bytes: s.max_bytes.unwrap_or(u64::MAX),
+            reserve_bytes: reserve,
+            commit: match s.commit {
+                config::CommitMode::Collect => storage::CommitMode::Collect,
+                config::CommitMode::PerPublish => storage::CommitMode::PerPublish,
+                config::CommitMode::Batch {
+                    interval,
+                    max_records,
+                } => storage::CommitMode::Interval {
+                    interval,
+                    max_records: max_records as usize,
+                },
+            },
+            read_connections: usize::from(s.read_connections),
+            flush_interval: s.flush_interval,
+        }),
+        config::ProviderKind::Memory(m) => ProviderSettings::Memory(storage::MemorySettings {
+            name: provider.name.clone(),
+            max_bytes: m.max_bytes.unwrap_or(u64::MAX),
+            reserve_bytes: reserve,
+            snapshot_dir: m.snapshot_dir.clone(),
+        }),
+    }
+}
+
+/// What a configured channel is, to its provider.
+fn channel_settings(channel: &config::Channel) -> ChannelSettings {
+    let kind = match (&channel.kind, &channel.dlq_of) {
+        (_, Some(queue)) => ChannelKind::DeadLetter {
+            queue: queue.clone(),
+        },
+        (ChannelType::Append, None) => ChannelKind::Append,
+        (ChannelType::Latest, None) => ChannelKind::Latest {
+            deletion_retention: channel.deletion_retention_period,
+        },
+        (ChannelType::Queue, None) => ChannelKind::Queue {
+            job_expires_after: channel.queue.as_ref().and_then(|q| q.job_expires_after),
+        },
+    };
+    ChannelSettings {
+        kind,
+        max_bytes: channel.max_bytes,
+        retention: Retention {
+            period: channel.retention_period,
+            bytes: channel.retention_bytes,
+        },
+    }
+}
+
+/// Opens every provider a channel lives on and registers each channel with it.
+///
+/// # Errors
+/// A provider that cannot be opened (its lock held, its file unreadable) or a channel
+/// it refuses, named.
+pub async fn open_channels(config: &Config) -> Result<Channels, String> {
+    let mut providers: HashMap<&str, Rc<Provider>> = HashMap::new();
+    let mut list = Vec::new();
+    for channel in &config.channels {
+        let provider = match providers.get(channel.storage.as_str()) {
+            Some(p) => p.clone(),
+            None => {
+                let Some(declared) = config.broker.storage.providers.get(&channel.storage) else {
+                    return Err(format!(
+                        "channel {}: no storage provider called {}",
+                        channel.name, channel.storage
+                    ));
+                };
+                let settings = provider_settings(config, declared);
+                make_parent(&settings)?;
+                let opened = Provider::open(&settings)
+                    .map_err(|e| format!("storage provider {}: {e}", declared.name))?;
+                log::info!(
+                    "storage provider {} ({}) opened",
+                    declared.name,
+                    describe(&settings)
+                );
+                let opened = Rc::new(opened);
+                providers.insert(channel.storage.as_str(), opened.clone());
+                opened
+            }
+        };
+        provider
+            .open_channel(&channel.name, channel_settings(channel))
+            .await
+            .map_err(|e| format!("channel {}: {e}", channel.name))?;
+        let kind = match (&channel.kind, &channel.dlq_of) {
+            (_, Some(_)) => Kind::DeadLetter,
+            (ChannelType::Append, None) => Kind::Append {
+                tail: channel.start == config::Start::Tail,
+            },
+            (ChannelType::Latest, None) => Kind::Latest,
+            (ChannelType::Queue, None) => Kind::Queue,
+        };
+        list.push(Channel {
+            name: Arc::from(channel.name.as_str()),
+            kind,
+            provider,
+            readers: Default::default(),
+        });
+    }
+    Ok(Channels::new(Router::new(config), list))
+}
+
+/// Creates the directory a provider keeps its files in, as `mkdir -p` would, so a
+/// fresh device needs no step before its first start.
+fn make_parent(settings: &ProviderSettings) -> Result<(), String> {
+    let dir = match settings {
+        ProviderSettings::Sqlite(s) => s.file_path.parent().map(std::path::Path::to_path_buf),
+        ProviderSettings::Memory(m) => m.snapshot_dir.clone(),
+    };
+    match dir {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(&dir).map_err(|e| {
+            format!(
+                "storage provider {}: cannot create {}: {e}",
+                settings.name(),
+                dir.display()
+            )
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn describe(settings: &ProviderSettings) -> String {
+    match settings {
+        ProviderSettings::Sqlite(s) => format!("sqlite, {}", s.file_path.display()),
+        ProviderSettings::Memory(m) => match &m.snapshot_dir {
+            Some(dir) => format!(
+                "memory, max_bytes {}, snapshots in {}",
+                m.max_bytes,
+                dir.display()
+            ),
+            None => format!("memory, max_bytes {}, no snapshots", m.max_bytes),
+        },
+    }
+}
+
+/// Binds the operations listener's doors, if `broker.operations` is written.
+///
+/// # Errors
+/// A door that cannot be bound, or a Unix socket another broker holds, named.
+pub fn operations(config: &Config) -> std::io::Result<Option<OpsDoors>> {
+    let Some(ops) = &config.broker.operations else {
+        return Ok(None);
+    };
+    let tcp_addrs: Vec<_> = ops
+        .listen
+        .tcp
+        .iter()
+        .filter_map(|d| d.address.socket_addr())
+        .collect();
+    let tcp = crate::server::bind(&tcp_addrs)?;
+    let unix = match ops.listen.unix.first() {
+        Some(door) => Some(crate::ops::bind_unix(&door.path, door.mode)?),
+        None => None,
+    };
+    let settings = OpsSettings {
+        tcp: tcp_addrs,
+        unix: ops.listen.unix.first().map(|d| (d.path.clone(), d.mode)),
+        min_scrape_interval: ops.min_scrape_interval,
+    };
+    Ok(Some(OpsDoors {
+        settings,
+        tcp,
+        unix,
+    }))
+}

@@ -1,0 +1,284 @@
+//! append and latest channels end to end over MQTT (issue 5; RFC 0002 "Publishing",
+//! "What a filter reaches"; gaps G-11, G-12, G-16, G-19).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Broker, Raw, connect, opts, temp_dir, user_property};
+use saguin::codec::{
+    Disconnect, Packet,
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
+
+/// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
+/// state (latest, memory), jobs (queue).
+const CONFIG: &str = "broker:
+  id: channels-test
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: 7d
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+      volatile:
+        type: memory
+        max_bytes: 16MiB
+        snapshot_dir: {dir}/snapshots
+channels:
+  events:
+    type: append
+  recent:
+    type: append
+    start: tail
+  state:
+    type: latest
+    storage: volatile
+  jobs:
+    type: queue
+    filter: work/+/todo
+";
+
+fn start() -> Broker {
+    let dir = temp_dir("channels");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    Broker::start_in(dir, CONFIG)
+}
+
+#[test]
+fn an_append_channel_replays_from_the_floor_with_saguin_properties_then_goes_live() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..3 {
+        assert_eq!(
+            publisher.publish(
+                &format!("events/e{i}"),
+                format!("r{i}").as_bytes(),
+                QoS::AtLeastOnce,
+                false
+            ),
+            Some(0)
+        );
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut offsets = Vec::new();
+    for i in 0..3 {
+        let got = reader.recv_publish();
+        assert_eq!(
+            (&*got.topic, &*got.payload),
+            (format!("events/e{i}").as_str(), format!("r{i}").as_bytes())
+        );
+        assert!(user_property(&got, "saguin-id").is_some_and(|id| !id.is_empty()));
+        assert!(user_property(&got, "saguin-timestamp").is_some_and(|t| t.parse::<u64>().is_ok()));
+        offsets.push(
+            user_property(&got, "saguin-offset")
+                .and_then(|o| o.parse::<u64>().ok())
+                .expect("offset"),
+        );
+    }
+    assert!(
+        offsets.windows(2).all(|w| w[0] < w[1]),
+        "offsets strictly increase: {offsets:?}"
+    );
+    publisher.publish("events/live", b"now", QoS::AtLeastOnce, false);
+    assert_eq!(&*reader.recv_publish().payload, b"now");
+}
+
+#[test]
+fn a_publishers_saguin_id_is_kept_and_other_saguin_properties_dropped() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let mut p = common::publish("events/id", b"x", QoS::AtLeastOnce, false);
+    p.properties.user_properties = vec![
+        ("saguin-id".into(), "mine-1".into()),
+        ("saguin-offset".into(), "999".into()),
+        ("app".into(), "kept".into()),
+    ];
+    assert_eq!(publisher.publish_packet(p), Some(0));
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("events/id", opts(QoS::AtLeastOnce));
+    let got = reader.recv_publish();
+    assert_eq!(user_property(&got, "saguin-id"), Some("mine-1"));
+    assert_eq!(user_property(&got, "app"), Some("kept"));
+    assert_ne!(user_property(&got, "saguin-offset"), Some("999"));
+    let offsets = got
+        .properties
+        .user_properties
+        .iter()
+        .filter(|(k, _)| k == "saguin-offset")
+        .count();
+    assert_eq!(offsets, 1);
+}
+
+#[test]
+fn start_tail_serves_only_what_arrives_after_the_subscription() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("recent/old", b"old", QoS::AtLeastOnce, false);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("recent/#", opts(QoS::AtLeastOnce));
+    reader.expect_nothing(Duration::from_millis(300));
+    publisher.publish("recent/new", b"new", QoS::AtLeastOnce, false);
+    assert_eq!(&*reader.recv_publish().payload, b"new");
+}
+
+#[test]
+fn a_durable_consumer_resumes_where_it_acknowledged_across_a_reconnect() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/1", b"1", QoS::AtLeastOnce, false);
+    publisher.publish("events/2", b"2", QoS::AtLeastOnce, false);
+    let mut c = connect(V5, "durable", false);
+    c.properties.session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"1");
+    assert_eq!(&*reader.recv_publish().payload, b"2");
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    publisher.publish("events/3", b"3", QoS::AtLeastOnce, false);
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    assert_eq!(&*reader.recv_publish().payload, b"3");
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
+fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V311, "producer");
+    publisher.publish("events/a", b"a", QoS::AtLeastOnce, false);
+    publisher.publish("events/b", b"b", QoS::AtLeastOnce, false);
+    drop(publisher);
+    let c = connect(V311, "keeper", false);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"a");
+    assert_eq!(&*reader.recv_publish().payload, b"b");
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(200));
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut publisher = Raw::connected(broker.addr, V311, "producer");
+    publisher.publish("events/c", b"c", QoS::AtLeastOnce, false);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(
+        &*reader.recv_publish().payload,
+        b"c",
+        "the stored position survived the restart"
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
+fn clean_start_discards_a_stored_position() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
+    let mut c = connect(V5, "forgetful", false);
+    c.properties.session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"x");
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(100));
+    c.clean_start = true;
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(!ack.session_present);
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(
+        &*reader.recv_publish().payload,
+        b"x",
+        "replayed from the floor again"
+    );
+}
+
+#[test]
+fn a_latest_channel_serves_current_values_with_retain_and_an_empty_publish_deletes() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/a", b"1", QoS::AtLeastOnce, false);
+    publisher.publish("state/a", b"2", QoS::AtLeastOnce, false);
+    publisher.publish("state/b", b"x", QoS::AtLeastOnce, false);
+    publisher.publish("state/c", b"gone", QoS::AtLeastOnce, false);
+    publisher.publish("state/c", b"", QoS::AtLeastOnce, false);
+    let mut reader = Raw::connected(broker.addr, V311, "watcher");
+    reader.subscribe("state/#", opts(QoS::AtLeastOnce));
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let p = reader.recv_publish();
+        assert!(p.retain, "the current-state pass carries RETAIN");
+        got.push((p.topic.to_string(), p.payload.to_vec()));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("state/a".to_string(), b"2".to_vec()),
+            ("state/b".to_string(), b"x".to_vec())
+        ]
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+    publisher.publish("state/a", b"3", QoS::AtLeastOnce, false);
+    let live = reader.recv_publish();
+    assert_eq!(
+        (&*live.topic, &*live.payload, live.retain),
+        ("state/a", &b"3"[..], false)
+    );
+}
+
+#[test]
+fn a_plain_filter_inside_a_queue_is_refused_and_a_wide_one_never_sees_the_queue() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "nosy");
+    assert_eq!(
+        reader.subscribe("work/+/todo", opts(QoS::AtLeastOnce)),
+        [0x8F]
+    );
+    assert_eq!(reader.subscribe("work/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut publisher = Raw::connected(broker.addr, V311, "producer");
+    assert_eq!(
+        publisher.publish("work/w1/todo", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    publisher.publish("work/w1/other", b"broadcast", QoS::AtLeastOnce, false);
+    assert_eq!(&*reader.recv_publish().payload, b"broadcast");
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
+fn a_dead_letter_channel_refuses_publishes_0x87() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("work/w1/todo/__dlq", b"x", QoS::AtLeastOnce, false),
+        Some(0x87)
+    );
+}
+
+#[test]
+fn shared_groups_on_an_append_channel_get_new_records_only_split_across_members() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/before", b"old", QoS::AtLeastOnce, false);
+    let mut a = Raw::connected(broker.addr, V5, "g-a");
+    let mut b = Raw::connected(broker.addr, V5, "g-b");
+    a.subscribe("$share/g/events/#", opts(QoS::AtLeastOnce));
+    b.subscribe("$share/g/events/#", opts(QoS::AtLeastOnce));
+    publisher.publish("events/n1", b"n1", QoS::AtLeastOnce, false);
+    publisher.publish("events/n2", b"n2", QoS::AtLeastOnce, false);
+    let got_a = a.recv_publish();
+    let got_b = b.recv_publish();
+    assert_eq!((&*got_a.payload, &*got_b.payload), (&b"n1"[..], &b"n2"[..]));
+    assert!(user_property(&got_a, "saguin-offset").is_some());
+    a.expect_nothing(Duration::from_millis(200));
+}
