@@ -243,6 +243,8 @@ pub(crate) struct DoorLine {
     pub name: String,
     /// What the door binds: a TCP address or a Unix path.
     pub bind: Option<Bind>,
+    /// The line of its address or path.
+    pub bind_line: u32,
     pub path: String,
     pub line: u32,
     pub file: String,
@@ -263,7 +265,7 @@ pub(crate) fn check_names(ctx: &mut Ctx, doors: &[DoorLine]) {
         }
         if let Some(first) = doors[..i].iter().find(|d| d.name == door.name) {
             let text = format!(
-                "is named {:?}, as {} ({}:{}) is; give each door of this listener its own name",
+                "is named {:?}, as {} ({} line {}) is; give each door of this listener its own name",
                 door.name, first.path, first.file, first.line
             );
             let saved = std::mem::replace(&mut ctx.file, door.file.clone());
@@ -318,6 +320,7 @@ fn read_door(
     lines.push(DoorLine {
         name: name.clone(),
         bind: None,
+        bind_line: node.line,
         path: path.to_string(),
         line: node.line,
         file: ctx.file.clone(),
@@ -334,6 +337,7 @@ fn read_door(
             let tls = f.take("tls").and_then(|n| tls(ctx, n, &f.path("tls")));
             if let (Some(a), Some(l)) = (&address, lines.last_mut()) {
                 l.bind = Some(Bind::Tcp(a.clone()));
+                l.bind_line = f.key_line("address").unwrap_or(l.line);
             }
             let address = address.unwrap_or(ListenAddress {
                 host: String::new(),
@@ -378,6 +382,7 @@ fn read_door(
             };
             if let (Some(p), Some(l)) = (&path_v, lines.last_mut()) {
                 l.bind = Some(Bind::Unix(p.clone()));
+                l.bind_line = f.key_line("path").unwrap_or(l.line);
             }
             let mode = f
                 .take("mode")
@@ -684,10 +689,10 @@ pub(crate) fn check_binds(ctx: &mut Ctx, doors: &[DoorLine]) {
                 };
                 let text = format!(
                     "is on the same {what} as {} ({} line {}); give each door its own",
-                    a.path, a.file, a.line
+                    a.path, a.file, a.bind_line
                 );
                 let saved = std::mem::replace(&mut ctx.file, b.file.clone());
-                ctx.say(b.line, &key, None, text);
+                ctx.say(b.bind_line, &key, None, text);
                 ctx.file = saved;
                 break;
             }

@@ -330,6 +330,17 @@ fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
     };
     f.finish(ctx);
     listen::check_binds(ctx, &doors);
+    notes.append(&mut ctx.notes);
+    for p in broker.storage.providers.keys() {
+        let named = channels.iter().any(|c| &c.storage == p)
+            || &broker.retained.storage == p
+            || &broker.session.storage == p;
+        if !named {
+            notes.push(format!(
+                "provider {p} is named by no channel, nor by broker.retained or broker.session: it is inert, and nothing is created for it"
+            ));
+        }
+    }
     Config {
         source: path.to_path_buf(),
         broker,
@@ -497,8 +508,8 @@ fn check_auth(
     acl_line: Option<u32>,
     anon_line: u32,
 ) {
-    // (door path, line, own password file, own allow_anonymous, requires a client CA)
-    let mut each: Vec<(String, u32, bool, Option<bool>, bool)> = Vec::new();
+    // (door path, line, own password file, own allow_anonymous, names a client CA, requires a certificate)
+    let mut each: Vec<(String, u32, bool, Option<bool>, bool, bool)> = Vec::new();
     let line_of = |name: &str, kind: &str| {
         doors
             .iter()
@@ -514,6 +525,9 @@ fn check_auth(
             d.password_file.is_some(),
             d.allow_anonymous,
             d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+            d.tls
+                .as_ref()
+                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate),
         ));
     }
     for d in &m.listen.ws {
@@ -524,13 +538,23 @@ fn check_auth(
             d.password_file.is_some(),
             d.allow_anonymous,
             d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+            d.tls
+                .as_ref()
+                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate),
         ));
     }
     for d in &m.listen.unix {
         let (p, l) = line_of(&d.name, "unix");
-        each.push((p, l, d.password_file.is_some(), d.allow_anonymous, false));
+        each.push((
+            p,
+            l,
+            d.password_file.is_some(),
+            d.allow_anonymous,
+            false,
+            false,
+        ));
     }
-    for (path, line, own_file, own_anon, client_ca) in &each {
+    for (path, line, own_file, own_anon, client_ca, _) in &each {
         let has_file = *own_file || m.password_file.is_some();
         let anon = if *own_file {
             *own_anon
@@ -555,7 +579,12 @@ fn check_auth(
         if m.allow_anonymous == Some(true) {
             ctx.say(anon_line, "broker.mqtt.allow_anonymous", Some("true".into()), "is refused beside an acl_file: the ACL names users, and an anonymous client has none; remove it");
         }
-        for (path, line, _, own_anon, _) in &each {
+        for (path, line, own_file, own_anon, _, requires_cert) in &each {
+            if !own_file && m.password_file.is_none() && !requires_cert {
+                ctx.notes.push(format!(
+                    "{path} (line {line}) has no password file and does not require a client certificate, so beside the acl_file it admits clients nothing identifies - their name is empty and a * pattern under users: matches it"
+                ));
+            }
             if *own_anon == Some(true) {
                 ctx.say(*line, &format!("{path}.allow_anonymous"), Some("true".into()), "is refused beside an acl_file: the ACL names users, and an anonymous client has none; remove it");
             }

@@ -35,6 +35,20 @@ pub struct Provider {
     pub origin: Origin,
 }
 
+impl Storage {
+    /// The `max_bytes` declared across every memory provider, for the startup
+    /// line (Sagüin cannot know what the machine has; the operator adds it up).
+    pub fn memory_total(&self) -> u64 {
+        self.providers
+            .values()
+            .filter_map(|p| match &p.kind {
+                ProviderKind::Memory(m) => m.max_bytes,
+                ProviderKind::Sqlite(_) => None,
+            })
+            .sum()
+    }
+}
+
 impl Provider {
     /// `max_bytes`, whichever type.
     pub fn max_bytes(&self) -> Option<u64> {

@@ -16,6 +16,8 @@ pub(crate) struct Ctx {
     pub file: String,
     /// Every path the configuration names, for `Config::check_files`.
     pub paths: Vec<super::NamedFile>,
+    /// What `--check-config` says without failing.
+    pub notes: Vec<String>,
 }
 
 impl Ctx {
@@ -24,6 +26,7 @@ impl Ctx {
             findings: Vec::new(),
             file,
             paths: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
