@@ -1107,3 +1107,18 @@ fn b504_an_inert_provider_is_a_note_not_an_error() {
     );
     assert_eq!(c.broker.storage.memory_total(), 64 << 20, "B-138");
 }
+
+#[test]
+fn b546_the_note_says_when_the_collapse_lands_in_a_latest_channel() {
+    let (_, r) = load(
+        "channels:\n  fleet-state:\n    type: latest\n    filter: state/+\nbridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: fleet/+/state/+\n        topic: state/$2\n        direction: in\n",
+    );
+    let c = r.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains("$1") && n.contains("latest channel fleet-state")),
+        "{:?}",
+        c.notes
+    );
+}

@@ -323,11 +323,11 @@ fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
         Some(n) => channels::read(ctx, n, path, &broker.storage, &broker.limits),
         None => Vec::new(),
     };
-    let mut notes = Vec::new();
     let bridges = match f.take("bridges") {
-        Some(n) => bridges::read(ctx, n, &broker.limits, &mut notes),
+        Some(n) => bridges::read(ctx, n, &broker.limits),
         None => Vec::new(),
     };
+    let mut notes = render::substitution_notes(&channels, &bridges);
     f.finish(ctx);
     listen::check_binds(ctx, &doors);
     notes.append(&mut ctx.notes);

@@ -210,10 +210,12 @@ pub(crate) fn list_or(items: &[&str], word: &str) -> String {
     }
 }
 
-/// A string scalar (numbers and booleans are refused).
+/// A string scalar; a number is taken as its text (`id: 7` is "7"), a
+/// boolean or null is refused.
 pub(crate) fn string(ctx: &mut Ctx, node: &Node, key: &str) -> Option<String> {
     match &node.kind {
         Kind::Str(s) => Some(s.clone()),
+        Kind::Int(_) | Kind::Float(_) => node.scalar_text(),
         _ => {
             ctx.bad(node, key, "is not text; write a string");
             None
