@@ -399,3 +399,33 @@ fn reach_agrees_with_resolving_every_topic_the_filter_matches() {
         }
     }
 }
+
+#[test]
+fn reserved_and_shared_subjects_say_what_subscribe_would() {
+    let (_, r) = router("route-depot.yaml");
+    let subjects: Vec<String> = [
+        "$SYS/#",
+        "$saguin/queue/jobs",
+        "$saguin/queue/events",
+        "$SHARE/g/iot/#",
+        "$share/g/iot/depot/#",
+        "$share//x",
+        "iot/depot/+/x/#/y",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = routing::explain(&r, &subjects);
+    for want in [
+        "$SYS/#\t-\trefused\t0x87",
+        "$saguin/queue/jobs\tjobs\tqueue\tworker form",
+        "$saguin/queue/events\t-\trefused\t0x8F",
+        "$SHARE/g/iot/#\t-\trefused\t0x8F",
+        "$share/g/iot/depot/#\tevents\tappend\tshared: new records only",
+        "$share/g/iot/depot/#\tjobs\tqueue\texcluded",
+        "$share//x\t-\trefused\t0x8F",
+        "iot/depot/+/x/#/y\t-\trefused\t0x8F",
+    ] {
+        assert!(out.contains(want), "{want:?} not in\n{out}");
+    }
+}

@@ -3,18 +3,44 @@
 //! [`load`] reads the YAML file named by `--config` (and every file it
 //! `!include`s), checks every rule of RFC 0002 "Validation", and returns a
 //! [`Config`] - or a [`ConfigError`] holding every finding at once, each
-//! naming the file, the line, the key and what to write instead.
+//! naming the file, the line, the key and what to write instead:
 //!
-//! How it works: [`node`] parses YAML (serde-saphyr, the only module that
-//! knows YAML) into a tree that keeps each value's line and tag. The readers
-//! in this module walk that tree key by key, so an unknown key, a key
-//! written twice and a bad value are each a finding and reading carries on.
-//! A validated `Config` is a different type from the YAML: nothing past the
-//! loader sees a brace, a `none` or an `!include`.
+//! ```text
+//! configuration is invalid:
+//! saguin.yaml:
+//!   - line 3: broker.log_level "verbose": it is one of debug, info, warn or error; omit the key for info
+//! ```
+//!
+//! For the command line: [`summary`] is `--check-config`'s "ok" text,
+//! [`render`] is `--output` (a document that loads again unchanged),
+//! [`Config::check_files`] opens every file the configuration names, and
+//! [`Config::notes`] holds what `--check-config` says without failing.
+//! `--route` is [`crate::routing`].
+//!
+//! # How it reads
+//! `node` parses YAML into a tree that keeps each value's line and tag;
+//! the readers in this module's files walk it key by key (`walk::Fields`),
+//! so an unknown key, a key written twice and a bad value are each a
+//! finding and reading carries on - one load reports everything.
+//!
+//! # Why serde-saphyr, and how it is used
+//! serde_yaml is archived; its API-compatible forks carry no positions and
+//! keep the last of a duplicated key silently. serde-saphyr 2.2 gives a
+//! line for any value (`Spanned<T>`), exposes tags (`Tagged<T>`) so
+//! `!include` can be accepted exactly where the spec allows it, and can
+//! hand duplicate keys to the caller (`DuplicateKeyPolicy::PassThrough`),
+//! which is how both lines of a key written twice are named. Its own
+//! `include` feature is not enabled: it would allow `!include` anywhere.
+//! A derived `Deserialize` for the typed configuration was not used because
+//! it stops at the first error and cannot say what to write instead.
 //!
 //! # Architecture invariant
-//! Only `config` knows YAML. Durations are `std::time::Duration`, sizes are
-//! byte counts, and every default is applied before `load` returns.
+//! Only `config` knows YAML (and only `config::node` knows serde-saphyr).
+//! A validated `Config` is a different type from the YAML: nothing past the
+//! loader sees a brace, a `none`, a unit suffix or an `!include`. Durations
+//! are `std::time::Duration`, sizes are byte counts, and every default is
+//! applied before `load` returns. Channels are sorted by name: the file's
+//! order decides nothing.
 
 mod blocks;
 mod bridges;

@@ -483,7 +483,11 @@ fn lands(router: &Router, subject: &str, inbound: bool, r: &super::BridgeRule) -
         subject.to_string()
     };
     // An out rule reads here and publishes at the peer: say what it reads.
-    let verb = if r.direction == super::Direction::Out { "reads" } else { "lands in" };
+    let verb = if r.direction == super::Direction::Out {
+        "reads"
+    } else {
+        "lands in"
+    };
     if !pattern.contains(['+', '#']) {
         return match router.resolve(&pattern) {
             Route::Channel { name, kind, .. } => format!("{verb} {name} ({})", kind.as_str()),
