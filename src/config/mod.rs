@@ -199,6 +199,16 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
+    /// The `log` crate's filter for this level.
+    pub fn to_level_filter(self) -> log::LevelFilter {
+        match self {
+            LogLevel::Debug => log::LevelFilter::Debug,
+            LogLevel::Info => log::LevelFilter::Info,
+            LogLevel::Warn => log::LevelFilter::Warn,
+            LogLevel::Error => log::LevelFilter::Error,
+        }
+    }
+
     /// The spelling in the file.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -328,6 +338,18 @@ const MQTT_KEYS: &[&str] = &[
 
 fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
     include::check_tags(ctx, root, "", &["channels", "broker.storage.providers"]);
+    let empty = Node {
+        kind: Kind::Map(Vec::new()),
+        line: root.line,
+        tag: None,
+    };
+    let root = match root.kind {
+        Kind::Map(_) | Kind::Null => root,
+        _ => {
+            ctx.bad(root, "the file", "is not a mapping; write a broker: block, and channels: and bridges: where there are any");
+            &empty
+        }
+    };
     let mut f = Fields::open(ctx, root, "", ROOT_KEYS);
     let null = Node {
         kind: Kind::Null,
