@@ -42,6 +42,7 @@
 //! applied before `load` returns. Channels are sorted by name: the file's
 //! order decides nothing.
 
+mod address;
 mod blocks;
 mod bridges;
 mod channels;
@@ -57,12 +58,13 @@ mod walk;
 
 use std::path::{Path, PathBuf};
 
+pub use address::ListenAddress;
 pub use blocks::{Operations, Qos2, Retained, Session, Share};
 pub use bridges::{Bridge, BridgeRule, Direction, Peer, PeerScheme};
 pub use channels::{Backoff, Channel, ChannelType, QueueSettings, Retry, Start};
 pub use error::{ConfigError, Finding};
 pub use limits::Limits;
-pub use listen::{ListenAddress, Listeners, TcpDoor, Tls, TlsVersion, UnixDoor, WsDoor};
+pub use listen::{Listeners, TcpDoor, Tls, TlsVersion, UnixDoor, WsDoor};
 pub use render::{render, summary};
 pub use storage::{CommitMode, MemorySettings, Provider, ProviderKind, SqliteSettings, Storage};
 pub use units::{format_duration, format_size};
@@ -377,7 +379,7 @@ fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
     };
     let mut notes = render::substitution_notes(&channels, &bridges);
     f.finish(ctx);
-    listen::check_binds(ctx, &doors);
+    address::check_binds(ctx, &doors);
     notes.append(&mut ctx.notes);
     for p in broker.storage.providers.keys() {
         let named = channels.iter().any(|c| &c.storage == p)
