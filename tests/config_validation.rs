@@ -967,8 +967,13 @@ fn the_valid_neighbour_of_each_rule_loads() {
 
 #[test]
 fn b492_b496_storage_is_required_whole() {
-    let err = config::from_str("broker:\n  id: a\n", Path::new("saguin.yaml")).unwrap_err();
+    let err =
+        config::from_str("# a comment\nbroker:\n  id: a\n", Path::new("saguin.yaml")).unwrap_err();
     let keys: Vec<&str> = err.findings().iter().map(|f| f.key.as_str()).collect();
+    assert!(
+        err.findings().iter().all(|f| f.line == 2),
+        "reported at broker: - {err}"
+    );
     for k in [
         "broker.storage.providers",
         "broker.storage.default",

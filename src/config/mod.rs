@@ -457,7 +457,7 @@ fn read_broker(
         doors.extend(ops_doors);
         ops
     });
-    let storage = storage::read(ctx, f.take("storage"), path, &limits);
+    let storage = storage::read(ctx, f.take("storage"), f.line, path, &limits);
     let retained = blocks::retained(ctx, f.take("retained"), &storage);
     let qos2 = blocks::qos2(ctx, f.take("qos2"));
     let share = blocks::share(ctx, f.take("share"));
