@@ -9,31 +9,51 @@ use futures_lite::StreamExt;
 /// Sagüin: an MQTT 5 and 3.1.1 broker for edge gateways, with durable channels.
 #[derive(FromArgs)]
 struct Args {
-    /// the configuration file (required: there is no implicit one)
+    /// serve with this configuration file (there is no implicit one)
     #[argh(option)]
     config: Option<PathBuf>,
-    /// validate the configuration and exit
+    /// validate this configuration file, touching no storage and no socket, and exit
+    #[argh(option)]
+    check_config: Option<PathBuf>,
+    /// with --check-config: print the configuration as it resolved, to stdout
     #[argh(switch)]
-    check_config: bool,
+    output: bool,
+    /// answer where topics land under this configuration: the operand, or one per
+    /// line on standard input
+    #[argh(option)]
+    route: Option<PathBuf>,
+    /// with --route: answer as JSON
+    #[argh(switch)]
+    json: bool,
+    /// with --route: the topic or filter to answer
+    #[argh(positional)]
+    subject: Option<String>,
 }
 
 fn main() -> ExitCode {
     let args: Args = argh::from_env();
+    if args.output && args.check_config.is_none() {
+        eprintln!("saguin: --output is given with --check-config and refused without it");
+        return ExitCode::from(2);
+    }
+    if args.json && args.route.is_none() {
+        eprintln!("saguin: --json answers --route and is refused without it");
+        return ExitCode::from(2);
+    }
+    if let Some(path) = args.check_config {
+        return check_config(&path, args.output);
+    }
+    if let Some(path) = args.route {
+        return route(&path, args.subject.as_deref(), args.json);
+    }
     let Some(path) = args.config else {
         eprintln!("saguin: no configuration file given; start it as `saguin --config <file>`");
         return ExitCode::from(2);
     };
-    let config = match saguin::config::load(&path) {
+    let config = match load(&path) {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if args.check_config {
-        println!("{}: configuration is valid", path.display());
-        return ExitCode::SUCCESS;
-    }
     init_logging(config.broker.log_level);
     let settings = saguin::broker::Settings::from_config(&config);
     let channels = match smol::block_on(saguin::startup::open_channels(&config)) {
@@ -92,6 +112,64 @@ fn main() -> ExitCode {
     }
 }
 
+/// Loads and validates a configuration, every file it names included; findings go to
+/// stderr.
+fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
+    let config = saguin::config::load(path).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })?;
+    config.check_files().map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })?;
+    Ok(config)
+}
+
+/// `--check-config FILE [--output]`: the summary to stderr, the resolved document to
+/// stdout, exit 0 only when nothing is wrong.
+fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    eprint!("{}", saguin::config::summary(&config));
+    if output {
+        print!("{}", saguin::config::render(&config));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--route FILE [SUBJECT] [--json]`: the same routing the broker runs.
+fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode {
+    let config = match saguin::config::load(path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let router = saguin::routing::Router::new(&config);
+    match subject {
+        Some(subject) if json => println!("{}", saguin::routing::explain_one_json(&router, subject)),
+        Some(subject) => print!("{}", saguin::routing::explain_one(&router, subject)),
+        None => {
+            let mut input = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+                eprintln!("saguin: cannot read subjects from stdin: {e}");
+                return ExitCode::from(2);
+            }
+            let subjects = saguin::routing::read_subjects(&input);
+            if json {
+                print!("{}", saguin::routing::explain_json(&router, &subjects));
+            } else {
+                print!("{}", saguin::routing::explain(&router, &subjects));
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 /// Resolves at SIGTERM or SIGINT. SIGHUP is logged and ignored: the configuration is
 /// not reloaded in place.
 async fn stop_signal(mut signals: async_signal::Signals) {
@@ -110,15 +188,8 @@ async fn stop_signal(mut signals: async_signal::Signals) {
 }
 
 fn init_logging(level: saguin::config::LogLevel) {
-    use saguin::config::LogLevel;
-    let filter = match level {
-        LogLevel::Debug => log::LevelFilter::Debug,
-        LogLevel::Info => log::LevelFilter::Info,
-        LogLevel::Warn => log::LevelFilter::Warn,
-        LogLevel::Error => log::LevelFilter::Error,
-    };
     env_logger::Builder::new()
-        .filter_level(filter)
+        .filter_level(level.to_level_filter())
         .parse_env(env_logger::Env::default().filter("SAGUIN_LOG"))
         .format_timestamp_millis()
         .init();

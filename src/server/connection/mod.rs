@@ -14,8 +14,10 @@ use smol::io::AsyncWriteExt;
 use smol::net::TcpStream;
 
 mod channels;
+mod verbs;
 
 use channels::route;
+use verbs::Verb;
 pub(crate) use channels::store;
 
 use super::Shared;
@@ -673,6 +675,17 @@ impl Conn {
 
     async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
         self.resolve_alias(&mut publish)?;
+        if let Some(verb) = Verb::of(&publish.topic) {
+            let (code, reply) = self.perform(verb, &publish).await;
+            if code != reason::SUCCESS {
+                log::info!("{}: {} {:?} refused 0x{code:02X}", self.peer, self.client_id, publish.topic);
+            }
+            self.answer_publish(&publish, code)?;
+            if let Some(reply) = reply {
+                self.queue_packet(&verbs::reply_packet(reply));
+            }
+            return Ok(());
+        }
         let settings = &self.shared.settings;
         let code = match check_topic_name(&publish.topic, settings) {
             Err(code) => code,
@@ -951,6 +964,9 @@ impl Conn {
             return Ok(Err(reason::TOPIC_FILTER_INVALID));
         }
         let first = inner.split('/').next().unwrap_or_default();
+        if share.is_none() && verbs::is_seek_reply(inner) {
+            return Ok(Ok(None));
+        }
         if first == "$SYS" || first == "$saguin" {
             return Ok(Err(reason::NOT_AUTHORIZED));
         }
