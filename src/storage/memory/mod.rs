@@ -310,6 +310,34 @@ impl MemoryProvider {
         })
     }
 
+    /// That `channel` is an open queue holding a job at `offset`; checked under the same
+    /// lock as the change that follows.
+    fn check_job(
+        &self,
+        st: &State,
+        channel: &str,
+        offset: u64,
+        operation: &'static str,
+    ) -> Result<(), StorageError> {
+        let open = st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        if !open.settings.is_queue() {
+            return Err(StorageError::WrongChannelKind {
+                channel: channel.to_owned(),
+                operation,
+            });
+        }
+        if !open.data.records.contains_key(&offset) {
+            return Err(StorageError::NoSuchRecord {
+                channel: channel.to_owned(),
+                offset,
+            });
+        }
+        Ok(())
+    }
+
     fn with_job<T>(
         &self,
         channel: &str,
@@ -368,8 +396,8 @@ impl MemoryProvider {
 
     /// Removes a resolved job.
     pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
-        self.with_job(channel, offset, "resolve", |_, _| ())?;
         let mut st = self.state();
+        self.check_job(&st, channel, offset, "resolve")?;
         let gone = st
             .channels
             .get_mut(channel)
@@ -388,8 +416,8 @@ impl MemoryProvider {
         dlq: &str,
         extra_user_properties: Vec<(String, String)>,
     ) -> Result<u64, StorageError> {
-        self.with_job(queue, offset, "dead-letter", |_, _| ())?;
         let mut guard = self.state();
+        self.check_job(&guard, queue, offset, "dead-letter")?;
         let st = &mut *guard;
         if !st.channels.contains_key(dlq) {
             return Err(self.unknown(dlq));
