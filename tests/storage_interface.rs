@@ -295,3 +295,20 @@ fn an_unopened_channel_is_named_in_the_error() {
         });
     }
 }
+
+/// The provider is shared between tasks on a multi-threaded executor: it is Send + Sync
+/// and its futures are Send, so channel code can `spawn` them.
+#[test]
+fn providers_and_their_futures_can_cross_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    for p in both("send") {
+        send_sync(&p);
+        let c = ChannelSettings::append();
+        send(&p.open_channel("c", c));
+        send(&p.append("c", rec("c/x", b"x", 0)));
+        send(&p.read_window("c", all()));
+        send(&p.dead_letter("q", 0, "d", vec![]));
+        send(&p.sweep_age(0));
+    }
+}

@@ -51,6 +51,24 @@
 //! is read and the files it names for configured channels are loaded. `snapshot_dir:
 //! none` keeps nothing. `saguin.lock` in the directory keeps a second broker out.
 //!
+//! **Code map.** [`provider`] is the interface ([`Provider`], [`ProviderSettings`]);
+//! [`record`] the record, window and size types; [`settings`] the typed settings and the
+//! storage rules of "Validation"; [`error`] the one error type, whose
+//! [`StorageError::reason_code`] is what a refused publish answers; [`retention`] the
+//! sweep schedule and loop; [`lock`] the provider lock; [`sqlite`] (`mod.rs` the handle,
+//! `writer.rs` the thread and group commit, `batch.rs` one transaction's writes,
+//! `sweep.rs` retention statements, `schema.rs` tables and reads, `ops.rs` the requests);
+//! [`memory`] (`mod.rs` the state, `snapshot.rs` the files).
+//!
+//! **Wiring (for the broker).** At startup: `Provider::open` each provider a channel
+//! names (an unnamed one stays inert), `open_channel` every configured channel (a
+//! queue's `<queue>__dlq` too), then spawn [`run_sweeps`] with
+//! [`RetentionSchedule::for_channels`]. A publish awaits `append` and answers its error's
+//! `reason_code`. At graceful shutdown: stop the sweeps, then `Provider::close`, which
+//! writes a memory provider's snapshot. Tombstones ([`RecordState::Deleted`]) come back
+//! from window reads of a latest channel so that deletions can be reported; they are
+//! never delivered as values.
+//!
 //! **Architecture invariants.** Only `storage::sqlite` touches rusqlite; async code never
 //! blocks on it. Nothing here reads YAML: the settings are plain typed structs the
 //! configuration is mapped onto. Every queue between the async side and a thread is
