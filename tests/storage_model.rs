@@ -11,7 +11,7 @@ use saguin::storage::{
     ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, Retention,
     SqliteSettings,
 };
-use storage_support::{all, rec, temp_dir};
+use storage_support::{all, rec, temp_dir, to_dlq};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -116,7 +116,8 @@ async fn apply(p: &Provider, op: &Op) -> String {
             let extra = vec![("saguin-dlq-offset".to_owned(), offset.to_string())];
             format!(
                 "{:?}",
-                p.dead_letter("jobs", *offset, "jobs__dlq", extra).await
+                p.dead_letter("jobs", *offset, to_dlq("jobs__dlq", "jobs/x", 5, extra))
+                    .await
             )
         }
         Op::Position {

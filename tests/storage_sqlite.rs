@@ -10,7 +10,7 @@ use saguin::storage::{
     ChannelKind, ChannelSettings, CommitMode, RecordProperties, RecordState, Retention,
     SqliteProvider, SqliteSettings, StorageError, WindowRequest,
 };
-use storage_support::{all, join_all, rec, temp_dir};
+use storage_support::{all, join_all, rec, temp_dir, to_dlq};
 
 fn settings(dir: &Path) -> SqliteSettings {
     SqliteSettings::new("local", dir.join("saguin.db"), 64 << 20, 1 << 20)
@@ -312,8 +312,12 @@ fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
             .dead_letter(
                 "q",
                 0,
-                "q__dlq",
-                vec![("saguin-dlq-offset".into(), "0".into())],
+                to_dlq(
+                    "q__dlq",
+                    "q/x",
+                    9,
+                    vec![("saguin-dlq-offset".into(), "0".into())],
+                ),
             )
             .await
             .unwrap();

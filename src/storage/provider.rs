@@ -2,7 +2,7 @@
 
 use super::error::StorageError;
 use super::memory::MemoryProvider;
-use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
 use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
 use super::sqlite::SqliteProvider;
 
@@ -152,23 +152,18 @@ impl Provider {
         }
     }
 
-    /// Moves a queue job into its dead-letter channel in one step, appending `extra_user_properties`; returns its offset there. Never refused for want of room, and no channel bound is checked (C-113, B-500).
+    /// Moves a queue job into its dead-letter channel in one step (both or neither);
+    /// returns its offset there. Never refused for want of room, and no channel bound is
+    /// checked (C-113, B-500).
     pub async fn dead_letter(
         &self,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
         match self {
-            Provider::Sqlite(p) => {
-                p.dead_letter(queue, offset, dlq, extra_user_properties)
-                    .await
-            }
-            Provider::Memory(p) => {
-                p.dead_letter(queue, offset, dlq, extra_user_properties)
-                    .await
-            }
+            Provider::Sqlite(p) => p.dead_letter(queue, offset, to).await,
+            Provider::Memory(p) => p.dead_letter(queue, offset, to).await,
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::error::StorageError;
 use super::lock::ProviderLock;
 use super::record::{
-    ChannelStats, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
 };
 use super::settings::{ChannelKind, ChannelSettings, MemorySettings};
 
@@ -407,15 +407,16 @@ impl MemoryProvider {
         Ok(())
     }
 
-    /// Moves a job into the dead-letter channel at once (under one lock), adding
-    /// `extra_user_properties`. Never refused for want of room (C-113).
+    /// Moves a job into the dead-letter channel at once (under one lock). Never refused
+    /// for want of room (C-113).
     pub async fn dead_letter(
         &self,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
+        let dlq = to.channel.clone();
+        let dlq = dlq.as_str();
         let mut guard = self.state();
         self.check_job(&guard, queue, offset, "dead-letter")?;
         let st = &mut *guard;
@@ -431,15 +432,7 @@ impl MemoryProvider {
                 offset,
             })?;
         st.used = st.used.saturating_sub(rec.size());
-        let mut props = rec.properties;
-        props.user_properties.extend(extra_user_properties);
-        let new = NewRecord {
-            message_id: rec.message_id,
-            timestamp_ms: rec.timestamp_ms,
-            topic: rec.topic,
-            payload: rec.payload,
-            properties: props,
-        };
+        let new = to.apply(rec);
         let grown = new.size();
         let d = st.channels.get_mut(dlq).ok_or_else(|| self.unknown(dlq))?;
         let at = d.data.insert(new, RecordState::Stored);

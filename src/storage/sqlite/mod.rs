@@ -22,7 +22,7 @@ use self::ops::{Done, ReadOp, WriteOp};
 use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
-use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
 use super::settings::{ChannelSettings, SqliteSettings};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -318,22 +318,20 @@ impl SqliteProvider {
         .await
     }
 
-    /// Moves a job into the dead-letter channel in one transaction, adding
-    /// `extra_user_properties`; returns its offset there. Not a publish: no channel bound
-    /// is checked and the reserve may be used (C-113, B-500).
+    /// Moves a job into the dead-letter channel in one transaction; returns its offset
+    /// there. Not a publish: no channel bound is checked and the reserve may be used
+    /// (C-113, B-500).
     pub async fn dead_letter(
         &self,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
-        let (queue, dlq) = (queue.to_owned(), dlq.to_owned());
+        let queue = queue.to_owned();
         self.write(|done| WriteOp::DeadLetter {
             queue,
             offset,
-            dlq,
-            extra_user_properties,
+            to,
             done,
         })
         .await
