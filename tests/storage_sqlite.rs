@@ -487,3 +487,15 @@ fn a_read_answers_while_a_write_is_held_up() {
         assert!(took < Duration::from_millis(500), "read took {took:?}");
     });
 }
+
+/// A database written by a newer schema is refused, saying what to do.
+#[test]
+fn a_database_from_a_newer_version_is_refused() {
+    let dir = temp_dir("version");
+    let path = dir.join("saguin.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch("PRAGMA user_version = 99").unwrap();
+    drop(c);
+    let e = SqliteProvider::open(&settings(&dir)).unwrap_err();
+    assert!(e.to_string().contains("newer Sagüin"), "{e}");
+}

@@ -79,7 +79,22 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
         .map_err(|e| io("set synchronous", e))?;
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(|e| io("set busy_timeout", e))?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| io("read the schema version", e))?;
+    if version > schema::VERSION {
+        return Err(StorageError::io(
+            &s.name,
+            "open the database",
+            format!(
+                "{} was written by a newer Sagüin (schema {version}, this one knows {}); run that version, or restore a copy",
+                s.file_path.display(),
+                schema::VERSION
+            ),
+        ));
+    }
     conn.execute_batch(schema::SCHEMA)
+        .and_then(|()| conn.execute_batch(&format!("PRAGMA user_version = {}", schema::VERSION)))
         .map_err(|e| io("create tables", e))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
