@@ -307,6 +307,12 @@ fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
         assert!(matches!(err, StorageError::ProviderFull { .. }), "{err}");
         assert_eq!(err.reason_code(), 0x97);
         assert!(stored > 50, "only {stored} stored before the bound");
+        // The reserve is untouched by publishes: pages in use stay below it.
+        let used = p.writer_stats().used_bytes;
+        assert!(
+            used > 50 * 4000 && used <= s.max_bytes - s.reserve_bytes,
+            "{used}"
+        );
         assert_eq!(p.record_attempt("q", 0, 0).await.unwrap(), 1);
         let moved = p
             .dead_letter(

@@ -57,6 +57,15 @@ impl Provider {
         }
     }
 
+    /// What the provider's `max_bytes` counts now: a memory provider's records, a sqlite
+    /// provider's pages in use as of its last commit. For metrics and startup lines.
+    pub fn used_bytes(&self) -> u64 {
+        match self {
+            Provider::Sqlite(p) => p.writer_stats().used_bytes,
+            Provider::Memory(p) => p.used_bytes(),
+        }
+    }
+
     /// Graceful shutdown: a sqlite provider finishes its queued writes and forces its log
     /// to disk; a memory provider writes its snapshot. Blocking.
     ///

@@ -57,6 +57,8 @@ pub struct WriterStats {
     pub appended: u64,
     /// Times the write-ahead log was forced to disk.
     pub flushes: u64,
+    /// Bytes of the file's pages in use after the last commit (what `max_bytes` bounds).
+    pub used_bytes: u64,
 }
 
 fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError> {
@@ -206,6 +208,7 @@ impl SqliteProvider {
             commits: self.counters.commits.load(Ordering::Relaxed),
             appended: self.counters.appended.load(Ordering::Relaxed),
             flushes: self.counters.flushes.load(Ordering::Relaxed),
+            used_bytes: self.counters.used_bytes.load(Ordering::Relaxed),
         }
     }
 
