@@ -56,8 +56,8 @@ fn main() -> ExitCode {
     };
     init_logging(config.broker.log_level);
     let settings = saguin::broker::Settings::from_config(&config);
-    let channels = match smol::block_on(saguin::startup::open_channels(&config)) {
-        Ok(channels) => channels,
+    let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
+        Ok(opened) => opened,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;
@@ -98,6 +98,7 @@ fn main() -> ExitCode {
         settings,
         listeners,
         channels,
+        sweeps,
         operations,
         stop_signal(signals),
     ) {
@@ -151,7 +152,9 @@ fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode 
     };
     let router = saguin::routing::Router::new(&config);
     match subject {
-        Some(subject) if json => println!("{}", saguin::routing::explain_one_json(&router, subject)),
+        Some(subject) if json => {
+            println!("{}", saguin::routing::explain_one_json(&router, subject))
+        }
         Some(subject) => print!("{}", saguin::routing::explain_one(&router, subject)),
         None => {
             let mut input = String::new();

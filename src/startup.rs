@@ -3,7 +3,6 @@
 //! before a listener opens, with a message naming what to fix.
 
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::broker::channels::{Channel, Channels, Kind};
@@ -11,7 +10,9 @@ use crate::config::{self, ChannelType, Config};
 use crate::ops::OpsSettings;
 use crate::routing::Router;
 use crate::server::OpsDoors;
-use crate::storage::{self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention};
+use crate::storage::{
+    self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention, RetentionSchedule,
+};
 
 /// The storage settings a configured provider maps to. The reserve each provider keeps
 /// is `max_message_size + max_header_bytes` (RFC 0002 "Bounds on what a channel holds").
@@ -76,9 +77,10 @@ fn channel_settings(channel: &config::Channel) -> ChannelSettings {
 /// # Errors
 /// A provider that cannot be opened (its lock held, its file unreadable) or a channel
 /// it refuses, named.
-pub async fn open_channels(config: &Config) -> Result<Channels, String> {
-    let mut providers: HashMap<&str, Rc<Provider>> = HashMap::new();
+pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedule), String> {
+    let mut providers: HashMap<&str, Arc<Provider>> = HashMap::new();
     let mut list = Vec::new();
+    let mut all_settings = Vec::new();
     for channel in &config.channels {
         let provider = match providers.get(channel.storage.as_str()) {
             Some(p) => p.clone(),
@@ -98,13 +100,15 @@ pub async fn open_channels(config: &Config) -> Result<Channels, String> {
                     declared.name,
                     describe(&settings)
                 );
-                let opened = Rc::new(opened);
+                let opened = Arc::new(opened);
                 providers.insert(channel.storage.as_str(), opened.clone());
                 opened
             }
         };
+        let settings = channel_settings(channel);
+        all_settings.push(settings.clone());
         provider
-            .open_channel(&channel.name, channel_settings(channel))
+            .open_channel(&channel.name, settings)
             .await
             .map_err(|e| format!("channel {}: {e}", channel.name))?;
         let kind = match (&channel.kind, &channel.dlq_of) {
@@ -122,7 +126,10 @@ pub async fn open_channels(config: &Config) -> Result<Channels, String> {
             readers: Default::default(),
         });
     }
-    Ok(Channels::new(Router::new(config), list))
+    // The retained store's period is a deadline too (gaps A-06).
+    let extra = config.broker.retained.retention_period;
+    let schedule = RetentionSchedule::for_channels(&all_settings, extra);
+    Ok((Channels::new(Router::new(config), list), schedule))
 }
 
 /// Creates the directory a provider keeps its files in, as `mkdir -p` would, so a

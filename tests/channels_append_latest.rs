@@ -5,53 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Broker, Raw, connect, opts, temp_dir, user_property};
+use common::{Broker, CHANNELS, Raw, connect, opts, start_with_channels as start, user_property};
 use saguin::codec::{
     Disconnect, Packet,
     ProtocolVersion::{V5, V311},
     QoS,
 };
-
-/// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
-/// state (latest, memory), jobs (queue).
-const CONFIG: &str = "broker:
-  id: channels-test
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-  storage:
-    default: local
-    default_retention_period: 7d
-    default_retention_bytes: none
-    providers:
-      local:
-        type: sqlite
-        file_path: {dir}/saguin.db
-      volatile:
-        type: memory
-        max_bytes: 16MiB
-        snapshot_dir: {dir}/snapshots
-channels:
-  events:
-    type: append
-  recent:
-    type: append
-    start: tail
-  state:
-    type: latest
-    storage: volatile
-  jobs:
-    type: queue
-    filter: work/+/todo
-";
-
-fn start() -> Broker {
-    let dir = temp_dir("channels");
-    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
-    Broker::start_in(dir, CONFIG)
-}
 
 #[test]
 fn an_append_channel_replays_from_the_floor_with_saguin_properties_then_goes_live() {
@@ -166,7 +125,7 @@ fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
     reader.send(&Packet::Disconnect(Disconnect::new(0)));
     std::thread::sleep(Duration::from_millis(200));
     let dir = broker.stop();
-    let broker = Broker::start_in(dir, CONFIG);
+    let broker = Broker::start_in(dir, CHANNELS);
     let mut publisher = Raw::connected(broker.addr, V311, "producer");
     publisher.publish("events/c", b"c", QoS::AtLeastOnce, false);
     let (mut reader, _) = Raw::handshake(broker.addr, c);

@@ -5,7 +5,6 @@
 //! [`crate::routing::Router`] and nothing else.
 
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::config::ChannelType;
@@ -40,7 +39,7 @@ pub struct Channel {
     /// What it is.
     pub kind: Kind,
     /// The provider holding its records.
-    pub provider: Rc<Provider>,
+    pub provider: Arc<Provider>,
     /// Client ids of the sessions with a cursor on it.
     pub readers: HashSet<Arc<str>>,
 }
@@ -116,10 +115,10 @@ impl Channels {
     }
 
     /// Every distinct provider.
-    pub fn providers(&self) -> Vec<Rc<Provider>> {
-        let mut seen: Vec<Rc<Provider>> = Vec::new();
+    pub fn providers(&self) -> Vec<Arc<Provider>> {
+        let mut seen: Vec<Arc<Provider>> = Vec::new();
         for c in &self.list {
-            if !seen.iter().any(|p| Rc::ptr_eq(p, &c.provider)) {
+            if !seen.iter().any(|p| Arc::ptr_eq(p, &c.provider)) {
                 seen.push(c.provider.clone());
             }
         }

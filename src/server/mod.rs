@@ -93,6 +93,7 @@ pub fn serve(
     settings: Settings,
     listeners: Vec<std::net::TcpListener>,
     channels: crate::broker::channels::Channels,
+    sweeps: crate::storage::RetentionSchedule,
     operations: Option<OpsDoors>,
     stop: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
@@ -116,7 +117,17 @@ pub fn serve(
             crate::ops::spawn(&executor, &shared, &ops.settings, ops.tcp, ops.unix)?;
         }
         executor.spawn(housekeeping(shared.clone())).detach();
+        let (stop_sweeps, sweeps_stopped) = smol::channel::bounded(1);
+        let providers = shared.broker.borrow().channels.providers();
+        let sweeping = executor.spawn(crate::storage::run_sweeps(
+            providers,
+            sweeps,
+            crate::broker::records::now_ms,
+            sweeps_stopped,
+        ));
         stop.await;
+        let _ = stop_sweeps.try_send(());
+        sweeping.await;
         shutdown(&shared).await;
         store_unstored(&shared).await;
         let providers = shared.broker.borrow().channels.providers();

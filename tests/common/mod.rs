@@ -424,3 +424,45 @@ pub fn publish(topic: &str, payload: &[u8], qos: codec::QoS, retain: bool) -> co
 pub fn opts(qos: codec::QoS) -> codec::SubscriptionOptions {
     codec::SubscriptionOptions::with_qos(qos)
 }
+
+/// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
+/// state (latest, memory), jobs (queue).
+pub const CHANNELS: &str = "broker:
+  id: channels-test
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: 7d
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+      volatile:
+        type: memory
+        max_bytes: 16MiB
+        snapshot_dir: {dir}/snapshots
+channels:
+  events:
+    type: append
+  recent:
+    type: append
+    start: tail
+  state:
+    type: latest
+    storage: volatile
+  jobs:
+    type: queue
+    filter: work/+/todo
+";
+
+/// Starts a broker on [`CHANNELS`] in a fresh directory.
+pub fn start_with_channels() -> Broker {
+    let dir = temp_dir("channels");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    Broker::start_in(dir, CHANNELS)
+}

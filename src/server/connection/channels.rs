@@ -6,7 +6,6 @@
 //! and is written at most every `ACK_COMMIT_INTERVAL`, and at the end of the
 //! connection.
 
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -303,7 +302,7 @@ impl Conn {
         }
         self.positions_stored_at = Some(Instant::now());
         for (id, position) in moved {
-            let (provider, name): (Rc<_>, Arc<str>) = {
+            let (provider, name): (Arc<_>, Arc<str>) = {
                 let broker = self.shared.broker.borrow();
                 let channel = broker.channels.get(id);
                 (channel.provider.clone(), channel.name.clone())

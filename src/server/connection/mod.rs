@@ -17,8 +17,8 @@ mod channels;
 mod verbs;
 
 use channels::route;
-use verbs::Verb;
 pub(crate) use channels::store;
+use verbs::Verb;
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};
@@ -678,7 +678,12 @@ impl Conn {
         if let Some(verb) = Verb::of(&publish.topic) {
             let (code, reply) = self.perform(verb, &publish).await;
             if code != reason::SUCCESS {
-                log::info!("{}: {} {:?} refused 0x{code:02X}", self.peer, self.client_id, publish.topic);
+                log::info!(
+                    "{}: {} {:?} refused 0x{code:02X}",
+                    self.peer,
+                    self.client_id,
+                    publish.topic
+                );
             }
             self.answer_publish(&publish, code)?;
             if let Some(reply) = reply {

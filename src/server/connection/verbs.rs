@@ -31,7 +31,9 @@ impl Verb {
         if topic_name == KV_GET {
             return Some(Verb::PointRead);
         }
-        let channel = topic_name.strip_prefix("$saguin/consumer/")?.strip_suffix("/seek")?;
+        let channel = topic_name
+            .strip_prefix("$saguin/consumer/")?
+            .strip_suffix("/seek")?;
         (!channel.is_empty() && !channel.contains('/')).then(|| Verb::Seek(channel.to_string()))
     }
 }
@@ -91,7 +93,10 @@ impl Conn {
                 answer(&response_topic, message.payload.clone(), properties)
             }
             None => {
-                let properties = Properties { correlation_data: correlation, ..Properties::default() };
+                let properties = Properties {
+                    correlation_data: correlation,
+                    ..Properties::default()
+                };
                 answer(&response_topic, Arc::from(&b""[..]), properties)
             }
         };
@@ -106,7 +111,11 @@ impl Conn {
 
     /// The first record of channel `id` that `wanted` picks, read window by window so
     /// the channel is never loaded whole.
-    async fn find(&self, id: ChannelId, wanted: impl Fn(&Record) -> bool) -> Result<Option<Record>, ()> {
+    async fn find(
+        &self,
+        id: ChannelId,
+        wanted: impl Fn(&Record) -> bool,
+    ) -> Result<Option<Record>, ()> {
         let (provider, name) = {
             let broker = self.shared.broker.borrow();
             let channel = broker.channels.get(id);
@@ -114,11 +123,17 @@ impl Conn {
         };
         let mut from = 0;
         loop {
-            let request = WindowRequest { from, max_records: SCAN_WINDOW, max_bytes: 1 << 20 };
+            let request = WindowRequest {
+                from,
+                max_records: SCAN_WINDOW,
+                max_bytes: 1 << 20,
+            };
             let window = provider.read_window(&name, request).await.map_err(|e| {
                 log::error!("channel {name}: read failed: {e}");
             })?;
-            let Some(last) = window.records.last().map(|r| r.offset) else { return Ok(None) };
+            let Some(last) = window.records.last().map(|r| r.offset) else {
+                return Ok(None);
+            };
             if let Some(record) = window.records.into_iter().find(|r| wanted(r)) {
                 return Ok(Some(record));
             }
@@ -161,7 +176,10 @@ impl Conn {
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
         };
         self.move_cursor(id, position);
-        if let Err(e) = provider.set_position(&self.client_id, &name, position).await {
+        if let Err(e) = provider
+            .set_position(&self.client_id, &name, position)
+            .await
+        {
             log::error!("channel {name}: seek of {} not stored: {e}", self.client_id);
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
         }
@@ -169,22 +187,37 @@ impl Conn {
             (Some(topic), ProtocolVersion::V5) => topic.clone(),
             _ => format!("$saguin/consumer/{channel}/seek/reply"),
         };
-        let properties =
-            Properties { correlation_data: publish.properties.correlation_data.clone(), ..Properties::default() };
-        (reason::SUCCESS, Some(answer(&response_topic, Arc::from(position.to_string().as_bytes()), properties)))
+        let properties = Properties {
+            correlation_data: publish.properties.correlation_data.clone(),
+            ..Properties::default()
+        };
+        (
+            reason::SUCCESS,
+            Some(answer(
+                &response_topic,
+                Arc::from(position.to_string().as_bytes()),
+                properties,
+            )),
+        )
     }
 
     fn append_channel(&self, name: &str) -> Option<ChannelId> {
         let broker = self.shared.broker.borrow();
         let id = broker.channels.by_name(name)?;
-        matches!(broker.channels.get(id).kind, Kind::Append { .. } | Kind::DeadLetter).then_some(id)
+        matches!(
+            broker.channels.get(id).kind,
+            Kind::Append { .. } | Kind::DeadLetter
+        )
+        .then_some(id)
     }
 
     /// Points the session's cursor on channel `id` at `position`: what it had queued and
     /// not written is dropped, and reading starts again there.
     fn move_cursor(&mut self, id: ChannelId, position: u64) {
         self.with_session(|s| {
-            let Some(cursor) = s.cursors.get_mut(&id) else { return };
+            let Some(cursor) = s.cursors.get_mut(&id) else {
+                return;
+            };
             cursor.next = position;
             cursor.unsettled.clear();
             cursor.stored = Some(position);
