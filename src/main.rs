@@ -82,6 +82,7 @@ fn main() -> ExitCode {
         async_signal::Signal::Term,
         async_signal::Signal::Int,
         async_signal::Signal::Hup,
+        async_signal::Signal::Usr1,
     ]) {
         Ok(signals) => signals,
         Err(e) => {
@@ -89,19 +90,34 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Written after the handlers, so a supervisor that signals at once finds them.
+    let pid_file = config.broker.pid_file.clone();
+    if let Some(pid_file) = &pid_file
+        && let Err(e) = std::fs::write(pid_file, format!("{}\n", std::process::id()))
+    {
+        log::error!(
+            "broker.pid_file {}: {e}; not running unmanaged",
+            pid_file.display()
+        );
+        return ExitCode::FAILURE;
+    }
     log::info!(
         "saguin {} starting as {}",
         env!("CARGO_PKG_VERSION"),
         settings.broker_id
     );
-    match saguin::server::serve(
+    let served = saguin::server::serve(
         settings,
         listeners,
         channels,
         sweeps,
         operations,
-        stop_signal(signals),
-    ) {
+        stop_signal(signals, path, config.broker.log_level),
+    );
+    if let Some(pid_file) = &pid_file {
+        let _ = std::fs::remove_file(pid_file);
+    }
+    match served {
         Ok(()) => {
             log::info!("stopped");
             ExitCode::SUCCESS
@@ -175,12 +191,17 @@ fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode 
 
 /// Resolves at SIGTERM or SIGINT. SIGHUP is logged and ignored: the configuration is
 /// not reloaded in place.
-async fn stop_signal(mut signals: async_signal::Signals) {
+async fn stop_signal(
+    mut signals: async_signal::Signals,
+    config: PathBuf,
+    mut level: saguin::config::LogLevel,
+) {
     while let Some(signal) = signals.next().await {
         match signal {
             Ok(async_signal::Signal::Hup) => {
                 log::warn!("SIGHUP ignored: restart the broker to apply a changed configuration");
             }
+            Ok(async_signal::Signal::Usr1) => level = reload_log_level(&config, level),
             Ok(signal) => {
                 log::info!("{signal:?} received");
                 return;
@@ -190,10 +211,44 @@ async fn stop_signal(mut signals: async_signal::Signals) {
     }
 }
 
+/// SIGUSR1: re-reads `broker.log_level`. A file that does not load changes nothing,
+/// because the likeliest reason is somebody still typing (RFC 0002).
+fn reload_log_level(
+    path: &std::path::Path,
+    old: saguin::config::LogLevel,
+) -> saguin::config::LogLevel {
+    match saguin::config::load(path) {
+        Ok(config) => {
+            let new = config.broker.log_level;
+            log::set_max_level(new.to_level_filter());
+            log::warn!(
+                "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
+                old.as_str(),
+                new.as_str()
+            );
+            new
+        }
+        Err(e) => {
+            log::warn!(
+                "SIGUSR1: {} does not load, nothing changed:\n{e}",
+                path.display()
+            );
+            old
+        }
+    }
+}
+
+/// Logs to standard output, which the init system bounds (RFC 0002: no log_file).
+/// `SAGUIN_LOG` overrides the level for one run.
 fn init_logging(level: saguin::config::LogLevel) {
+    let overridden = std::env::var_os("SAGUIN_LOG").is_some();
     env_logger::Builder::new()
-        .filter_level(level.to_level_filter())
+        .filter_level(log::LevelFilter::Trace)
         .parse_env(env_logger::Env::default().filter("SAGUIN_LOG"))
         .format_timestamp_millis()
+        .target(env_logger::Target::Stdout)
         .init();
+    if !overridden {
+        log::set_max_level(level.to_level_filter());
+    }
 }

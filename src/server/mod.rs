@@ -161,7 +161,16 @@ async fn accept_loop(
         let _ = stream.set_nodelay(true);
         shared.active.set(shared.active.get() + 1);
         let guard = ActiveGuard(shared.clone());
-        let over_limit = shared.active.get() > shared.settings.max_connections;
+        // Past max_connections, an overflow budget of min(max_connections, 32) sockets
+        // is read far enough to be told 0x89 Server busy; past that, a socket is
+        // closed at once with nothing read or written (RFC 0002 "connect_timeout").
+        let max = shared.settings.max_connections;
+        if shared.active.get() > max + max.min(32) {
+            log::debug!("{peer}: closed at once: connections and the overflow budget are full");
+            drop(guard);
+            continue;
+        }
+        let over_limit = shared.active.get() > max;
         let task_shared = shared.clone();
         executor
             .spawn(async move {

@@ -80,14 +80,14 @@ impl Broker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
             .arg("--config")
             .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
             .spawn()
             .expect("start saguin");
-        let stderr = child.stderr.take().expect("stderr is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, log) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if std::env::var_os("SAGUIN_TEST_LOG").is_some() {
                     eprintln!("[broker] {line}");
                 }
