@@ -169,3 +169,60 @@ fn a_flood_past_max_connections_is_told_server_busy_and_the_admitted_keep_workin
     drop(flood);
     admitted.truncate(1);
 }
+
+#[test]
+fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_answer() {
+    let dir = temp_dir("ops-channels");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = common::CHANNELS.replace(
+        "  log_level: debug\n",
+        "  log_level: debug\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let line = broker.wait_log("operations listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .expect("address")
+        .trim()
+        .to_string();
+    let mut raw = Raw::connected(broker.addr, V5, "metered");
+    assert_eq!(
+        raw.publish("events/one", b"x", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        raw.publish("$SYS/x", b"x", QoS::AtLeastOnce, false),
+        Some(0x87)
+    );
+    assert_eq!(
+        raw.subscribe("work/+/todo", common::opts(QoS::AtLeastOnce)),
+        [0x8F]
+    );
+    let (_, first) = http_get(tcp(&addr), "/metrics");
+    assert!(
+        first.contains("saguin_channel_records{channel=\"events\"} 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("saguin_channel_info{channel=\"jobs\",type=\"queue\"} 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("saguin_subscriptions_refused_total{code=\"0x8F\"} 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("saguin_provider_bytes_used{provider=\"local\"}"),
+        "{first}"
+    );
+    assert_eq!(
+        raw.publish("events/two", b"y", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let (_, second) = http_get(tcp(&addr), "/metrics");
+    assert_eq!(
+        first, second,
+        "within min_scrape_interval the previous answer is served"
+    );
+}

@@ -31,6 +31,17 @@ pub enum Kind {
     DeadLetter,
 }
 
+impl Kind {
+    /// The type's name as the configuration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Append { .. } | Kind::DeadLetter => "append",
+            Kind::Latest => "latest",
+            Kind::Queue => "queue",
+        }
+    }
+}
+
 /// One channel.
 #[derive(Debug)]
 pub struct Channel {

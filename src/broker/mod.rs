@@ -117,6 +117,25 @@ impl Broker {
             .map(|s| &mut **s)
     }
 
+    /// Wills waiting out their delay.
+    pub fn wills_waiting(&self) -> usize {
+        self.wills.len()
+    }
+
+    /// Subscriptions held across every session, and what sessions hold queued
+    /// (messages, bytes).
+    pub fn session_totals(&self) -> (usize, usize, usize) {
+        self.sessions
+            .values()
+            .fold((0, 0, 0), |(subs, msgs, bytes), s| {
+                (
+                    subs + s.subscriptions.len(),
+                    msgs + s.queue.len() + s.inflight.len(),
+                    bytes + s.queued_bytes,
+                )
+            })
+    }
+
     /// How many sessions exist.
     pub fn session_count(&self) -> usize {
         self.sessions.len()

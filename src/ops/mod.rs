@@ -161,7 +161,7 @@ async fn answer(
     })
     .await;
     let response = match head {
-        Ok(head) => route(&head, shared, scrape, interval),
+        Ok(head) => route(&head, shared, scrape, interval).await,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             response(400, "text/plain", "bad request\n")
         }
@@ -202,7 +202,12 @@ async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>>
     }
 }
 
-fn route(head: &[u8], shared: &Shared, scrape: &RefCell<Scrape>, interval: Duration) -> String {
+async fn route(
+    head: &[u8],
+    shared: &Shared,
+    scrape: &RefCell<Scrape>,
+    interval: Duration,
+) -> String {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
@@ -218,13 +223,18 @@ fn route(head: &[u8], shared: &Shared, scrape: &RefCell<Scrape>, interval: Durat
             response(if healthy { 200 } else { 503 }, "application/json", &body)
         }
         Some("/metrics") => {
-            let mut cached = scrape.borrow_mut();
-            let fresh = cached.at.is_some_and(|at| at.elapsed() < interval);
+            let fresh = scrape.borrow().at.is_some_and(|at| at.elapsed() < interval);
             if !fresh {
-                cached.body = Rc::from(metrics::render(shared));
-                cached.at = Some(Instant::now());
+                // A scrape sooner than min_scrape_interval gets the previous answer.
+                let channels = metrics::channel_stats(shared).await;
+                let body = Rc::from(metrics::render(shared, &channels));
+                *scrape.borrow_mut() = Scrape {
+                    at: Some(Instant::now()),
+                    body,
+                };
             }
-            response(200, "text/plain; version=0.0.4", &cached.body)
+            let body = scrape.borrow().body.clone();
+            response(200, "text/plain; version=0.0.4", &body)
         }
         _ => response(404, "text/plain", "not found: try /health or /metrics\n"),
     }

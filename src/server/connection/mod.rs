@@ -75,10 +75,13 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
     let connect = match Box::pin(read_connect(&mut stream, &mut reader, &shared)).await {
         Ok(connect) => connect,
         Err(reply) => {
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_connection("unreadable connect");
             if let Some(bytes) = reply {
-                let _ =
-                    write_with_timeout(&mut stream, &bytes, shared.settings.write_timeout).await;
-                linger(&stream).await;
+                Box::pin(close_with(&mut stream, &bytes, &shared)).await;
             }
             log::debug!("{peer}: connection refused before CONNECT was read");
             return;
@@ -95,6 +98,11 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
             "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
             connect.client_id
         );
+        shared
+            .broker
+            .borrow()
+            .metrics
+            .refuse_connection(connection_refusal_label(code));
         let bytes = encode_one(
             &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
             protocol,
@@ -318,6 +326,21 @@ fn connack(
         session_present: session_present && code == 0,
         code,
         properties,
+    }
+}
+
+/// The label a refused connection is counted under (RFC 0005, proposed in gaps §4).
+fn connection_refusal_label(code: u8) -> &'static str {
+    match code {
+        reason::SERVER_BUSY => "server busy",
+        reason::UNSUPPORTED_PROTOCOL_VERSION => "unsupported protocol version",
+        reason::CLIENT_IDENTIFIER_NOT_VALID => "client identifier not valid",
+        reason::BAD_USER_NAME_OR_PASSWORD => "bad user name or password",
+        reason::BAD_AUTHENTICATION_METHOD => "bad authentication method",
+        reason::TOPIC_NAME_INVALID => "topic name invalid",
+        reason::PACKET_TOO_LARGE => "packet too large",
+        reason::QUOTA_EXCEEDED => "session store full",
+        _ => "not authorized",
     }
 }
 
@@ -692,12 +715,23 @@ impl Conn {
             return Ok(());
         }
         let settings = &self.shared.settings;
+        let refused = |label| {
+            self.shared.broker.borrow().metrics.refuse_publish(label);
+        };
         let code = match check_topic_name(&publish.topic, settings) {
-            Err(code) => code,
+            Err(code) => {
+                refused(if code == reason::NOT_AUTHORIZED {
+                    "not authorized"
+                } else {
+                    "topic name invalid"
+                });
+                code
+            }
             Ok(())
                 if publish.properties.payload_format_indicator == Some(1)
                     && std::str::from_utf8(&publish.payload).is_err() =>
             {
+                refused("payload format invalid");
                 reason::PAYLOAD_FORMAT_INVALID
             }
             Ok(()) => self.check_quota(&publish),
@@ -883,6 +917,13 @@ impl Conn {
                         }
                     }
                 };
+            if granted >= 0x80 {
+                self.shared
+                    .broker
+                    .borrow()
+                    .metrics
+                    .refuse_subscription(granted);
+            }
             codes.push(match self.protocol {
                 ProtocolVersion::V311 if granted >= 0x80 => reason::v311::SUBACK_FAILURE,
                 _ => granted,
