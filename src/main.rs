@@ -63,9 +63,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let addrs = config.broker.mqtt.plain_tcp_addrs();
-    let listeners = match saguin::server::bind(&addrs) {
-        Ok(listeners) => listeners,
+    let listeners = match saguin::startup::mqtt_doors(&config) {
+        Ok(doors) => doors,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;

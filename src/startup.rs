@@ -9,7 +9,7 @@ use crate::broker::channels::{Channel, Channels, Kind};
 use crate::config::{self, ChannelType, Config};
 use crate::ops::OpsSettings;
 use crate::routing::Router;
-use crate::server::OpsDoors;
+use crate::server::{Door, OpsDoors};
 use crate::storage::{
     self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention, RetentionSchedule,
 };
@@ -163,6 +163,48 @@ fn describe(settings: &ProviderSettings) -> String {
             None => format!("memory, max_bytes {}, no snapshots", m.max_bytes),
         },
     }
+}
+
+/// Binds the MQTT doors `broker.mqtt.listen` names.
+///
+/// # Errors
+/// A door that cannot be bound, named; and a door of a kind this build does not serve
+/// yet (TLS, WebSocket), refused rather than silently left closed.
+pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
+    let listen = &config.broker.mqtt.listen;
+    let unserved = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
+    if let Some(door) = listen.tcp.iter().find(|d| d.tls.is_some()) {
+        return Err(unserved(format!(
+            "broker.mqtt.listen.tcp {}: TLS is not served by this build; remove the tls block and put a \
+             TLS-terminating proxy in front, or serve plain TCP on loopback",
+            door.name
+        )));
+    }
+    if let Some(door) = listen.ws.first() {
+        return Err(unserved(format!(
+            "broker.mqtt.listen.ws {}: WebSocket is not served by this build; remove the ws door",
+            door.name
+        )));
+    }
+    let mut tcp = Vec::new();
+    for door in &listen.tcp {
+        match door.address.socket_addr() {
+            Some(addr) => tcp.push(addr),
+            None => {
+                return Err(unserved(format!(
+                    "broker.mqtt.listen.tcp {}: {} names a host; write an IP address (0.0.0.0 for every interface)",
+                    door.name,
+                    door.address.bind_string()
+                )));
+            }
+        }
+    }
+    let unix: Vec<_> = listen
+        .unix
+        .iter()
+        .map(|d| (d.path.clone(), d.mode))
+        .collect();
+    crate::server::bind_doors(&tcp, &unix)
 }
 
 /// Binds the operations listener's doors, if `broker.operations` is written.

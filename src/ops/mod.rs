@@ -44,6 +44,21 @@ pub struct UnixDoor {
     _lock: std::fs::File,
 }
 
+impl UnixDoor {
+    /// The socket's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// A second handle on the listening socket, for the reactor.
+    ///
+    /// # Errors
+    /// The descriptor could not be duplicated.
+    pub fn listener(&self) -> io::Result<std::os::unix::net::UnixListener> {
+        self.listener.try_clone()
+    }
+}
+
 impl Drop for UnixDoor {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);

@@ -6,6 +6,9 @@
 
 mod connection;
 mod frame;
+mod socket;
+
+pub use socket::Door;
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -59,6 +62,24 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// Binds the MQTT doors: TCP addresses and Unix sockets (`(path, mode)`, each with its
+/// `<path>.lock`).
+///
+/// # Errors
+/// The first door that cannot be bound, named.
+pub fn bind_doors(tcp: &[SocketAddr], unix: &[(std::path::PathBuf, u32)]) -> io::Result<Vec<Door>> {
+    let mut doors = Vec::new();
+    for listener in bind(tcp)? {
+        doors.push(Door::Tcp(TcpListener::try_from(listener)?));
+    }
+    for (path, mode) in unix {
+        let door = crate::ops::bind_unix(path, *mode)?;
+        let listener = smol::Async::new(door.listener()?)?;
+        doors.push(Door::Unix(listener, door));
+    }
+    Ok(doors)
+}
+
 /// Binds every address; a port in use is reported naming the address.
 ///
 /// # Errors
@@ -91,7 +112,7 @@ pub struct OpsDoors {
 /// A listener that fails to register with the reactor.
 pub fn serve(
     settings: Settings,
-    listeners: Vec<std::net::TcpListener>,
+    doors: Vec<Door>,
     channels: crate::broker::channels::Channels,
     sweeps: crate::storage::RetentionSchedule,
     operations: Option<OpsDoors>,
@@ -106,11 +127,10 @@ pub fn serve(
         stopping: Cell::new(false),
     });
     smol::block_on(executor.run(async {
-        for listener in listeners {
-            let listener = TcpListener::try_from(listener)?;
-            log::info!("listening on {}", listener.local_addr()?);
+        for door in doors {
+            log::info!("listening on {}", door.describe());
             executor
-                .spawn(accept_loop(listener, shared.clone(), executor.clone()))
+                .spawn(accept_loop(door, shared.clone(), executor.clone()))
                 .detach();
         }
         if let Some(ops) = operations {
@@ -140,13 +160,9 @@ pub fn serve(
     }))
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Rc<Shared>,
-    executor: Rc<LocalExecutor<'static>>,
-) {
+async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<'static>>) {
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let (stream, peer) = match door.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors and the like: back off rather than spin.
@@ -158,7 +174,6 @@ async fn accept_loop(
         if shared.stopping.get() {
             continue;
         }
-        let _ = stream.set_nodelay(true);
         shared.active.set(shared.active.get() + 1);
         let guard = ActiveGuard(shared.clone());
         // Past max_connections, an overflow budget of min(max_connections, 32) sockets

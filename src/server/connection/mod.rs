@@ -4,14 +4,12 @@
 //! then wait for whichever comes first of more bytes, a wake-up from the broker, or
 //! the keepalive deadline. Nothing else ever writes to this socket.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use smol::io::AsyncWriteExt;
-use smol::net::TcpStream;
 
 mod channels;
 mod verbs;
@@ -22,6 +20,7 @@ use verbs::Verb;
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};
+use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
 use crate::broker::session::{Delivery, Inflight, Message, Subscription};
 use crate::broker::{Accepted, ConnLink, topic};
@@ -46,8 +45,8 @@ enum End {
 }
 
 struct Conn {
-    stream: TcpStream,
-    peer: SocketAddr,
+    stream: Socket,
+    peer: String,
     shared: Rc<Shared>,
     reader: FrameReader,
     out: Vec<u8>,
@@ -67,7 +66,7 @@ struct Conn {
 }
 
 /// Runs a connection to its end. `over_limit` says the broker is at max_connections.
-pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>, over_limit: bool) {
+pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_limit: bool) {
     let mut reader = FrameReader::default();
     let mut stream = stream;
     // The handshake and the ending are boxed so their state does not enlarge the
@@ -146,7 +145,8 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
     log::debug!(
-        "{peer}: {} connected ({protocol:?}, session present {})",
+        "{}: {} connected ({protocol:?}, session present {})",
+        conn.peer,
         conn.client_id,
         accepted.session_present
     );
@@ -158,7 +158,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
 /// Reads the CONNECT within `connect_timeout`. On failure, returns the bytes to send
 /// before closing, if the refused protocol has a way to say it.
 async fn read_connect(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     reader: &mut FrameReader,
     shared: &Shared,
 ) -> Result<Box<Connect>, Option<Vec<u8>>> {
@@ -367,7 +367,7 @@ fn encode_one(packet: &Packet, protocol: ProtocolVersion) -> Vec<u8> {
 /// Writes all of `bytes`, giving up after `timeout` (`limits.write_timeout`; `None`
 /// waits as long as it takes).
 async fn write_with_timeout(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     bytes: &[u8],
     timeout: Option<Duration>,
 ) -> std::io::Result<()> {
@@ -389,7 +389,7 @@ async fn write_with_timeout(
 }
 
 /// Writes a last packet and closes.
-async fn close_with(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) {
+async fn close_with(stream: &mut Socket, bytes: &[u8], shared: &Shared) {
     let _ = write_with_timeout(stream, bytes, shared.settings.write_timeout).await;
     linger(stream).await;
 }
@@ -398,16 +398,15 @@ async fn close_with(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) {
 /// packet we wrote is not lost to a reset: closing a socket with unread bytes makes
 /// the kernel send RST, which can overtake a CONNACK or DISCONNECT still in flight.
 /// Memory stays bounded: the rest is read into a small buffer and dropped.
-async fn linger(stream: &TcpStream) {
+async fn linger(stream: &mut Socket) {
     const LINGER: Duration = Duration::from_millis(500);
     const MAX_DISCARD: usize = 1 << 20;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let mut stream = stream.clone();
+    stream.close_write();
     let drain = async {
         let mut scratch = vec![0u8; 1024];
         let mut discarded = 0;
         while discarded < MAX_DISCARD {
-            match smol::io::AsyncReadExt::read(&mut stream, &mut scratch).await {
+            match smol::io::AsyncReadExt::read(stream, &mut scratch).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => discarded += n,
             }
@@ -1136,7 +1135,7 @@ impl Conn {
             self.queue_packet(&Packet::Disconnect(disconnect));
         }
         let _ = self.flush().await;
-        linger(&self.stream).await;
+        linger(&mut self.stream).await;
         log::debug!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
     }
 }
