@@ -365,7 +365,7 @@ impl Broker {
     /// A record landed in `channel`: wake every session reading it, and hand it to
     /// the shared groups whose filters match, which are served what is published
     /// after they began (RFC 0002 "Shared subscriptions").
-    pub fn landed(&mut self, channel: ChannelId, message: Arc<Message>) {
+    pub fn landed(&mut self, channel: ChannelId, message: Option<Arc<Message>>) {
         for reader in &self.channels.get(channel).readers {
             if let Some(session) = self.sessions.get_mut(reader) {
                 if let Some(cursor) = session.cursors.get_mut(&channel) {
@@ -374,7 +374,14 @@ impl Broker {
                 session.wake();
             }
         }
-        self.fan_out(message, true);
+        if let Some(message) = message {
+            self.fan_out(message, true);
+        }
+    }
+
+    /// Whether a landed record could be owed to a shared group.
+    pub fn has_shared_groups(&self) -> bool {
+        self.tree.has_shared_groups()
     }
 
     /// How many filters a client holds.

@@ -117,6 +117,8 @@ pub enum Target<'a> {
 #[derive(Debug, Default)]
 pub struct TopicTree {
     root: Node,
+    /// Members of shared groups, across the tree.
+    shared_members: usize,
 }
 
 impl TopicTree {
@@ -135,20 +137,33 @@ impl TopicTree {
         }
         match share {
             None => node.subscribers.insert(client.clone(), entry).is_some(),
-            Some(name) => node
-                .groups
-                .entry(name.into())
-                .or_default()
-                .members
-                .insert(client.clone(), entry)
-                .is_some(),
+            Some(name) => {
+                let existed = node
+                    .groups
+                    .entry(name.into())
+                    .or_default()
+                    .members
+                    .insert(client.clone(), entry)
+                    .is_some();
+                self.shared_members += usize::from(!existed);
+                existed
+            }
         }
     }
 
     /// Removes a client's subscription; returns whether it existed.
     pub fn remove(&mut self, filter: &str, share: Option<&str>, client: &str) -> bool {
         let levels: Vec<&str> = filter.split('/').collect();
-        Self::remove_at(&mut self.root, &levels, share, client)
+        let removed = Self::remove_at(&mut self.root, &levels, share, client);
+        if removed && share.is_some() {
+            self.shared_members -= 1;
+        }
+        removed
+    }
+
+    /// Whether any shared group has a member.
+    pub fn has_shared_groups(&self) -> bool {
+        self.shared_members > 0
     }
 
     fn remove_at(node: &mut Node, levels: &[&str], share: Option<&str>, client: &str) -> bool {

@@ -50,11 +50,17 @@ pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
         return reason::NOT_AUTHORIZED;
     }
     let record = records::to_record(&message, now_ms());
-    let landed = record.clone();
+    // Only a shared group is handed the record itself; everyone else reads it from
+    // the channel, so the copy is made only when a group exists.
+    let landed = shared
+        .broker
+        .borrow()
+        .has_shared_groups()
+        .then(|| record.clone());
     match provider.append(&name, record).await {
         Ok(offset) => {
-            let delivered = records::from_record(
-                crate::storage::Record {
+            let delivered = landed.map(|landed| {
+                let record = crate::storage::Record {
                     offset,
                     message_id: landed.message_id,
                     timestamp_ms: landed.timestamp_ms,
@@ -62,11 +68,10 @@ pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
                     payload: landed.payload,
                     properties: landed.properties,
                     state: RecordState::Stored,
-                },
-                message.qos,
-                now_ms(),
-            );
-            shared.broker.borrow_mut().landed(id, Arc::new(delivered));
+                };
+                Arc::new(records::from_record(record, message.qos, now_ms()))
+            });
+            shared.broker.borrow_mut().landed(id, delivered);
             reason::SUCCESS
         }
         Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
