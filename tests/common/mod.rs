@@ -169,6 +169,15 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Keeps the directory of a broker that was killed, for a restart.
+    pub fn stop_killed(mut self) -> PathBuf {
+        let dir = self.dir.clone();
+        self.dir = PathBuf::new();
+        dir
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -202,6 +211,13 @@ impl Raw {
     /// Sends bytes as they are.
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Sends a packet, saying whether the write went through (the peer may be gone).
+    pub fn try_send(&mut self, packet: &Packet) -> bool {
+        let mut out = Vec::new();
+        codec::encode(packet, self.protocol, &mut out);
+        self.stream.write_all(&out).is_ok()
     }
 
     /// Sends a packet encoded by the codec.
