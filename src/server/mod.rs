@@ -161,7 +161,13 @@ pub fn serve(
 }
 
 async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<'static>>) {
+    let mut pace = shared.settings.max_connect_rate.map(ConnectPace::new);
     loop {
+        if let Some(pace) = &mut pace {
+            // Over the rate a connection waits in the kernel's accept queue; it is
+            // not refused (RFC 0002 "max_connect_rate").
+            pace.wait().await;
+        }
         let (stream, peer) = match door.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -193,6 +199,39 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<
                 drop(guard);
             })
             .detach();
+    }
+}
+
+/// `max_connect_rate` for one listener: a token bucket refilling at the rate and
+/// holding twice it, so bursts of up to twice the rate pass at once.
+struct ConnectPace {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl ConnectPace {
+    fn new(rate: u32) -> ConnectPace {
+        let rate = f64::from(rate.max(1));
+        ConnectPace {
+            rate,
+            tokens: 2.0 * rate,
+            last: Instant::now(),
+        }
+    }
+
+    async fn wait(&mut self) {
+        loop {
+            let now = Instant::now();
+            let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * self.rate).min(2.0 * self.rate);
+            self.last = now;
+            if self.tokens >= 1.0 {
+                self.tokens -= 1.0;
+                return;
+            }
+            smol::Timer::after(Duration::from_secs_f64((1.0 - self.tokens) / self.rate)).await;
+        }
     }
 }
 
