@@ -122,6 +122,7 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
         list.push(Channel {
             name: Arc::from(channel.name.as_str()),
             kind,
+            filter: Arc::from(channel.filter.as_str()),
             provider,
             readers: Default::default(),
         });

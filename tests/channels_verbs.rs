@@ -224,3 +224,48 @@ fn a_seek_outside_the_channel_or_not_a_position_is_refused_0x83() {
 fn jiff_now() -> String {
     jiff::Timestamp::now().to_string()
 }
+
+fn ask_catalogue(asker: &mut Raw, name: &str) -> (Option<u8>, Option<Publish>) {
+    let mut p = common::publish(
+        &format!("$saguin/catalogue/{name}"),
+        b"",
+        QoS::AtLeastOnce,
+        false,
+    );
+    p.properties.response_topic = Some("me/catalogue".into());
+    p.properties.correlation_data = Some(b"c1".to_vec());
+    let code = asker.publish_packet(p);
+    let reply = (code == Some(0)).then(|| asker.recv_publish());
+    (code, reply)
+}
+
+#[test]
+fn the_catalogue_says_what_a_channel_is_and_nothing_about_one_that_does_not_exist() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "library");
+    let (code, reply) = ask_catalogue(&mut asker, "jobs");
+    assert_eq!(code, Some(0));
+    let reply = reply.expect("an answer");
+    assert_eq!(
+        reply.properties.correlation_data.as_deref(),
+        Some(&b"c1"[..])
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
+    assert_eq!(answer["name"], "jobs");
+    assert_eq!(answer["type"], "queue");
+    assert_eq!(answer["filter"], "work/+/todo");
+    assert_eq!(answer["pin"], "$saguin/queue/jobs");
+    assert_eq!(answer["verbs"], serde_json::json!(["write", "consume"]));
+    let (_, reply) = ask_catalogue(&mut asker, "events");
+    let answer: serde_json::Value =
+        serde_json::from_slice(&reply.expect("answer").payload).expect("JSON");
+    assert_eq!(
+        (answer["type"].as_str(), answer.get("pin")),
+        (Some("append"), None)
+    );
+    let (code, reply) = ask_catalogue(&mut asker, "no-such-channel");
+    assert_eq!(code, Some(0));
+    assert!(reply.expect("the empty reply").payload.is_empty());
+    let (code, _) = ask_catalogue(&mut asker, "a/b");
+    assert_eq!(code, Some(0x90));
+}

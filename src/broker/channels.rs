@@ -49,6 +49,8 @@ pub struct Channel {
     pub name: Arc<str>,
     /// What it is.
     pub kind: Kind,
+    /// Its filter as the configuration wrote it, braces and all.
+    pub filter: Arc<str>,
     /// The provider holding its records.
     pub provider: Arc<Provider>,
     /// Client ids of the sessions with a cursor on it.

@@ -23,6 +23,8 @@ pub(super) enum Verb {
     PointRead,
     /// `$saguin/consumer/<channel>/seek`.
     Seek(String),
+    /// `$saguin/catalogue/<channel>`; `None` when the name held a `/`.
+    Catalogue(Option<String>),
 }
 
 impl Verb {
@@ -30,6 +32,11 @@ impl Verb {
     pub(super) fn of(topic_name: &str) -> Option<Verb> {
         if topic_name == KV_GET {
             return Some(Verb::PointRead);
+        }
+        if let Some(name) = topic_name.strip_prefix("$saguin/catalogue/") {
+            return Some(Verb::Catalogue(
+                (!name.is_empty() && !name.contains('/')).then(|| name.to_string()),
+            ));
         }
         let channel = topic_name
             .strip_prefix("$saguin/consumer/")?
@@ -54,7 +61,51 @@ impl Conn {
         match verb {
             Verb::PointRead => self.point_read(publish).await,
             Verb::Seek(channel) => self.seek(&channel, publish).await,
+            Verb::Catalogue(name) => self.catalogue(name.as_deref(), publish),
         }
+    }
+
+    /// `$saguin/catalogue/<channel>`: what the channel is, as JSON, for a client
+    /// composing topics (RFC 0002 "Asking what a channel is"). With no acl_file every
+    /// client holds every verb; a channel that does not exist is the empty reply.
+    fn catalogue(&self, name: Option<&str>, publish: &Publish) -> (u8, Option<Publish>) {
+        let Some(name) = name else {
+            return (reason::TOPIC_NAME_INVALID, None);
+        };
+        let Some(response_topic) = &publish.properties.response_topic else {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        };
+        let body = {
+            let broker = self.shared.broker.borrow();
+            broker.channels.by_name(name).map(|id| {
+                let channel = broker.channels.get(id);
+                let verbs: &[&str] = match channel.kind {
+                    Kind::Append { .. } => &["write", "read", "seek"],
+                    Kind::Latest => &["write", "read", "delete"],
+                    Kind::Queue => &["write", "consume"],
+                    Kind::DeadLetter => &["read", "seek"],
+                };
+                let mut answer = serde_json::json!({
+                    "name": name,
+                    "type": channel.kind.as_str(),
+                    "filter": &*channel.filter,
+                    "verbs": verbs,
+                });
+                if channel.kind == Kind::Queue {
+                    answer["pin"] = serde_json::Value::from(format!("$saguin/queue/{name}"));
+                }
+                answer.to_string()
+            })
+        };
+        let properties = Properties {
+            correlation_data: publish.properties.correlation_data.clone(),
+            ..Properties::default()
+        };
+        let payload: Arc<[u8]> = Arc::from(body.unwrap_or_default().as_bytes());
+        (
+            reason::SUCCESS,
+            Some(answer(response_topic, payload, properties)),
+        )
     }
 
     /// `$saguin/kv/get`: the payload is the key; the value goes to the Response Topic.
