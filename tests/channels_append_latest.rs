@@ -241,3 +241,46 @@ fn shared_groups_on_an_append_channel_get_new_records_only_split_across_members(
     assert!(user_property(&got_a, "saguin-offset").is_some());
     a.expect_nothing(Duration::from_millis(200));
 }
+
+/// A durable consumer reads half a channel, the broker restarts under it, and it
+/// resumes with the other half: on sqlite and on memory (its snapshot).
+fn resume_after_restart_mid_read(prefix: &str) {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..4 {
+        let topic = format!("{prefix}/{i}");
+        assert_eq!(
+            publisher.publish(&topic, format!("{i}").as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    drop(publisher);
+    // Receive Maximum 1: one record on the wire at a time, so after two
+    // acknowledgements exactly two are unread.
+    let mut c = connect(V5, "mid-read", false);
+    c.properties.session_expiry_interval = Some(3600);
+    c.properties.receive_maximum = Some(1);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe(&format!("{prefix}/#"), opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"0");
+    assert_eq!(&*reader.recv_publish().payload, b"1");
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(200));
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CHANNELS);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    reader.subscribe(&format!("{prefix}/#"), opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"2");
+    assert_eq!(&*reader.recv_publish().payload, b"3");
+    reader.expect_nothing(Duration::from_millis(200));
+}
+
+#[test]
+fn a_durable_consumer_resumes_mid_read_across_a_restart_on_sqlite() {
+    resume_after_restart_mid_read("events");
+}
+
+#[test]
+fn a_durable_consumer_resumes_mid_read_across_a_restart_on_memory() {
+    resume_after_restart_mid_read("memlog");
+}

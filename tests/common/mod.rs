@@ -442,7 +442,7 @@ pub fn opts(qos: codec::QoS) -> codec::SubscriptionOptions {
 }
 
 /// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
-/// state (latest, memory), jobs (queue).
+/// memlog (append, memory), state (latest, memory), jobs (queue).
 pub const CHANNELS: &str = "broker:
   id: channels-test
   log_level: debug
@@ -468,6 +468,9 @@ channels:
   recent:
     type: append
     start: tail
+  memlog:
+    type: append
+    storage: volatile
   state:
     type: latest
     storage: volatile
