@@ -36,7 +36,9 @@ fn present(triple: &str) -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    if std::env::var_os("SAGUIN_REQUIRE_ARM_BINARIES").is_some_and(|v| v == "1") {
+    // "1" requires every target; otherwise the variable lists the triples required.
+    let required = std::env::var("SAGUIN_REQUIRE_ARM_BINARIES").unwrap_or_default();
+    if required == "1" || required.split_whitespace().any(|t| t == triple) {
         panic!("{} is missing: run cross/build", p.display());
     }
     eprintln!("skipped: {} not built (cross/build {triple})", p.display());
