@@ -131,6 +131,10 @@ pub fn has_braces(filter: &str) -> bool {
 /// Whether `filter` matches `topic`, as MQTT says (no `$` special case:
 /// callers that need MQTT-4.7.2-1 apply it themselves).
 pub fn matches(filter: &str, topic: &str) -> bool {
+    // A leading wildcard never matches a topic beginning with `$` (MQTT-4.7.2-1).
+    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
+        return false;
+    }
     let mut f = levels(filter);
     let mut t = levels(topic);
     loop {
