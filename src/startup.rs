@@ -82,29 +82,8 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     let mut list = Vec::new();
     let mut all_settings = Vec::new();
     for channel in &config.channels {
-        let provider = match providers.get(channel.storage.as_str()) {
-            Some(p) => p.clone(),
-            None => {
-                let Some(declared) = config.broker.storage.providers.get(&channel.storage) else {
-                    return Err(format!(
-                        "channel {}: no storage provider called {}",
-                        channel.name, channel.storage
-                    ));
-                };
-                let settings = provider_settings(config, declared);
-                make_parent(&settings)?;
-                let opened = Provider::open(&settings)
-                    .map_err(|e| format!("storage provider {}: {e}", declared.name))?;
-                log::info!(
-                    "storage provider {} ({}) opened",
-                    declared.name,
-                    describe(&settings)
-                );
-                let opened = Arc::new(opened);
-                providers.insert(channel.storage.as_str(), opened.clone());
-                opened
-            }
-        };
+        let provider = provider_named(config, &mut providers, &channel.storage)
+            .map_err(|e| format!("channel {}: {e}", channel.name))?;
         let settings = channel_settings(channel);
         all_settings.push(settings.clone());
         provider
@@ -130,7 +109,39 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     // The retained store's period is a deadline too (gaps A-06).
     let extra = config.broker.retained.retention_period;
     let schedule = RetentionSchedule::for_channels(&all_settings, extra);
-    Ok((Channels::new(Router::new(config), list), schedule))
+    let mut channels = Channels::new(Router::new(config), list);
+    let retained = &config.broker.retained;
+    let provider = provider_named(config, &mut providers, &retained.storage)
+        .map_err(|e| format!("broker.retained.storage: {e}"))?;
+    channels.retained =
+        Some(crate::broker::retained::Durable::open(provider, retained.retention_period).await?);
+    Ok((channels, schedule))
+}
+
+/// The provider called `name`, opened at its first use.
+fn provider_named<'c>(
+    config: &'c Config,
+    providers: &mut HashMap<&'c str, Arc<Provider>>,
+    name: &'c str,
+) -> Result<Arc<Provider>, String> {
+    if let Some(p) = providers.get(name) {
+        return Ok(p.clone());
+    }
+    let Some(declared) = config.broker.storage.providers.get(name) else {
+        return Err(format!("no storage provider called {name}"));
+    };
+    let settings = provider_settings(config, declared);
+    make_parent(&settings)?;
+    let opened = Provider::open(&settings)
+        .map_err(|e| format!("storage provider {}: {e}", declared.name))?;
+    log::info!(
+        "storage provider {} ({}) opened",
+        declared.name,
+        describe(&settings)
+    );
+    let opened = Arc::new(opened);
+    providers.insert(name, opened.clone());
+    Ok(opened)
 }
 
 /// Creates the directory a provider keeps its files in, as `mkdir -p` would, so a
