@@ -183,8 +183,38 @@ fn describe(settings: &ProviderSettings) -> String {
 /// A door that cannot be bound, named; and a door of a kind this build does not serve
 /// yet (TLS, WebSocket), refused rather than silently left closed.
 pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
-    let listen = &config.broker.mqtt.listen;
+    let mqtt = &config.broker.mqtt;
+    let listen = &mqtt.listen;
     let unserved = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
+    // A credential the broker would not check is worse than none: refuse to start.
+    let door_files = listen
+        .tcp
+        .iter()
+        .map(|d| (&d.name, &d.password_file, d.allow_anonymous));
+    let door_files = door_files.chain(
+        listen
+            .unix
+            .iter()
+            .map(|d| (&d.name, &d.password_file, d.allow_anonymous)),
+    );
+    for (name, password_file, allow_anonymous) in door_files {
+        if password_file.is_some() || allow_anonymous == Some(false) {
+            return Err(unserved(format!(
+                "broker.mqtt.listen {name}: this build does not check passwords; remove password_file \
+                 and allow_anonymous: false, and keep the port on a trusted network"
+            )));
+        }
+    }
+    if mqtt.password_file.is_some()
+        || mqtt.allow_anonymous == Some(false)
+        || mqtt.acl_file.is_some()
+    {
+        return Err(unserved(
+            "broker.mqtt: this build does not check passwords or an acl_file; remove password_file, \
+             allow_anonymous: false and acl_file, and keep the port on a trusted network"
+                .to_string(),
+        ));
+    }
     if let Some(door) = listen.tcp.iter().find(|d| d.tls.is_some()) {
         return Err(unserved(format!(
             "broker.mqtt.listen.tcp {}: TLS is not served by this build; remove the tls block and put a \
