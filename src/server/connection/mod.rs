@@ -518,17 +518,19 @@ impl Conn {
             if let Some(code) = self.link.kicked() {
                 return End::Kicked(code);
             }
-            if let Err(end) = self.handle_buffered().await {
+            // Boxed: what handling a packet awaits (storage, cursors) is large, and
+            // inline it would be paid by every idle connection's task.
+            if let Err(end) = Box::pin(self.handle_buffered()).await {
                 return end;
             }
-            self.pump_channels().await;
+            Box::pin(self.pump_channels()).await;
             if let Err(end) = self.write_owed() {
                 return end;
             }
             if let Err(end) = self.flush().await {
                 return end;
             }
-            self.store_positions(false).await;
+            Box::pin(self.store_positions(false)).await;
             let deadline = self.keep_alive.map(|k| Instant::now() + k);
             let Conn {
                 stream,
