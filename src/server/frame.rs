@@ -6,12 +6,15 @@ use std::io;
 
 use smol::io::AsyncReadExt;
 
+use super::socket::Socket;
 use crate::codec::{self, DecodeError, FixedHeader};
 
 /// Bytes read at a time while no packet is in progress. An idle connection holds no
 /// buffer at all (see `consume`), so this costs only a busy one; 4 KiB takes most
 /// packets, and the next ones behind them, in one read.
 const READ_CHUNK: usize = 4096;
+/// Bytes read at a time before the CONNECT has been read.
+const CONNECT_CHUNK: usize = 512;
 /// The most read at once into a packet in progress.
 const MAX_READ: usize = 64 * 1024;
 
@@ -45,6 +48,8 @@ pub struct FrameReader {
     filled: usize,
     /// Bytes of the packet in progress, when its header has been read.
     expected: Option<usize>,
+    /// Past the CONNECT: reads may take `READ_CHUNK` at once.
+    connected: bool,
 }
 
 impl FrameReader {
@@ -82,6 +87,11 @@ impl FrameReader {
         }))
     }
 
+    /// Lets reads take `READ_CHUNK` at once, once the CONNECT is in.
+    pub fn connected(&mut self) {
+        self.connected = true;
+    }
+
     /// The body of `frame`.
     pub fn body(&self, frame: &Frame) -> &[u8] {
         &self.buf[frame.start..frame.end]
@@ -108,9 +118,16 @@ impl FrameReader {
     ///
     /// # Errors
     /// The socket's.
-    pub async fn fill(&mut self, stream: &mut (impl AsyncReadExt + Unpin)) -> io::Result<usize> {
+    pub async fn fill(&mut self, stream: &mut Socket) -> io::Result<usize> {
+        if self.filled == 0 {
+            // Nothing buffered: wait with no buffer at all.
+            stream.readable().await?;
+        }
         let want = match self.expected {
             Some(total) => (total - self.filled).min(MAX_READ),
+            // A CONNECT is small and every socket sends one: reading it in a small
+            // buffer keeps the handshake of a thousand idle clients cheap.
+            None if !self.connected => CONNECT_CHUNK,
             None => READ_CHUNK,
         };
         if self.buf.len() < self.filled + want {

@@ -86,6 +86,7 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
             return;
         }
     };
+    reader.connected();
     let protocol = connect.protocol;
     let refusal = if over_limit {
         Some(reason::SERVER_BUSY)
