@@ -92,3 +92,29 @@ fn connections_over_max_connect_rate_wait_in_the_accept_queue_rather_than_being_
     assert!(took >= Duration::from_millis(700), "{took:?}");
     drop(TcpStream::connect(broker.addr));
 }
+
+#[test]
+fn a_subscriber_that_stops_reading_is_hung_up_at_write_timeout_and_the_publisher_never_waits() {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: 1s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
+    );
+    let mut deaf = Raw::connected(broker.addr, V5, "deaf");
+    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+    // From here on `deaf` reads nothing, so its socket buffers fill.
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let payload = vec![b'x'; 200 * 1024];
+    let started = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(
+            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let took = started.elapsed();
+    broker.wait_log("write_timeout passed");
+    assert!(
+        took < Duration::from_secs(10),
+        "the publisher was held: {took:?}"
+    );
+    drop(deaf);
+}
