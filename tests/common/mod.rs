@@ -271,6 +271,18 @@ impl Raw {
         assert!(rest.is_empty(), "expected a silent close, got {rest:02X?}");
     }
 
+    /// The next packet within `wait`, or why there was none.
+    pub fn expect_nothing_or_packet(&mut self, wait: Duration) -> Result<Packet, String> {
+        self.stream
+            .set_read_timeout(Some(wait))
+            .expect("read timeout");
+        let got = self.try_recv();
+        self.stream
+            .set_read_timeout(Some(WAIT))
+            .expect("read timeout");
+        got
+    }
+
     /// Asserts nothing arrives within `wait`.
     pub fn expect_nothing(&mut self, wait: Duration) {
         self.stream
