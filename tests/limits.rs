@@ -141,7 +141,7 @@ fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refus
     std::thread::sleep(Duration::from_millis(200));
     let mut got = Vec::new();
     while let Ok(saguin::codec::Packet::Publish(p)) =
-        { slow.expect_nothing_or_packet(Duration::from_millis(500)) }
+        slow.expect_nothing_or_packet(Duration::from_millis(500))
     {
         got.push(p.payload[0]);
         if let Some(id) = p.packet_id {
