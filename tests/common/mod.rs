@@ -188,6 +188,28 @@ impl Drop for Broker {
     }
 }
 
+/// Runs the broker on `yaml` (written into `dir`) expecting it to refuse to start;
+/// returns everything it printed.
+pub fn refused_at_startup(dir: &std::path::Path, yaml: &str) -> String {
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, yaml).expect("write the configuration");
+    let out = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run saguin");
+    assert!(
+        !out.status.success(),
+        "the broker started: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// A client speaking raw bytes, decoding what comes back with the crate's codec.
 pub struct Raw {
     stream: TcpStream,
