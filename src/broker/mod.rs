@@ -147,6 +147,11 @@ impl Broker {
             })
     }
 
+    /// The connection holding `client_id`'s session, if one does.
+    pub fn holder(&self, client_id: &str) -> Option<Rc<ConnLink>> {
+        self.sessions.get(client_id).and_then(|s| s.link.clone())
+    }
+
     /// How many sessions exist.
     pub fn session_count(&self) -> usize {
         self.sessions.len()

@@ -113,6 +113,23 @@ impl FrameReader {
         &self.buf[..self.filled.min(n)]
     }
 
+    /// Reads what `stream` already holds, without waiting; `Ok(0)` when nothing is
+    /// there or the stream has ended.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn try_fill(&mut self, stream: &Socket) -> io::Result<usize> {
+        let want = READ_CHUNK;
+        if self.buf.len() < self.filled + want {
+            self.buf.resize(self.filled + want, 0);
+        }
+        let n = stream
+            .try_read(&mut self.buf[self.filled..self.filled + want])?
+            .unwrap_or(0);
+        self.filled += n;
+        Ok(n)
+    }
+
     /// Reads more bytes from `stream`. Safe to cancel: bytes count only once read.
     /// Returns 0 at end of stream.
     ///

@@ -30,6 +30,21 @@ impl Socket {
         };
     }
 
+    /// Reads what the kernel already holds, without waiting: `Ok(None)` when nothing
+    /// is there.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        use std::io::Read;
+        let read = match self {
+            Socket::Tcp(s) => (&*s.get_ref()).read(buf),
+            Socket::Unix(s) => (&*s.get_ref()).read(buf),
+        };
+        match read {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Waits until there is something to read, holding no buffer meanwhile: this is
     /// how an idle connection costs nothing but its task.
     pub async fn readable(&self) -> io::Result<()> {
