@@ -35,8 +35,8 @@ impl Socket {
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         use std::io::Read;
         let read = match self {
-            Socket::Tcp(s) => (&*s.get_ref()).read(buf),
-            Socket::Unix(s) => (&*s.get_ref()).read(buf),
+            Socket::Tcp(s) => s.get_ref().read(buf),
+            Socket::Unix(s) => s.get_ref().read(buf),
         };
         match read {
             Ok(n) => Ok(Some(n)),
