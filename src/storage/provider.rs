@@ -172,6 +172,29 @@ impl Provider {
         }
     }
 
+    /// [`Provider::dead_letter`] with the record's topic in the dead-letter channel
+    /// given: a queue's dead letter gains a `__dlq` level (RFC 0002 "The dead-letter
+    /// channel"), which the move writes directly (C-119, C-123).
+    pub async fn dead_letter_to(
+        &self,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        topic: Option<String>,
+        extra_user_properties: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
+        match self {
+            Provider::Sqlite(p) => {
+                p.dead_letter_to(queue, offset, dlq, topic, extra_user_properties)
+                    .await
+            }
+            Provider::Memory(p) => {
+                p.dead_letter_to(queue, offset, dlq, topic, extra_user_properties)
+                    .await
+            }
+        }
+    }
+
     /// Stores a consumer's position on a channel.
     pub async fn set_position(
         &self,

@@ -388,6 +388,19 @@ impl MemoryProvider {
         dlq: &str,
         extra_user_properties: Vec<(String, String)>,
     ) -> Result<u64, StorageError> {
+        self.dead_letter_to(queue, offset, dlq, None, extra_user_properties)
+            .await
+    }
+
+    /// [`MemoryProvider::dead_letter`], storing the dead letter under `topic` when given.
+    pub async fn dead_letter_to(
+        &self,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        topic: Option<String>,
+        extra_user_properties: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
         self.with_job(queue, offset, "dead-letter", |_, _| ())?;
         let mut guard = self.state();
         let st = &mut *guard;
@@ -408,7 +421,7 @@ impl MemoryProvider {
         let new = NewRecord {
             message_id: rec.message_id,
             timestamp_ms: rec.timestamp_ms,
-            topic: rec.topic,
+            topic: topic.unwrap_or(rec.topic),
             payload: rec.payload,
             properties: props,
         };

@@ -156,10 +156,11 @@ impl<'a> Batch<'a> {
                 queue,
                 offset,
                 dlq,
+                topic,
                 extra_user_properties,
                 done,
             } => {
-                let r = self.dead_letter(c, &queue, offset, &dlq, extra_user_properties);
+                let r = self.dead_letter(c, &queue, offset, &dlq, topic, extra_user_properties);
                 self.complete(done, r)
             }
             WriteOp::SetPosition {
@@ -476,6 +477,7 @@ impl<'a> Batch<'a> {
         queue: &str,
         offset: u64,
         dlq: &str,
+        topic: Option<String>,
         extra: Vec<(String, String)>,
     ) -> Result<u64, StorageError> {
         self.job_channel(queue, "dead-letter")?;
@@ -486,7 +488,7 @@ impl<'a> Batch<'a> {
         let new = NewRecord {
             message_id: rec.message_id,
             timestamp_ms: rec.timestamp_ms,
-            topic: rec.topic,
+            topic: topic.unwrap_or(rec.topic),
             payload: rec.payload,
             properties,
         };

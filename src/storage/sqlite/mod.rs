@@ -328,11 +328,25 @@ impl SqliteProvider {
         dlq: &str,
         extra_user_properties: Vec<(String, String)>,
     ) -> Result<u64, StorageError> {
+        self.dead_letter_to(queue, offset, dlq, None, extra_user_properties)
+            .await
+    }
+
+    /// [`SqliteProvider::dead_letter`], storing the dead letter under `topic` when given.
+    pub async fn dead_letter_to(
+        &self,
+        queue: &str,
+        offset: u64,
+        dlq: &str,
+        topic: Option<String>,
+        extra_user_properties: Vec<(String, String)>,
+    ) -> Result<u64, StorageError> {
         let (queue, dlq) = (queue.to_owned(), dlq.to_owned());
         self.write(|done| WriteOp::DeadLetter {
             queue,
             offset,
             dlq,
+            topic,
             extra_user_properties,
             done,
         })

@@ -62,6 +62,7 @@ pub(crate) enum WriteOp {
         queue: String,
         offset: u64,
         dlq: String,
+        topic: Option<String>,
         extra_user_properties: Vec<(String, String)>,
         done: Done<u64>,
     },
