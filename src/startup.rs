@@ -120,9 +120,31 @@ pub async fn open_channels(config: &Config) -> Result<Channels, String> {
             kind,
             provider,
             readers: Default::default(),
+            queue: queue_policy(channel),
         });
     }
     Ok(Channels::new(Router::new(config), list))
+}
+
+/// A queue's settings as its owner runs them (RFC 0002 queue keys).
+fn queue_policy(channel: &config::Channel) -> Option<crate::broker::queue::Policy> {
+    use crate::broker::queue::{Backoff, Policy};
+    let settings = channel
+        .queue
+        .as_ref()
+        .filter(|_| channel.dlq_of.is_none())?;
+    let base = settings.retry.backoff_base.unwrap_or_default();
+    Some(Policy {
+        filter: channel.filter.clone(),
+        visibility_timeout: settings.visibility_timeout,
+        job_expires_after: settings.job_expires_after,
+        max_attempts: settings.retry.max_attempts,
+        backoff: match settings.retry.backoff {
+            config::Backoff::None => Backoff::None,
+            config::Backoff::Linear => Backoff::Linear(base),
+            config::Backoff::Exponential => Backoff::Exponential(base),
+        },
+    })
 }
 
 /// Creates the directory a provider keeps its files in, as `mkdir -p` would, so a

@@ -116,6 +116,7 @@ pub fn serve(
             crate::ops::spawn(&executor, &shared, &ops.settings, ops.tcp, ops.unix)?;
         }
         executor.spawn(housekeeping(shared.clone())).detach();
+        crate::broker::queue::owner::spawn(&executor, &shared);
         stop.await;
         shutdown(&shared).await;
         store_unstored(&shared).await;

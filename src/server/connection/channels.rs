@@ -54,19 +54,26 @@ pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
     let landed = record.clone();
     match provider.append(&name, record).await {
         Ok(offset) => {
-            let delivered = records::from_record(
-                crate::storage::Record {
-                    offset,
-                    message_id: landed.message_id,
-                    timestamp_ms: landed.timestamp_ms,
-                    topic: landed.topic,
-                    payload: landed.payload,
-                    properties: landed.properties,
-                    state: RecordState::Stored,
-                },
-                message.qos,
-                now_ms(),
-            );
+            let stored = crate::storage::Record {
+                offset,
+                message_id: landed.message_id,
+                timestamp_ms: landed.timestamp_ms,
+                topic: landed.topic,
+                payload: landed.payload,
+                properties: landed.properties,
+                state: RecordState::Stored,
+            };
+            if kind == Kind::Queue {
+                let job = crate::storage::Record {
+                    state: RecordState::Job {
+                        attempts: 0,
+                        available_after_ms: 0,
+                    },
+                    ..stored
+                };
+                return super::queue::stored(shared, id, job, message.retain);
+            }
+            let delivered = records::from_record(stored, message.qos, now_ms());
             shared.broker.borrow_mut().landed(id, Arc::new(delivered));
             reason::SUCCESS
         }

@@ -14,6 +14,7 @@ use smol::io::AsyncWriteExt;
 use smol::net::TcpStream;
 
 mod channels;
+mod queue;
 
 use channels::route;
 pub(crate) use channels::store;
@@ -586,6 +587,7 @@ impl Conn {
         match packet {
             Packet::Publish(publish) => self.on_publish(publish).await,
             Packet::PubAck(ack) => {
+                self.queue_puback(ack.packet_id);
                 self.with_session(|s| s.settle(ack.packet_id));
                 Ok(())
             }
@@ -673,6 +675,9 @@ impl Conn {
 
     async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
         self.resolve_alias(&mut publish)?;
+        if let Some(answered) = self.queue_response(&publish) {
+            return answered;
+        }
         let settings = &self.shared.settings;
         let code = match check_topic_name(&publish.topic, settings) {
             Err(code) => code,
@@ -813,6 +818,12 @@ impl Conn {
         let mut retained = Vec::new();
         let now = Instant::now();
         for (filter, options) in &subscribe.filters {
+            if let Some(code) =
+                self.queue_subscription(filter, *options, &subscribe.properties, identifier)
+            {
+                codes.push(code);
+                continue;
+            }
             let granted =
                 match self.check_filter(filter, options.no_local, &subscribe.properties)? {
                     Err(code) => {
@@ -1057,6 +1068,7 @@ impl Conn {
             End::Close => (true, None),
             End::Kicked(code) => (false, Some(code)),
         };
+        self.queue_connection_ended(matches!(end, End::Kicked(_)));
         if !matches!(end, End::Kicked(_)) {
             Box::pin(self.store_positions(true)).await;
             self.shared.broker.borrow_mut().disconnect(
