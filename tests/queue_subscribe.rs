@@ -82,8 +82,12 @@ fn every_other_spelling_under_the_prefix_is_refused_0x8f() {
             "{filter}"
         );
     }
-    // the rest of $saguin/ is still 0x87.
+    // the rest of $saguin/ is still 0x87; A-134: so is the form inside $share.
     assert_eq!(w.subscribe("$saguin/#", opts(QoS::AtLeastOnce)), [0x87]);
+    assert_eq!(
+        w.subscribe("$share/g/$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [0x87]
+    );
 }
 
 /// a 3.1.1 client is refused the form with 0x80.

@@ -97,6 +97,7 @@ pub fn render(shared: &Shared) -> String {
             ),
         ],
     );
+    queue_metrics(&m.queues.borrow(), &mut metric);
     metric(
         "saguin_process_resident_memory_bytes",
         "gauge",
@@ -104,6 +105,79 @@ pub fn render(shared: &Shared) -> String {
         &one(resident_bytes()),
     );
     out
+}
+
+/// The `saguin_queue_*` families (gaps section 4): counters per queue, dead letters by
+/// reason, and the depth gauge by state.
+fn queue_metrics(
+    queues: &std::collections::BTreeMap<String, crate::broker::metrics::QueueCounts>,
+    metric: &mut impl FnMut(&str, &str, &str, &[(String, u64)]),
+) {
+    let per = |f: fn(&crate::broker::metrics::QueueCounts) -> u64| -> Vec<(String, u64)> {
+        queues
+            .iter()
+            .map(|(name, c)| (format!("{{channel=\"{name}\"}}"), f(c)))
+            .collect()
+    };
+    metric(
+        "saguin_queue_delivered_total",
+        "counter",
+        "Jobs offered to a worker.",
+        &per(|c| c.delivered),
+    );
+    metric(
+        "saguin_queue_acknowledged_total",
+        "counter",
+        "Jobs resolved by ack.",
+        &per(|c| c.acknowledged),
+    );
+    metric(
+        "saguin_queue_returned_total",
+        "counter",
+        "Jobs handed back by return.",
+        &per(|c| c.returned),
+    );
+    metric(
+        "saguin_queue_timed_out_total",
+        "counter",
+        "Leases whose visibility timeout passed.",
+        &per(|c| c.timed_out),
+    );
+    let mut dead = Vec::new();
+    for (name, c) in queues {
+        for (reason, n) in [
+            ("attempts_exhausted", c.dead_lettered_attempts),
+            ("expired", c.dead_lettered_expired),
+        ] {
+            dead.push((format!("{{channel=\"{name}\",reason=\"{reason}\"}}"), n));
+        }
+    }
+    metric(
+        "saguin_queue_dead_lettered_total",
+        "counter",
+        "Jobs moved to the dead-letter channel, by reason.",
+        &dead,
+    );
+    metric(
+        "saguin_queue_retain_ignored_total",
+        "counter",
+        "Retained publishes into a queue taken as work with the flag dropped.",
+        &per(|c| c.retain_ignored),
+    );
+    let mut depth = Vec::new();
+    for (name, c) in queues {
+        depth.push((
+            format!("{{channel=\"{name}\",state=\"available\"}}"),
+            c.available,
+        ));
+        depth.push((format!("{{channel=\"{name}\",state=\"held\"}}"), c.held));
+    }
+    metric(
+        "saguin_queue_depth",
+        "gauge",
+        "Jobs in a queue: waiting (available), or out with a worker (held).",
+        &depth,
+    );
 }
 
 /// The process's resident set size, from /proc (0 where there is none).

@@ -136,6 +136,7 @@ impl Owner {
     /// Reads every job the queue holds: after a restart nothing is in flight and every
     /// job is available at once, its attempts as stored (C-150, C-152, C-153).
     async fn load(&mut self) {
+        self.count(|_| {}); // its counters exist from the start, at zero
         let mut from = 0;
         loop {
             let request = WindowRequest::new(from, 1024, CACHE_BYTES);
