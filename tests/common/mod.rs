@@ -481,3 +481,12 @@ impl Raw {
         let _ = self.read_to_close();
     }
 }
+
+impl Raw {
+    /// Sets how long a read waits before `try_recv` gives up.
+    pub fn set_timeout(&mut self, wait: Duration) {
+        self.stream
+            .set_read_timeout(Some(wait))
+            .expect("read timeout");
+    }
+}
