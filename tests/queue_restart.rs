@@ -141,3 +141,62 @@ fn a_held_job_is_offered_at_once_after_a_restart() {
         offer.properties.correlation_data
     );
 }
+
+/// C-150, C-153 after a crash: the attempt counted at PUBACK was committed before the
+/// broker died, and the job is offered again at once as the next attempt.
+#[test]
+fn attempt_counts_survive_a_crash() {
+    let dir = temp_dir("queue-crash");
+    let mut broker = Broker::start_in(dir.clone(), CONFIG);
+    let mut producer = Raw::connected(broker.addr, V311, "producer");
+    assert_eq!(
+        producer.publish("jobs/c", b"c", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    std::thread::sleep(Duration::from_millis(300));
+    broker.signal("KILL");
+    let _ = broker.wait_exit();
+    broker.dir = std::path::PathBuf::new(); // keep the directory for the restart
+    drop(broker);
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut w = worker(&broker, "w");
+    let again = w.recv_offer();
+    assert_eq!((&*again.payload, attempt(&again)), (&b"c"[..], "2"));
+}
+
+/// The same on a memory provider with snapshots: a graceful stop keeps the jobs and
+/// their attempts, and they are offered again at once.
+#[test]
+fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
+    let config = CONFIG.replace(
+        "      disk:\n        type: sqlite\n        file_path: {dir}/saguin.db\n",
+        "      disk:\n        type: memory\n        max_bytes: 16MiB\n        snapshot_dir: {dir}/snapshots\n",
+    );
+    let dir = temp_dir("queue-restart-memory");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, &config);
+    let mut producer = Raw::connected(broker.addr, V311, "producer");
+    for topic in ["jobs/m1", "jobs/m2"] {
+        assert_eq!(
+            producer.publish(topic, topic.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert_eq!(&*offer.payload, b"jobs/m1");
+    w.puback(&offer);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(w);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &config);
+    let mut w = worker(&broker, "w");
+    let first = w.recv_offer();
+    assert_eq!((&*first.payload, attempt(&first)), (&b"jobs/m1"[..], "2"));
+    w.answer(&first, b"ack");
+    let second = w.recv_offer();
+    assert_eq!((&*second.payload, attempt(&second)), (&b"jobs/m2"[..], "1"));
+}
