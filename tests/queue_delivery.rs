@@ -326,3 +326,43 @@ fn receive_maximum_1_drains_when_the_answer_precedes_the_puback() {
     }
     w.expect_nothing(Duration::from_millis(1300));
 }
+
+/// Gaps A-03: a session taken over by a new connection is never sent the old offer
+/// again; the job went back when the old connection ended and is offered afresh,
+/// attempt unspent, with a new Delivery ID.
+#[test]
+fn a_resumed_worker_session_gets_a_fresh_offer_not_a_stale_one() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut c = common::connect(V5, "w", false);
+    c.properties.session_expiry_interval = Some(300);
+    let (mut old, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.code, 0);
+    assert_eq!(old.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
+    let stale = old.recv_offer();
+    let (mut new, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let fresh = new.recv_offer();
+    assert!(!fresh.dup, "the stale offer is not re-sent");
+    assert_eq!(attempt(&fresh), "1");
+    assert_ne!(
+        fresh.properties.correlation_data,
+        stale.properties.correlation_data
+    );
+    new.expect_nothing(Duration::from_millis(300));
+}
+
+/// MQTT-3.3.4-3: an offer carries the Subscription Identifier of the form's SUBSCRIBE.
+#[test]
+fn an_offer_carries_the_forms_subscription_identifier() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = Raw::connected(broker.addr, V5, "w");
+    let props = saguin::codec::Properties {
+        subscription_identifiers: vec![7],
+        ..Default::default()
+    };
+    assert_eq!(w.subscribe_with(FORM, opts(QoS::AtLeastOnce), props), [1]);
+    let offer = w.recv_offer();
+    assert_eq!(offer.properties.subscription_identifiers, [7]);
+}

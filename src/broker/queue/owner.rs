@@ -428,6 +428,9 @@ impl Owner {
     async fn offer(&mut self) {
         let mut skip = BTreeSet::new();
         loop {
+            if self.next_worker(false).is_none() {
+                return;
+            }
             let now = now_ms();
             let Some(offset) = self
                 .jobs
@@ -437,9 +440,6 @@ impl Owner {
             else {
                 return;
             };
-            if self.next_worker(false).is_none() {
-                return;
-            }
             // Checked as it is about to go out (C-136, C-139).
             if let Some(reason) = self.jobs.get(&offset).and_then(|j| self.due_out(j, now)) {
                 if !self.dead_letter(offset, reason).await {
@@ -451,16 +451,17 @@ impl Owner {
                 skip.insert(offset);
                 continue;
             };
-            let Some(worker) = self.next_worker(true) else {
+            let Some((worker, identifier)) = self.next_worker(true) else {
                 self.keep_body(record);
                 return;
             };
-            self.hand_out(worker, record);
+            self.hand_out(worker, identifier, record);
         }
     }
 
-    /// The next worker that may be offered a job; `take` moves the turn past it.
-    fn next_worker(&mut self, take: bool) -> Option<Worker> {
+    /// The next worker that may be offered a job, with the Subscription Identifier of
+    /// its form; `take` moves the turn past it.
+    fn next_worker(&mut self, take: bool) -> Option<(Worker, Option<u32>)> {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let n = self.workers.len();
@@ -485,16 +486,23 @@ impl Owner {
             if take {
                 self.turn = at + 1;
             }
-            return Some(Worker {
-                client: client.clone(),
-                link,
-            });
+            let identifier = session
+                .subscriptions
+                .get(&self.form)
+                .and_then(|s| s.identifier);
+            return Some((
+                Worker {
+                    client: client.clone(),
+                    link,
+                },
+                identifier,
+            ));
         }
         None
     }
 
     /// Queues the offer on the worker's session: AVAILABLE → DELIVERING.
-    fn hand_out(&mut self, worker: Worker, record: Record) {
+    fn hand_out(&mut self, worker: Worker, identifier: Option<u32>, record: Record) {
         let offset = record.offset;
         let Some(job) = self.jobs.get_mut(&offset) else {
             return;
@@ -516,7 +524,7 @@ impl Owner {
             message: Arc::new(message),
             qos: QoS::AtLeastOnce,
             retain: false,
-            identifiers: Vec::new(),
+            identifiers: identifier.into_iter().collect(),
             origin: Some((self.id, offset)),
         };
         self.shared

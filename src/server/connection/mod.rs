@@ -447,6 +447,7 @@ impl Conn {
     /// Re-sends, DUP set, every exchange that was on the wire when the session's last
     /// connection ended (MQTT-4.4.0-1).
     fn resend_inflight(&mut self) {
+        self.strip_queue_offers();
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {

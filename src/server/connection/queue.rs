@@ -221,11 +221,17 @@ impl Conn {
     /// that outlives it keeps no offer to send again (gaps A-03). `kicked` says another
     /// connection has the session now, which is left alone.
     pub(super) fn queue_connection_ended(&self, kicked: bool) {
-        let mut broker = self.shared.broker.borrow_mut();
-        broker.queues.ended(&self.worker());
-        if kicked {
-            return;
+        self.shared.broker.borrow().queues.ended(&self.worker());
+        if !kicked {
+            self.strip_queue_offers();
         }
+    }
+
+    /// Takes every queue offer out of the session this connection holds: a resumed
+    /// session is never sent a stale offer again (gaps A-03); its job went back when
+    /// the connection that carried it ended.
+    pub(super) fn strip_queue_offers(&self) {
+        let mut broker = self.shared.broker.borrow_mut();
         let queues: Vec<ChannelId> = broker
             .channels
             .iter()
