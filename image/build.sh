@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# image/build.sh <board> [--bin PATH] [--base DIR|TARBALL] [--out DIR] [--size MiB]
+# image/build.sh <board> [--bin PATH] [--base DIR|TARBALL | --debootstrap SUITE] [--out DIR] [--size MiB]
 #
 # Builds, without root and without network beyond the package registries:
 #   <out>/rootfs/          the root filesystem tree
@@ -17,7 +17,12 @@
 # filesystem (or to flash as its own partition). --base seeds the tree first from
 # an existing root filesystem (a directory or a tarball, e.g. the vendor's image or
 # a `debootstrap --foreign` tree) and then also adds the saguin account to its
-# /etc/passwd and /etc/group if it has them.
+# /etc/passwd and /etc/group if it has them. --debootstrap SUITE (e.g. bookworm)
+# seeds it with the first stage of `debootstrap --foreign --variant=minbase` for the
+# board's Debian architecture from $DEBIAN_MIRROR (default deb.debian.org; ~20 s,
+# ~180 MB; plus $DEBOOTSTRAP_INCLUDE, default systemd-sysv, for an init): the packages are unpacked but not configured, so the tree is completed
+# on first boot on the board (or in qemu-system) by
+# `/debootstrap/debootstrap --second-stage`; no emulated chroot runs here.
 #
 # Ownership: when not run as root the script re-runs itself under fakeroot, so the
 # ext4 image records root:root and saguin:saguin exactly as a root build would.
@@ -36,11 +41,12 @@ fi
 BOARD=${1:-}
 [ -n "$BOARD" ] && [ "${BOARD#-}" = "$BOARD" ] || { sed -n '2,27p' "$0"; exit 2; }
 shift
-BIN= BASE= OUT= SIZE_MIB=
+BIN= BASE= OUT= SIZE_MIB= SUITE=
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
     --base) BASE=$2; shift 2 ;;
+    --debootstrap) SUITE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --size) SIZE_MIB=$2; shift 2 ;;
     *) echo "image/build.sh: unknown argument $1" >&2; exit 2 ;;
@@ -66,6 +72,13 @@ rm -rf "$TREE"
 mkdir -p "$TREE"
 if [ -n "$BASE" ]; then
   if [ -d "$BASE" ]; then cp -a "$BASE/." "$TREE/"; else tar -xf "$BASE" -C "$TREE"; fi
+elif [ -n "$SUITE" ]; then
+  command -v debootstrap >/dev/null || PATH=$PATH:/usr/sbin
+  timeout "${DEBOOTSTRAP_TIMEOUT:-600}" debootstrap --foreign --variant=minbase \
+    --include="${DEBOOTSTRAP_INCLUDE:-systemd-sysv}" \
+    --arch="$(board debian_arch)" "$SUITE" "$TREE" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$OUT/debootstrap.log" 2>&1 ||
+    { tail -20 "$OUT/debootstrap.log"; echo "image/build.sh: debootstrap failed" >&2; exit 1; }
+  rm -rf "$TREE/var/cache/apt/archives/"*.deb
 fi
 
 # Directories: create each level with an explicit mode (a merged-/usr base keeps its symlinks).

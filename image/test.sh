@@ -82,6 +82,6 @@ timeout 60 "$QEMU" -L "$TREE" "$TREE/usr/bin/saguin" --check-config /etc/saguin/
 set -e
 if [ $neg != 0 ]; then ok "--check-config refuses a missing file (exit $neg)"
 else echo "SKIP --check-config accepted a missing file: the broker's CLI is not implemented yet (src/main.rs), so the check above is vacuous"
-  [ "${SAGUIN_REQUIRE_CLI:-0}" = 1 ] && fail=1
+  [ "${SAGUIN_REQUIRE_CLI:-1}" = 1 ] && fail=1
 fi
 exit $fail

@@ -9,43 +9,62 @@ use futures_lite::StreamExt;
 /// Sagüin: an MQTT 5 and 3.1.1 broker for edge gateways, with durable channels.
 #[derive(FromArgs)]
 struct Args {
-    /// the configuration file (required: there is no implicit one)
+    /// serve with this configuration file (there is no implicit one)
     #[argh(option)]
     config: Option<PathBuf>,
-    /// validate the configuration and exit
+    /// validate this configuration file, touching no storage and no socket, and exit
+    #[argh(option)]
+    check_config: Option<PathBuf>,
+    /// with --check-config: print the configuration as it resolved, to stdout
     #[argh(switch)]
-    check_config: bool,
+    output: bool,
+    /// answer where topics land under this configuration: the operand, or one per
+    /// line on standard input
+    #[argh(option)]
+    route: Option<PathBuf>,
+    /// with --route: answer as JSON
+    #[argh(switch)]
+    json: bool,
+    /// with --route: the topic or filter to answer
+    #[argh(positional)]
+    subject: Option<String>,
 }
 
 fn main() -> ExitCode {
     let args: Args = argh::from_env();
+    if args.output && args.check_config.is_none() {
+        eprintln!("saguin: --output is given with --check-config and refused without it");
+        return ExitCode::from(2);
+    }
+    if args.json && args.route.is_none() {
+        eprintln!("saguin: --json answers --route and is refused without it");
+        return ExitCode::from(2);
+    }
+    if let Some(path) = args.check_config {
+        return check_config(&path, args.output);
+    }
+    if let Some(path) = args.route {
+        return route(&path, args.subject.as_deref(), args.json);
+    }
     let Some(path) = args.config else {
         eprintln!("saguin: no configuration file given; start it as `saguin --config <file>`");
         return ExitCode::from(2);
     };
-    let config = match saguin::config::load(&path) {
+    let config = match load(&path) {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if args.check_config {
-        println!("{}: configuration is valid", path.display());
-        return ExitCode::SUCCESS;
-    }
     init_logging(config.broker.log_level);
     let settings = saguin::broker::Settings::from_config(&config);
-    let channels = match smol::block_on(saguin::startup::open_channels(&config)) {
-        Ok(channels) => channels,
+    let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
+        Ok(opened) => opened,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let addrs = config.broker.mqtt.plain_tcp_addrs();
-    let listeners = match saguin::server::bind(&addrs) {
-        Ok(listeners) => listeners,
+    let listeners = match saguin::startup::mqtt_doors(&config) {
+        Ok(doors) => doors,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;
@@ -62,6 +81,7 @@ fn main() -> ExitCode {
         async_signal::Signal::Term,
         async_signal::Signal::Int,
         async_signal::Signal::Hup,
+        async_signal::Signal::Usr1,
     ]) {
         Ok(signals) => signals,
         Err(e) => {
@@ -69,18 +89,34 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Written after the handlers, so a supervisor that signals at once finds them.
+    let pid_file = config.broker.pid_file.clone();
+    if let Some(pid_file) = &pid_file
+        && let Err(e) = std::fs::write(pid_file, format!("{}\n", std::process::id()))
+    {
+        log::error!(
+            "broker.pid_file {}: {e}; not running unmanaged",
+            pid_file.display()
+        );
+        return ExitCode::FAILURE;
+    }
     log::info!(
         "saguin {} starting as {}",
         env!("CARGO_PKG_VERSION"),
         settings.broker_id
     );
-    match saguin::server::serve(
+    let served = saguin::server::serve(
         settings,
         listeners,
         channels,
+        sweeps,
         operations,
-        stop_signal(signals),
-    ) {
+        stop_signal(signals, path, config.broker.log_level),
+    );
+    if let Some(pid_file) = &pid_file {
+        let _ = std::fs::remove_file(pid_file);
+    }
+    match served {
         Ok(()) => {
             log::info!("stopped");
             ExitCode::SUCCESS
@@ -92,14 +128,79 @@ fn main() -> ExitCode {
     }
 }
 
+/// Loads and validates a configuration, every file it names included; findings go to
+/// stderr.
+fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
+    let config = saguin::config::load(path).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })?;
+    config.check_files().map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })?;
+    Ok(config)
+}
+
+/// `--check-config FILE [--output]`: the summary to stderr, the resolved document to
+/// stdout, exit 0 only when nothing is wrong.
+fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    eprint!("{}", saguin::config::summary(&config));
+    if output {
+        print!("{}", saguin::config::render(&config));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--route FILE [SUBJECT] [--json]`: the same routing the broker runs.
+fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode {
+    let config = match saguin::config::load(path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let router = saguin::routing::Router::new(&config);
+    match subject {
+        Some(subject) if json => {
+            println!("{}", saguin::routing::explain_one_json(&router, subject))
+        }
+        Some(subject) => print!("{}", saguin::routing::explain_one(&router, subject)),
+        None => {
+            let mut input = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+                eprintln!("saguin: cannot read subjects from stdin: {e}");
+                return ExitCode::from(2);
+            }
+            let subjects = saguin::routing::read_subjects(&input);
+            if json {
+                print!("{}", saguin::routing::explain_json(&router, &subjects));
+            } else {
+                print!("{}", saguin::routing::explain(&router, &subjects));
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 /// Resolves at SIGTERM or SIGINT. SIGHUP is logged and ignored: the configuration is
 /// not reloaded in place.
-async fn stop_signal(mut signals: async_signal::Signals) {
+async fn stop_signal(
+    mut signals: async_signal::Signals,
+    config: PathBuf,
+    mut level: saguin::config::LogLevel,
+) {
     while let Some(signal) = signals.next().await {
         match signal {
             Ok(async_signal::Signal::Hup) => {
                 log::warn!("SIGHUP ignored: restart the broker to apply a changed configuration");
             }
+            Ok(async_signal::Signal::Usr1) => level = reload_log_level(&config, level),
             Ok(signal) => {
                 log::info!("{signal:?} received");
                 return;
@@ -109,17 +210,44 @@ async fn stop_signal(mut signals: async_signal::Signals) {
     }
 }
 
+/// SIGUSR1: re-reads `broker.log_level`. A file that does not load changes nothing,
+/// because the likeliest reason is somebody still typing (RFC 0002).
+fn reload_log_level(
+    path: &std::path::Path,
+    old: saguin::config::LogLevel,
+) -> saguin::config::LogLevel {
+    match saguin::config::load(path) {
+        Ok(config) => {
+            let new = config.broker.log_level;
+            log::set_max_level(new.to_level_filter());
+            log::warn!(
+                "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
+                old.as_str(),
+                new.as_str()
+            );
+            new
+        }
+        Err(e) => {
+            log::warn!(
+                "SIGUSR1: {} does not load, nothing changed:\n{e}",
+                path.display()
+            );
+            old
+        }
+    }
+}
+
+/// Logs to standard output, which the init system bounds (RFC 0002: no log_file).
+/// `SAGUIN_LOG` overrides the level for one run.
 fn init_logging(level: saguin::config::LogLevel) {
-    use saguin::config::LogLevel;
-    let filter = match level {
-        LogLevel::Debug => log::LevelFilter::Debug,
-        LogLevel::Info => log::LevelFilter::Info,
-        LogLevel::Warn => log::LevelFilter::Warn,
-        LogLevel::Error => log::LevelFilter::Error,
-    };
+    let overridden = std::env::var_os("SAGUIN_LOG").is_some();
     env_logger::Builder::new()
-        .filter_level(filter)
+        .filter_level(log::LevelFilter::Trace)
         .parse_env(env_logger::Env::default().filter("SAGUIN_LOG"))
         .format_timestamp_millis()
+        .target(env_logger::Target::Stdout)
         .init();
+    if !overridden {
+        log::set_max_level(level.to_level_filter());
+    }
 }

@@ -3,15 +3,16 @@
 //! before a listener opens, with a message naming what to fix.
 
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::broker::channels::{Channel, Channels, Kind};
 use crate::config::{self, ChannelType, Config};
 use crate::ops::OpsSettings;
 use crate::routing::Router;
-use crate::server::OpsDoors;
-use crate::storage::{self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention};
+use crate::server::{Door, OpsDoors};
+use crate::storage::{
+    self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention, RetentionSchedule,
+};
 
 /// The storage settings a configured provider maps to. The reserve each provider keeps
 /// is `max_message_size + max_header_bytes` (RFC 0002 "Bounds on what a channel holds").
@@ -76,9 +77,10 @@ fn channel_settings(channel: &config::Channel) -> ChannelSettings {
 /// # Errors
 /// A provider that cannot be opened (its lock held, its file unreadable) or a channel
 /// it refuses, named.
-pub async fn open_channels(config: &Config) -> Result<Channels, String> {
-    let mut providers: HashMap<&str, Rc<Provider>> = HashMap::new();
+pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedule), String> {
+    let mut providers: HashMap<&str, Arc<Provider>> = HashMap::new();
     let mut list = Vec::new();
+    let mut all_settings = Vec::new();
     for channel in &config.channels {
         let provider = match providers.get(channel.storage.as_str()) {
             Some(p) => p.clone(),
@@ -98,13 +100,15 @@ pub async fn open_channels(config: &Config) -> Result<Channels, String> {
                     declared.name,
                     describe(&settings)
                 );
-                let opened = Rc::new(opened);
+                let opened = Arc::new(opened);
                 providers.insert(channel.storage.as_str(), opened.clone());
                 opened
             }
         };
+        let settings = channel_settings(channel);
+        all_settings.push(settings.clone());
         provider
-            .open_channel(&channel.name, channel_settings(channel))
+            .open_channel(&channel.name, settings)
             .await
             .map_err(|e| format!("channel {}: {e}", channel.name))?;
         let kind = match (&channel.kind, &channel.dlq_of) {
@@ -118,12 +122,16 @@ pub async fn open_channels(config: &Config) -> Result<Channels, String> {
         list.push(Channel {
             name: Arc::from(channel.name.as_str()),
             kind,
+            filter: Arc::from(channel.filter.as_str()),
             provider,
             readers: Default::default(),
             queue: queue_policy(channel),
         });
     }
-    Ok(Channels::new(Router::new(config), list))
+    // The retained store's period is a deadline too (gaps A-06).
+    let extra = config.broker.retained.retention_period;
+    let schedule = RetentionSchedule::for_channels(&all_settings, extra);
+    Ok((Channels::new(Router::new(config), list), schedule))
 }
 
 /// A queue's settings as its owner runs them (RFC 0002 queue keys).
@@ -178,6 +186,48 @@ fn describe(settings: &ProviderSettings) -> String {
             None => format!("memory, max_bytes {}, no snapshots", m.max_bytes),
         },
     }
+}
+
+/// Binds the MQTT doors `broker.mqtt.listen` names.
+///
+/// # Errors
+/// A door that cannot be bound, named; and a door of a kind this build does not serve
+/// yet (TLS, WebSocket), refused rather than silently left closed.
+pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
+    let listen = &config.broker.mqtt.listen;
+    let unserved = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
+    if let Some(door) = listen.tcp.iter().find(|d| d.tls.is_some()) {
+        return Err(unserved(format!(
+            "broker.mqtt.listen.tcp {}: TLS is not served by this build; remove the tls block and put a \
+             TLS-terminating proxy in front, or serve plain TCP on loopback",
+            door.name
+        )));
+    }
+    if let Some(door) = listen.ws.first() {
+        return Err(unserved(format!(
+            "broker.mqtt.listen.ws {}: WebSocket is not served by this build; remove the ws door",
+            door.name
+        )));
+    }
+    let mut tcp = Vec::new();
+    for door in &listen.tcp {
+        match door.address.socket_addr() {
+            Some(addr) => tcp.push(addr),
+            None => {
+                return Err(unserved(format!(
+                    "broker.mqtt.listen.tcp {}: {} names a host; write an IP address (0.0.0.0 for every interface)",
+                    door.name,
+                    door.address.bind_string()
+                )));
+            }
+        }
+    }
+    let unix: Vec<_> = listen
+        .unix
+        .iter()
+        .map(|d| (d.path.clone(), d.mode))
+        .collect();
+    crate::server::bind_doors(&tcp, &unix)
 }
 
 /// Binds the operations listener's doors, if `broker.operations` is written.

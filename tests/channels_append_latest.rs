@@ -5,53 +5,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Broker, Raw, connect, opts, temp_dir, user_property};
+use common::{Broker, CHANNELS, Raw, connect, opts, start_with_channels as start, user_property};
 use saguin::codec::{
     Disconnect, Packet,
     ProtocolVersion::{V5, V311},
     QoS,
 };
-
-/// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
-/// state (latest, memory), jobs (queue).
-const CONFIG: &str = "broker:
-  id: channels-test
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-  storage:
-    default: local
-    default_retention_period: 7d
-    default_retention_bytes: none
-    providers:
-      local:
-        type: sqlite
-        file_path: {dir}/saguin.db
-      volatile:
-        type: memory
-        max_bytes: 16MiB
-        snapshot_dir: {dir}/snapshots
-channels:
-  events:
-    type: append
-  recent:
-    type: append
-    start: tail
-  state:
-    type: latest
-    storage: volatile
-  jobs:
-    type: queue
-    filter: work/+/todo
-";
-
-fn start() -> Broker {
-    let dir = temp_dir("channels");
-    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
-    Broker::start_in(dir, CONFIG)
-}
 
 #[test]
 fn an_append_channel_replays_from_the_floor_with_saguin_properties_then_goes_live() {
@@ -166,7 +125,7 @@ fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
     reader.send(&Packet::Disconnect(Disconnect::new(0)));
     std::thread::sleep(Duration::from_millis(200));
     let dir = broker.stop();
-    let broker = Broker::start_in(dir, CONFIG);
+    let broker = Broker::start_in(dir, CHANNELS);
     let mut publisher = Raw::connected(broker.addr, V311, "producer");
     publisher.publish("events/c", b"c", QoS::AtLeastOnce, false);
     let (mut reader, _) = Raw::handshake(broker.addr, c);
@@ -281,4 +240,47 @@ fn shared_groups_on_an_append_channel_get_new_records_only_split_across_members(
     assert_eq!((&*got_a.payload, &*got_b.payload), (&b"n1"[..], &b"n2"[..]));
     assert!(user_property(&got_a, "saguin-offset").is_some());
     a.expect_nothing(Duration::from_millis(200));
+}
+
+/// A durable consumer reads half a channel, the broker restarts under it, and it
+/// resumes with the other half: on sqlite and on memory (its snapshot).
+fn resume_after_restart_mid_read(prefix: &str) {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..4 {
+        let topic = format!("{prefix}/{i}");
+        assert_eq!(
+            publisher.publish(&topic, format!("{i}").as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    drop(publisher);
+    // Receive Maximum 1: one record on the wire at a time, so after two
+    // acknowledgements exactly two are unread.
+    let mut c = connect(V5, "mid-read", false);
+    c.properties.session_expiry_interval = Some(3600);
+    c.properties.receive_maximum = Some(1);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe(&format!("{prefix}/#"), opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"0");
+    assert_eq!(&*reader.recv_publish().payload, b"1");
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(200));
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CHANNELS);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    reader.subscribe(&format!("{prefix}/#"), opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"2");
+    assert_eq!(&*reader.recv_publish().payload, b"3");
+    reader.expect_nothing(Duration::from_millis(200));
+}
+
+#[test]
+fn a_durable_consumer_resumes_mid_read_across_a_restart_on_sqlite() {
+    resume_after_restart_mid_read("events");
+}
+
+#[test]
+fn a_durable_consumer_resumes_mid_read_across_a_restart_on_memory() {
+    resume_after_restart_mid_read("memlog");
 }

@@ -360,3 +360,64 @@ fn b550_summary_lists_the_file_and_channels() {
     );
     assert!(s.contains("  jobs__dlq") && s.contains("append"), "{s}");
 }
+
+#[test]
+fn full_fixture_reads_every_shape() {
+    let c = config::load(&fixture("full.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.broker.id, "42", "a number is taken as its text");
+    let l = &c.broker.mqtt.listen;
+    assert_eq!(
+        l.tcp.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["local", "fleet"]
+    );
+    assert_eq!(l.unix[0].mode, 0o600);
+    assert!(l.unix[0].proxy_protocol);
+    let tls = l.tcp[1].tls.as_ref().unwrap();
+    assert!(!tls.require_certificate);
+    assert_eq!(tls.min_version, config::TlsVersion::V1_3);
+    assert_eq!(l.ws[0].allowed_origins.len(), 2);
+    assert_eq!(c.broker.limits.session_queue_bytes, 1 << 20);
+    assert_eq!(c.broker.limits.max_connect_size, 100 << 10);
+    match &c.broker.storage.providers["local"].kind {
+        ProviderKind::Sqlite(s) => {
+            assert_eq!(
+                s.commit,
+                CommitMode::Batch {
+                    interval: Duration::from_millis(2),
+                    max_records: 32
+                }
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    match &c.broker.storage.providers["each"].kind {
+        ProviderKind::Sqlite(s) => assert_eq!(s.commit, CommitMode::PerPublish),
+        other => panic!("{other:?}"),
+    }
+    // Braces in a bridge filter expand into one rule per spelling (B-542).
+    let rules = &c.bridges[0].topics;
+    assert_eq!(
+        rules.iter().map(|r| r.filter.as_str()).collect::<Vec<_>>(),
+        [
+            "fleet/+/telemetry/#",
+            "fleet/+/events/#",
+            "iot/+/+/commands"
+        ]
+    );
+    assert_eq!(c.channel("work__dlq").unwrap().retention_period, None);
+    assert_eq!(
+        c.channel("work__dlq").unwrap().retention_bytes,
+        Some(20 << 30)
+    );
+    assert_eq!(c.channel("state").unwrap().deletion_retention_period, None);
+}
+
+/// `cargo test --test config_files -- --ignored --nocapture` prints the
+/// resolved document and the summary of the full fixture.
+#[test]
+#[ignore]
+fn print_output_of_the_full_fixture() {
+    let c = config::load(&fixture("full.yaml")).unwrap();
+    println!("{}", config::render(&c));
+    println!("{}", config::summary(&c));
+}

@@ -433,3 +433,14 @@ fn b513_durations_take_one_unit() {
     );
     assert!(report.contains("90m"), "{report}");
 }
+
+#[test]
+fn a_file_that_is_not_a_mapping_says_so() {
+    let err = config::from_str("- a\n- b\n", Path::new("saguin.yaml")).unwrap_err();
+    assert!(err.findings().iter().any(|f| f.key == "the file"), "{err}");
+}
+
+#[test]
+fn log_level_maps_to_the_log_crate() {
+    assert_eq!(LogLevel::Warn.to_level_filter(), log::LevelFilter::Warn);
+}

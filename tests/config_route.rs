@@ -289,5 +289,143 @@ fn bench_resolve_with_10000_channels() {
     }
     let ns = start.elapsed().as_nanos() as f64 / (rounds * topics.len()) as f64;
     println!("resolve with 10,000 channels: {ns:.0} ns per topic ({hits} hits)");
+    let subs = [
+        "site-400/dev-1/events/#",
+        "fleet/402/+/telemetry",
+        "fleet/+/dev/telemetry",
+    ];
+    let start = std::time::Instant::now();
+    let n = 200;
+    for _ in 0..n {
+        for s in subs {
+            std::hint::black_box(r.reach(std::hint::black_box(s)));
+        }
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / (n * subs.len()) as f64;
+    println!("reach (a SUBSCRIBE's filter) with 10,000 channels: {us:.1} us per filter");
     assert_eq!(hits, rounds * topics.len() * 4 / 5);
+}
+
+/// A tiny deterministic generator, so the comparison below is repeatable.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Every topic of up to `depth` levels over `alphabet`.
+fn topics(alphabet: &[&str], depth: usize) -> Vec<String> {
+    let mut all: Vec<String> = alphabet.iter().map(|s| s.to_string()).collect();
+    let mut layer = all.clone();
+    for _ in 1..depth {
+        layer = layer
+            .iter()
+            .flat_map(|t| alphabet.iter().map(move |a| format!("{t}/{a}")))
+            .collect();
+        all.extend(layer.iter().cloned());
+    }
+    all
+}
+
+#[test]
+fn reach_agrees_with_resolving_every_topic_the_filter_matches() {
+    // Ground truth: a filter touches exactly the channels that hold some topic
+    // it matches. Topics are enumerated over the filters' own levels plus one
+    // level no filter spells (z), deep enough for every # to matter.
+    let mut rng = Lcg(7);
+    let level = |rng: &mut Lcg, first: bool| -> &'static str {
+        match rng.next(if first { 2 } else { 4 }) {
+            0 => "a",
+            1 => "b",
+            2 => "+",
+            _ => "#",
+        }
+    };
+    let make = |rng: &mut Lcg, first_literal: bool| -> String {
+        let n = 1 + rng.next(3) as usize;
+        let mut v: Vec<&str> = Vec::new();
+        for i in 0..n {
+            let l = level(rng, first_literal && i == 0);
+            v.push(l);
+            if l == "#" {
+                break;
+            }
+        }
+        v.join("/")
+    };
+    let all = topics(&["a", "b", "z"], 5);
+    for round in 0..300 {
+        let mut filters: Vec<String> = Vec::new();
+        for _ in 0..1 + rng.next(6) {
+            let f = make(&mut rng, true);
+            if !filters.contains(&f) {
+                filters.push(f);
+            }
+        }
+        let kinds = [ChannelType::Append, ChannelType::Latest, ChannelType::Queue];
+        let r = Router::from_channels(
+            filters
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (format!("c{i}"), kinds[i % 3], vec![f.clone()], (i, false))),
+        );
+        for _ in 0..10 {
+            let sub = make(&mut rng, false);
+            let mut want: Vec<String> = Vec::new();
+            let mut broadcast = false;
+            for t in all.iter().filter(|t| routing::filter::matches(&sub, t)) {
+                match r.resolve(t) {
+                    Route::Channel { name, .. } => {
+                        if !want.iter().any(|w| w == name) {
+                            want.push(name.to_string());
+                        }
+                    }
+                    Route::Broadcast => broadcast = true,
+                }
+            }
+            want.sort_by_key(|n| n[1..].parse::<usize>().unwrap());
+            let reach = r.reach(&sub);
+            let got: Vec<String> = reach.channels.iter().map(|t| t.name.to_string()).collect();
+            assert_eq!(got, want, "round {round}: {sub:?} against {filters:?}");
+            assert_eq!(
+                reach.broadcast, broadcast,
+                "round {round}: {sub:?} against {filters:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn reserved_and_shared_subjects_say_what_subscribe_would() {
+    let (_, r) = router("route-depot.yaml");
+    let subjects: Vec<String> = [
+        "$SYS/#",
+        "$saguin/queue/jobs",
+        "$saguin/queue/events",
+        "$SHARE/g/iot/#",
+        "$share/g/iot/depot/#",
+        "$share//x",
+        "iot/depot/+/x/#/y",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = routing::explain(&r, &subjects);
+    for want in [
+        "$SYS/#\t-\trefused\t0x87",
+        "$saguin/queue/jobs\tjobs\tqueue\tworker form",
+        "$saguin/queue/events\t-\trefused\t0x8F",
+        "$SHARE/g/iot/#\t-\trefused\t0x8F",
+        "$share/g/iot/depot/#\tevents\tappend\tshared: new records only",
+        "$share/g/iot/depot/#\tjobs\tqueue\texcluded",
+        "$share//x\t-\trefused\t0x8F",
+        "iot/depot/+/x/#/y\t-\trefused\t0x8F",
+    ] {
+        assert!(out.contains(want), "{want:?} not in\n{out}");
+    }
 }

@@ -9,7 +9,7 @@ use saguin::storage::{
     ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, RecordState,
     Retention, SqliteSettings, StorageError,
 };
-use storage_support::{all, rec, temp_dir};
+use storage_support::{all, rec, temp_dir, to_dlq};
 
 fn both(tag: &str) -> Vec<Provider> {
     let dir = temp_dir(tag);
@@ -132,7 +132,7 @@ fn queue_delivery_state_and_the_dead_letter_move() {
                 ("saguin-dlq-offset".to_owned(), "1".to_owned()),
             ];
             assert_eq!(
-                p.dead_letter("jobs", 1, "jobs__dlq", extra.clone())
+                p.dead_letter("jobs", 1, to_dlq("jobs__dlq", "jobs/x", 77, extra.clone()))
                     .await
                     .unwrap(),
                 0
@@ -145,6 +145,11 @@ fn queue_delivery_state_and_the_dead_letter_move() {
             let d = p.read_window("jobs__dlq", all()).await.unwrap();
             assert_eq!(d.records[0].message_id, "id-1-4");
             assert_eq!(d.records[0].properties.user_properties, extra);
+            // RFC 0002 "The dead-letter channel": the topic the owner gave, counted as is.
+            assert_eq!(d.records[0].topic, "jobs/__dlq/x");
+            assert_eq!(d.records[0].timestamp_ms, 77);
+            let ds = p.stats("jobs__dlq").await.unwrap();
+            assert_eq!(ds.bytes, d.records[0].size());
             assert_eq!(d.records[0].state, RecordState::Stored);
             let s = p.stats("jobs").await.unwrap();
             assert_eq!((s.records, s.bytes), (1, rec("jobs/x", b"work", 2).size()));
@@ -293,5 +298,22 @@ fn an_unopened_channel_is_named_in_the_error() {
             assert!(matches!(e, StorageError::UnknownChannel { .. }));
             assert!(e.to_string().contains("nope"));
         });
+    }
+}
+
+/// The provider is shared between tasks on a multi-threaded executor: it is Send + Sync
+/// and its futures are Send, so channel code can `spawn` them.
+#[test]
+fn providers_and_their_futures_can_cross_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    for p in both("send") {
+        send_sync(&p);
+        let c = ChannelSettings::append();
+        send(&p.open_channel("c", c));
+        send(&p.append("c", rec("c/x", b"x", 0)));
+        send(&p.read_window("c", all()));
+        send(&p.dead_letter("q", 0, to_dlq("d", "q/x", 0, vec![])));
+        send(&p.sweep_age(0));
     }
 }

@@ -8,7 +8,7 @@ use saguin::storage::{
     ChannelKind, ChannelSettings, MemoryProvider, MemorySettings, RecordProperties, RecordState,
     Retention, StorageError, memory::snapshot_file_name,
 };
-use storage_support::{all, rec, temp_dir};
+use storage_support::{all, rec, temp_dir, to_dlq};
 
 fn settings(dir: Option<&Path>, max_bytes: u64, reserve: u64) -> MemorySettings {
     MemorySettings {
@@ -67,7 +67,9 @@ fn publishes_stop_short_of_the_reserve_and_relief_still_works() {
         p.append("jobs", small).await.unwrap();
         assert_eq!(p.record_attempt("jobs", 0, 10).await.unwrap(), 1);
         let extra = vec![("saguin-dlq-offset".to_owned(), "0".to_owned())];
-        p.dead_letter("jobs", 0, "jobs__dlq", extra).await.unwrap();
+        p.dead_letter("jobs", 0, to_dlq("jobs__dlq", "jobs/x", 12, extra))
+            .await
+            .unwrap();
         assert!(p.used_bytes() > 7 * one, "the move used the reserve");
         p.set_position("w", "jobs__dlq", 1).await.unwrap();
         p.resolve("jobs", 1).await.unwrap();
@@ -113,7 +115,8 @@ fn snapshot_round_trip_keeps_everything_and_offsets_carry_on() {
             p.append("jobs", rec("jobs/1", b"w", 7)).await.unwrap();
             p.append("jobs", rec("jobs/2", b"w", 8)).await.unwrap();
             p.record_attempt("jobs", 1, 99).await.unwrap();
-            p.dead_letter("jobs", 0, "jobs__dlq", vec![]).await.unwrap();
+            let to = to_dlq("jobs__dlq", "jobs/1", 8, vec![]);
+            p.dead_letter("jobs", 0, to).await.unwrap();
             p.append("state", rec("s/a", b"1", 9)).await.unwrap();
             p.append("state", rec("s/a", b"2", 10)).await.unwrap();
             p.set_position("client-1", "fleet.v2", 1).await.unwrap();

@@ -11,7 +11,7 @@ use saguin::storage::{
     ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, Retention,
     SqliteSettings,
 };
-use storage_support::{all, rec, temp_dir};
+use storage_support::{all, rec, temp_dir, to_dlq};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -40,6 +40,8 @@ enum Op {
         now: u64,
     },
     SweepSize,
+    /// Graceful restart: sqlite closes and reopens; memory snapshots and loads.
+    Restart,
 }
 
 const CHANNELS: [&str; 4] = ["log", "state", "jobs", "jobs__dlq"];
@@ -90,6 +92,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(client, channel, offset)| Op::Position { client, channel, offset }),
         1 => (0..300_000u64).prop_map(|now| Op::SweepAge { now }),
         1 => Just(Op::SweepSize),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -113,7 +116,8 @@ async fn apply(p: &Provider, op: &Op) -> String {
             let extra = vec![("saguin-dlq-offset".to_owned(), offset.to_string())];
             format!(
                 "{:?}",
-                p.dead_letter("jobs", *offset, "jobs__dlq", extra).await
+                p.dead_letter("jobs", *offset, to_dlq("jobs__dlq", "jobs/x", 5, extra))
+                    .await
             )
         }
         Op::Position {
@@ -129,6 +133,7 @@ async fn apply(p: &Provider, op: &Op) -> String {
         }
         Op::SweepAge { now } => format!("{:?}", p.sweep_age(*now).await),
         Op::SweepSize => format!("{:?}", p.sweep_size().await),
+        Op::Restart => unreachable!("handled by the test"),
     }
 }
 
@@ -138,22 +143,38 @@ proptest! {
     #[test]
     fn sqlite_and_memory_answer_alike(ops in proptest::collection::vec(op(), 1..60)) {
         let dir = temp_dir("model");
-        let sqlite = Provider::open(&ProviderSettings::Sqlite(SqliteSettings::new(
+        let sqlite_settings = ProviderSettings::Sqlite(SqliteSettings::new(
             "p", dir.join("m.db"), 64 << 20, 1 << 20,
-        ))).unwrap();
-        let memory = Provider::open(&ProviderSettings::Memory(MemorySettings {
+        ));
+        let memory_settings = ProviderSettings::Memory(MemorySettings {
             name: "p".into(),
             max_bytes: 64 << 20,
             reserve_bytes: 1 << 20,
-            snapshot_dir: None,
-        })).unwrap();
-        smol::block_on(async {
-            for p in [&sqlite, &memory] {
-                for (name, s) in CHANNELS.iter().zip(settings()) {
-                    p.open_channel(name, s).await.unwrap();
+            snapshot_dir: Some(dir.join("snap")),
+        });
+        let open = |s: &ProviderSettings| {
+            let p = Provider::open(s).unwrap();
+            smol::block_on(async {
+                for (name, c) in CHANNELS.iter().zip(settings()) {
+                    p.open_channel(name, c).await.unwrap();
                 }
+            });
+            p
+        };
+        let mut sqlite = open(&sqlite_settings);
+        let mut memory = open(&memory_settings);
+        for (step, op) in ops.iter().enumerate() {
+            if let Op::Restart = op {
+                sqlite.close(0).unwrap();
+                memory.close(0).unwrap();
+                drop((sqlite, memory));
+                sqlite = open(&sqlite_settings);
+                memory = open(&memory_settings);
             }
-            for (step, op) in ops.iter().enumerate() {
+            smol::block_on(async {
+                if let Op::Restart = op {
+                    return Ok(());
+                }
                 let a = apply(&sqlite, op).await;
                 let b = apply(&memory, op).await;
                 prop_assert_eq!(&a, &b, "step {} {:?}", step, op);
@@ -169,8 +190,8 @@ proptest! {
                     );
                     prop_assert_eq!(sa, sb, "step {} {:?} channel {}", step, op, name);
                 }
-            }
-            Ok(())
-        })?;
+                Ok(())
+            })?;
+        }
     }
 }

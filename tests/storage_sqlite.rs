@@ -10,7 +10,7 @@ use saguin::storage::{
     ChannelKind, ChannelSettings, CommitMode, RecordProperties, RecordState, Retention,
     SqliteProvider, SqliteSettings, StorageError, WindowRequest,
 };
-use storage_support::{all, join_all, rec, temp_dir};
+use storage_support::{all, join_all, rec, temp_dir, to_dlq};
 
 fn settings(dir: &Path) -> SqliteSettings {
     SqliteSettings::new("local", dir.join("saguin.db"), 64 << 20, 1 << 20)
@@ -307,13 +307,23 @@ fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
         assert!(matches!(err, StorageError::ProviderFull { .. }), "{err}");
         assert_eq!(err.reason_code(), 0x97);
         assert!(stored > 50, "only {stored} stored before the bound");
+        // The reserve is untouched by publishes: pages in use stay below it.
+        let used = p.writer_stats().used_bytes;
+        assert!(
+            used > 50 * 4000 && used <= s.max_bytes - s.reserve_bytes,
+            "{used}"
+        );
         assert_eq!(p.record_attempt("q", 0, 0).await.unwrap(), 1);
         let moved = p
             .dead_letter(
                 "q",
                 0,
-                "q__dlq",
-                vec![("saguin-dlq-offset".into(), "0".into())],
+                to_dlq(
+                    "q__dlq",
+                    "q/x",
+                    9,
+                    vec![("saguin-dlq-offset".into(), "0".into())],
+                ),
             )
             .await
             .unwrap();
@@ -482,4 +492,60 @@ fn a_read_answers_while_a_write_is_held_up() {
         assert_eq!(seen, 1);
         assert!(took < Duration::from_millis(500), "read took {took:?}");
     });
+}
+
+/// A database written by a newer schema is refused, saying what to do.
+#[test]
+fn a_database_from_a_newer_version_is_refused() {
+    let dir = temp_dir("version");
+    let path = dir.join("saguin.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch("PRAGMA user_version = 99").unwrap();
+    drop(c);
+    let e = SqliteProvider::open(&settings(&dir)).unwrap_err();
+    assert!(e.to_string().contains("newer Sagüin"), "{e}");
+}
+
+/// RFC 0004 "Group commit" as gaps.md proposes it: a publish is taken before consumer
+/// positions already queued, so acknowledgements never hold a publisher up. Another
+/// connection holds the write lock while 3000 position writes and then one publish
+/// queue up; once it lets go, the publish goes in the next transaction, ahead of all
+/// but the positions already taken into the first.
+#[test]
+fn a_publish_is_taken_before_queued_position_writes() {
+    type Task<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+    let dir = temp_dir("lanes");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(p.open_channel("c", ChannelSettings::append())).unwrap();
+    let blocker = rusqlite::Connection::open(dir.join("saguin.db")).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let done = std::cell::RefCell::new(Vec::new());
+    let (go_tx, go_rx) = smol::channel::bounded::<()>(1);
+    let (p, done_ref) = (&p, &done);
+    let mut tasks: Vec<Task<'_>> = vec![Box::pin(async move {
+        go_rx.recv().await.unwrap();
+        p.append("c", rec("c/x", b"x", 0)).await.unwrap();
+        done_ref.borrow_mut().push("publish");
+    })];
+    for n in 0..3000u64 {
+        tasks.push(Box::pin(async move {
+            p.set_position(&format!("client-{n}"), "c", n)
+                .await
+                .unwrap();
+            done_ref.borrow_mut().push("position");
+        }));
+    }
+    tasks.push(Box::pin(async {
+        go_tx.send(()).await.unwrap();
+        smol::Timer::after(Duration::from_millis(300)).await;
+        blocker.execute_batch("ROLLBACK").unwrap();
+    }));
+    smol::block_on(join_all(tasks));
+    let order = done.borrow();
+    assert_eq!(order.len(), 3001);
+    let at = order.iter().position(|s| *s == "publish").unwrap();
+    assert!(
+        at <= 1024,
+        "the publish completed after {at} position writes"
+    );
 }

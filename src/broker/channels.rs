@@ -5,7 +5,6 @@
 //! [`crate::routing::Router`] and nothing else.
 
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::config::ChannelType;
@@ -32,6 +31,17 @@ pub enum Kind {
     DeadLetter,
 }
 
+impl Kind {
+    /// The type's name as the configuration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Append { .. } | Kind::DeadLetter => "append",
+            Kind::Latest => "latest",
+            Kind::Queue => "queue",
+        }
+    }
+}
+
 /// One channel.
 #[derive(Debug)]
 pub struct Channel {
@@ -39,8 +49,10 @@ pub struct Channel {
     pub name: Arc<str>,
     /// What it is.
     pub kind: Kind,
+    /// Its filter as the configuration wrote it, braces and all.
+    pub filter: Arc<str>,
     /// The provider holding its records.
-    pub provider: Rc<Provider>,
+    pub provider: Arc<Provider>,
     /// Client ids of the sessions with a cursor on it.
     pub readers: HashSet<Arc<str>>,
     /// A queue's settings; `None` on other kinds.
@@ -118,10 +130,10 @@ impl Channels {
     }
 
     /// Every distinct provider.
-    pub fn providers(&self) -> Vec<Rc<Provider>> {
-        let mut seen: Vec<Rc<Provider>> = Vec::new();
+    pub fn providers(&self) -> Vec<Arc<Provider>> {
+        let mut seen: Vec<Arc<Provider>> = Vec::new();
         for c in &self.list {
-            if !seen.iter().any(|p| Rc::ptr_eq(p, &c.provider)) {
+            if !seen.iter().any(|p| Arc::ptr_eq(p, &c.provider)) {
                 seen.push(c.provider.clone());
             }
         }

@@ -20,6 +20,10 @@ pub struct Metrics {
     pub storage_errors: Cell<u64>,
     /// Publishes refused, by the spec's label ("quota exceeded", "publish rate exceeded"...).
     pub publish_refused: RefCell<BTreeMap<&'static str, u64>>,
+    /// Connections refused, by reason.
+    pub connections_refused: RefCell<BTreeMap<&'static str, u64>>,
+    /// Filters a SUBACK refused, by the code decided for them.
+    pub subscriptions_refused: RefCell<BTreeMap<u8, u64>>,
     /// Each queue's counters and depth, by queue name.
     pub queues: RefCell<BTreeMap<String, QueueCounts>>,
 }
@@ -48,6 +52,24 @@ pub struct QueueCounts {
 }
 
 impl Metrics {
+    /// Counts a refused connection under `label`.
+    pub fn refuse_connection(&self, label: &'static str) {
+        *self
+            .connections_refused
+            .borrow_mut()
+            .entry(label)
+            .or_default() += 1;
+    }
+
+    /// Counts a filter refused with `code`.
+    pub fn refuse_subscription(&self, code: u8) {
+        *self
+            .subscriptions_refused
+            .borrow_mut()
+            .entry(code)
+            .or_default() += 1;
+    }
+
     /// Counts a refused publish under `label`.
     pub fn refuse_publish(&self, label: &'static str) {
         *self.publish_refused.borrow_mut().entry(label).or_default() += 1;

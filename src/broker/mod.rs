@@ -121,6 +121,25 @@ impl Broker {
             .map(|s| &mut **s)
     }
 
+    /// Wills waiting out their delay.
+    pub fn wills_waiting(&self) -> usize {
+        self.wills.len()
+    }
+
+    /// Subscriptions held across every session, and what sessions hold queued
+    /// (messages, bytes).
+    pub fn session_totals(&self) -> (usize, usize, usize) {
+        self.sessions
+            .values()
+            .fold((0, 0, 0), |(subs, msgs, bytes), s| {
+                (
+                    subs + s.subscriptions.len(),
+                    msgs + s.queue.len() + s.inflight.len(),
+                    bytes + s.queued_bytes,
+                )
+            })
+    }
+
     /// How many sessions exist.
     pub fn session_count(&self) -> usize {
         self.sessions.len()
@@ -350,7 +369,7 @@ impl Broker {
     /// A record landed in `channel`: wake every session reading it, and hand it to
     /// the shared groups whose filters match, which are served what is published
     /// after they began (RFC 0002 "Shared subscriptions").
-    pub fn landed(&mut self, channel: ChannelId, message: Arc<Message>) {
+    pub fn landed(&mut self, channel: ChannelId, message: Option<Arc<Message>>) {
         for reader in &self.channels.get(channel).readers {
             if let Some(session) = self.sessions.get_mut(reader) {
                 if let Some(cursor) = session.cursors.get_mut(&channel) {
@@ -359,7 +378,14 @@ impl Broker {
                 session.wake();
             }
         }
-        self.fan_out(message, true);
+        if let Some(message) = message {
+            self.fan_out(message, true);
+        }
+    }
+
+    /// Whether a landed record could be owed to a shared group.
+    pub fn has_shared_groups(&self) -> bool {
+        self.tree.has_shared_groups()
     }
 
     /// How many filters a client holds.

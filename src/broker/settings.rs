@@ -47,6 +47,8 @@ pub struct Settings {
     pub publish_rate: Option<u32>,
     /// `limits.publish_bytes`: bytes a second per client id; `None` is unbounded.
     pub publish_bytes: Option<u64>,
+    /// `limits.max_connect_rate`: connections each listener accepts a second.
+    pub max_connect_rate: Option<u32>,
 }
 
 /// Topic aliases a client may register (RFC 0001: sixteen per connection).
@@ -75,6 +77,7 @@ impl Default for Settings {
             max_header_bytes: 8 * 1024,
             publish_rate: None,
             publish_bytes: None,
+            max_connect_rate: Some(500),
         }
     }
 }
@@ -109,6 +112,7 @@ impl Settings {
             max_header_bytes: limits.max_header_bytes as usize,
             publish_rate: limits.publish_rate,
             publish_bytes: limits.publish_bytes,
+            max_connect_rate: limits.max_connect_rate,
             ..Settings::default()
         }
     }

@@ -1,61 +1,22 @@
 //! Topic names and topic filters: validation, matching, and the subscription index.
 //!
-//! Architecture invariant: this is the only place that decides whether a filter
-//! matches a topic (MQTT 5 section 4.7); the routing of topics to channels uses it too.
+//! Matching itself is `routing::filter::matches`, the one function that decides
+//! whether a filter matches a topic (MQTT 5 section 4.7), for channels and
+//! subscriptions alike.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::codec::SubscriptionOptions;
 
-/// Whether `filter` is a topic filter at all: non-empty, `+` and `#` only as whole
-/// levels, `#` only last (MQTT-4.7.1-1, -2).
-pub fn is_valid_filter(filter: &str) -> bool {
-    if filter.is_empty() {
-        return false;
-    }
-    let mut levels = filter.split('/').peekable();
-    while let Some(level) = levels.next() {
-        let last = levels.peek().is_none();
-        match level {
-            "#" if !last => return false,
-            "#" | "+" => {}
-            _ if level.contains(['+', '#']) => return false,
-            _ => {}
-        }
-    }
-    true
-}
+pub use crate::codec::valid_topic_filter as is_valid_filter;
 
 /// The number of levels in a topic or filter.
 pub fn level_count(name: &str) -> usize {
     name.split('/').count()
 }
 
-/// Whether `filter` matches `topic` as MQTT defines it, including the rule that a
-/// leading wildcard never matches a topic beginning with `$` (MQTT-4.7.2-1).
-pub fn matches(filter: &str, topic: &str) -> bool {
-    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
-        return false;
-    }
-    let mut topic_levels = topic.split('/');
-    for level in filter.split('/') {
-        match level {
-            "#" => return true,
-            "+" => {
-                if topic_levels.next().is_none() {
-                    return false;
-                }
-            }
-            _ => {
-                if topic_levels.next() != Some(level) {
-                    return false;
-                }
-            }
-        }
-    }
-    topic_levels.next().is_none()
-}
+pub use crate::routing::filter::matches;
 
 /// A subscription as the index keeps it: whose it is and how it asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +78,8 @@ pub enum Target<'a> {
 #[derive(Debug, Default)]
 pub struct TopicTree {
     root: Node,
+    /// Members of shared groups, across the tree.
+    shared_members: usize,
 }
 
 impl TopicTree {
@@ -135,20 +98,33 @@ impl TopicTree {
         }
         match share {
             None => node.subscribers.insert(client.clone(), entry).is_some(),
-            Some(name) => node
-                .groups
-                .entry(name.into())
-                .or_default()
-                .members
-                .insert(client.clone(), entry)
-                .is_some(),
+            Some(name) => {
+                let existed = node
+                    .groups
+                    .entry(name.into())
+                    .or_default()
+                    .members
+                    .insert(client.clone(), entry)
+                    .is_some();
+                self.shared_members += usize::from(!existed);
+                existed
+            }
         }
     }
 
     /// Removes a client's subscription; returns whether it existed.
     pub fn remove(&mut self, filter: &str, share: Option<&str>, client: &str) -> bool {
         let levels: Vec<&str> = filter.split('/').collect();
-        Self::remove_at(&mut self.root, &levels, share, client)
+        let removed = Self::remove_at(&mut self.root, &levels, share, client);
+        if removed && share.is_some() {
+            self.shared_members -= 1;
+        }
+        removed
+    }
+
+    /// Whether any shared group has a member.
+    pub fn has_shared_groups(&self) -> bool {
+        self.shared_members > 0
     }
 
     fn remove_at(node: &mut Node, levels: &[&str], share: Option<&str>, client: &str) -> bool {

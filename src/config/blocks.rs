@@ -275,7 +275,7 @@ pub(crate) fn operations(ctx: &mut Ctx, node: &Node) -> (Operations, Vec<DoorLin
         let loopback = door
             .address
             .socket_addr()
-            .map(|a| a.ip().is_loopback())
+            .map(|a| a.ip().to_canonical().is_loopback())
             .unwrap_or(door.address.host == "localhost");
         let authenticates = door.password_file.is_some()
             || password_file.is_some()
@@ -288,7 +288,7 @@ pub(crate) fn operations(ctx: &mut Ctx, node: &Node) -> (Operations, Vec<DoorLin
             && let Some(d) = doors.iter().find(|d| d.name == door.name)
         {
             ctx.say(
-                d.line,
+                d.bind_line,
                 &format!("{}.address", d.path),
                 Some(format!("{:?}", door.address.written)),
                 "is not loopback and nothing on this door authenticates; give it a password_file (its own or broker.operations'), tls with a required client certificate, or a 127.0.0.1 address",

@@ -85,6 +85,9 @@ pub struct BridgeRule {
     pub direction: Direction,
     /// The line it was written on.
     pub line: u32,
+    /// The `$N` its topic leaves unused: every value of that `+` level lands
+    /// on one topic. A note for `--check-config`, not a finding.
+    pub unused: Vec<usize>,
 }
 
 /// `direction:`.
@@ -124,14 +127,8 @@ const RULE_KEYS: &[&str] = &["filter", "topic", "direction"];
 /// MQTT's ceiling on a session expiry: 2^32-1 seconds, about 136 years.
 const MQTT_MAX_EXPIRY: u64 = u32::MAX as u64;
 
-/// Reads `bridges:`, sorted by name. `notes` gathers what --check-config says
-/// without failing (an unused `$N`).
-pub(crate) fn read(
-    ctx: &mut Ctx,
-    node: &Node,
-    limits: &Limits,
-    notes: &mut Vec<String>,
-) -> Vec<Bridge> {
+/// Reads `bridges:`, sorted by name.
+pub(crate) fn read(ctx: &mut Ctx, node: &Node, limits: &Limits) -> Vec<Bridge> {
     let Kind::Map(entries) = &node.kind else {
         if !matches!(node.kind, Kind::Null) {
             ctx.bad(
@@ -151,7 +148,7 @@ pub(crate) fn read(
             file: ctx.file.clone(),
             line: key.line,
         };
-        if let Some(b) = read_bridge(ctx, &key.name, value, origin, limits, notes) {
+        if let Some(b) = read_bridge(ctx, &key.name, value, origin, limits) {
             out.insert(key.name.clone(), b);
         }
     }
@@ -187,7 +184,6 @@ fn read_bridge(
     node: &Node,
     origin: Origin,
     limits: &Limits,
-    notes: &mut Vec<String>,
 ) -> Option<Bridge> {
     let path = walk::join("bridges", name);
     let mut f = Fields::open(ctx, node, &path, KEYS);
@@ -296,7 +292,7 @@ fn read_bridge(
         }
     };
     let topics = match f.take("topics") {
-        Some(n) => read_rules(ctx, n, &f.path("topics"), limits, name, notes),
+        Some(n) => read_rules(ctx, n, &f.path("topics"), limits),
         None => Vec::new(),
     };
     if topics.is_empty() && !f.has("topics") {
@@ -378,14 +374,7 @@ pub(crate) fn parse_peer(s: &str) -> Result<Peer, String> {
     })
 }
 
-fn read_rules(
-    ctx: &mut Ctx,
-    node: &Node,
-    path: &str,
-    limits: &Limits,
-    bridge: &str,
-    notes: &mut Vec<String>,
-) -> Vec<BridgeRule> {
+fn read_rules(ctx: &mut Ctx, node: &Node, path: &str, limits: &Limits) -> Vec<BridgeRule> {
     let Kind::Seq(items) = &node.kind else {
         ctx.bad(
             node,
@@ -474,16 +463,10 @@ fn read_rules(
                 ctx.bad(fnode, &fkey, format!("has {depth} levels{which}, more than limits.max_topic_levels ({}); shorten it", limits.max_topic_levels));
                 continue;
             }
+            let mut unused = Vec::new();
             if let Some((t, tnode)) = &topic {
                 match check_template(t, &plain, limits) {
-                    Ok(unused) => {
-                        for n in unused {
-                            notes.push(format!(
-                                "bridge {bridge:?}, {} {plain:?}: topic {t:?} does not use ${n}, so every value of that + level lands on one topic",
-                                direction.map(Direction::as_str).unwrap_or("?")
-                            ));
-                        }
-                    }
+                    Ok(u) => unused = u,
                     Err(e) => {
                         ctx.bad(tnode, &f.path("topic"), format!("{e}{which}"));
                         continue;
@@ -497,6 +480,7 @@ fn read_rules(
                     topic: topic.as_ref().map(|(t, _)| t.clone()),
                     direction: d,
                     line: fnode.line,
+                    unused,
                 };
                 let outbound =
                     |r: &BridgeRule| matches!(r.direction, Direction::Out | Direction::Both);

@@ -613,6 +613,7 @@ fn read_retry(ctx: &mut Ctx, node: &Node, path: &str) -> Retry {
         .and_then(|n| walk::uint(ctx, n, &f.path("max_attempts"), 1, u32::MAX as u64))
         .unwrap_or(5) as u32;
     let backoff_node = f.take("backoff");
+    let mut backoff_valid = true;
     let backoff = match backoff_node {
         None => Backoff::None,
         Some(n) => match n.scalar_text().as_deref() {
@@ -620,6 +621,7 @@ fn read_retry(ctx: &mut Ctx, node: &Node, path: &str) -> Retry {
             Some("linear") => Backoff::Linear,
             Some("exponential") => Backoff::Exponential,
             _ => {
+                backoff_valid = false;
                 ctx.bad(
                     n,
                     &f.path("backoff"),
@@ -644,7 +646,7 @@ fn read_retry(ctx: &mut Ctx, node: &Node, path: &str) -> Retry {
             &f.path("backoff"),
             "is written without retry.backoff_base, so it has no gap to build from; write backoff_base beside it, such as 2s",
         ),
-        (Backoff::None, Some(n), _) => ctx.bad(
+        (Backoff::None, Some(n), _) if backoff_valid => ctx.bad(
             n,
             &f.path("backoff_base"),
             "is written without a retry.backoff of linear or exponential, so nothing reads it; write backoff beside it, or remove it",

@@ -3,52 +3,11 @@
 //! A kind with one door is a mapping named after its kind; a kind with
 //! several is a list whose entries carry a `name`.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
+use super::address::{ListenAddress, address};
 use super::node::{Kind, Node};
 use super::walk::{self, Ctx, Fields};
-
-/// A `host:port` address a TCP-speaking door binds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenAddress {
-    /// The host as written: empty for every interface, an IP literal (IPv6
-    /// without brackets, zone kept) or a host name.
-    pub host: String,
-    /// The port, 0 for one the kernel chooses.
-    pub port: u16,
-    /// The address exactly as written in the file.
-    pub written: String,
-}
-
-impl ListenAddress {
-    /// The socket address to bind, when the host is empty (every IPv4
-    /// interface) or an IP literal; `None` for a host name, which
-    /// [`ListenAddress::bind_string`] resolves at bind time.
-    pub fn socket_addr(&self) -> Option<SocketAddr> {
-        if self.host.is_empty() {
-            return Some(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                self.port,
-            ));
-        }
-        let host = self.host.split('%').next().unwrap_or("");
-        host.parse::<IpAddr>()
-            .ok()
-            .map(|ip| SocketAddr::new(ip, self.port))
-    }
-
-    /// `host:port` as `std::net::ToSocketAddrs` reads it (`0.0.0.0` for an empty host).
-    pub fn bind_string(&self) -> String {
-        if self.host.is_empty() {
-            format!("0.0.0.0:{}", self.port)
-        } else if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
-    }
-}
 
 /// TLS on a tcp or ws door (or an operations tcp door).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,6 +202,8 @@ pub(crate) struct DoorLine {
     pub name: String,
     /// What the door binds: a TCP address or a Unix path.
     pub bind: Option<Bind>,
+    /// The line of its address or path.
+    pub bind_line: u32,
     pub path: String,
     pub line: u32,
     pub file: String,
@@ -263,7 +224,7 @@ pub(crate) fn check_names(ctx: &mut Ctx, doors: &[DoorLine]) {
         }
         if let Some(first) = doors[..i].iter().find(|d| d.name == door.name) {
             let text = format!(
-                "is named {:?}, as {} ({}:{}) is; give each door of this listener its own name",
+                "is named {:?}, as {} ({} line {}) is; give each door of this listener its own name",
                 door.name, first.path, first.file, first.line
             );
             let saved = std::mem::replace(&mut ctx.file, door.file.clone());
@@ -318,6 +279,7 @@ fn read_door(
     lines.push(DoorLine {
         name: name.clone(),
         bind: None,
+        bind_line: node.line,
         path: path.to_string(),
         line: node.line,
         file: ctx.file.clone(),
@@ -334,6 +296,7 @@ fn read_door(
             let tls = f.take("tls").and_then(|n| tls(ctx, n, &f.path("tls")));
             if let (Some(a), Some(l)) = (&address, lines.last_mut()) {
                 l.bind = Some(Bind::Tcp(a.clone()));
+                l.bind_line = f.key_line("address").unwrap_or(l.line);
             }
             let address = address.unwrap_or(ListenAddress {
                 host: String::new(),
@@ -378,6 +341,7 @@ fn read_door(
             };
             if let (Some(p), Some(l)) = (&path_v, lines.last_mut()) {
                 l.bind = Some(Bind::Unix(p.clone()));
+                l.bind_line = f.key_line("path").unwrap_or(l.line);
             }
             let mode = f
                 .take("mode")
@@ -529,220 +493,5 @@ fn mode(ctx: &mut Ctx, node: &Node, key: &str) -> Option<u32> {
             );
             None
         }
-    }
-}
-
-/// Parses `host:port` as Go's net.Listen reads it.
-pub(crate) fn address(ctx: &mut Ctx, node: &Node, key: &str) -> Option<ListenAddress> {
-    let Some(text) = node.scalar_text() else {
-        ctx.bad(
-            node,
-            key,
-            "is not an address; write host:port, such as 0.0.0.0:1883",
-        );
-        return None;
-    };
-    match parse_address(&text) {
-        Ok(a) => Some(a),
-        Err(e) => {
-            ctx.bad(node, key, e);
-            None
-        }
-    }
-}
-
-pub(crate) fn parse_address(text: &str) -> Result<ListenAddress, String> {
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let Some((h, p)) = rest.split_once("]:") else {
-            return Err("is not host:port; write an IPv6 address in brackets with a port, such as [::1]:1883".into());
-        };
-        if h.contains('%')
-            || h.parse::<std::net::Ipv6Addr>().is_ok()
-            || h.split('%')
-                .next()
-                .is_some_and(|x| x.parse::<std::net::Ipv6Addr>().is_ok())
-        {
-            (h.to_string(), p)
-        } else {
-            return Err("holds something in brackets that is not an IPv6 address; write one such as [::1]:1883".into());
-        }
-    } else {
-        let Some((h, p)) = text.rsplit_once(':') else {
-            return Err(format!(
-                "has no port; write host:port, such as {text}:1883, or :1883 for every interface"
-            ));
-        };
-        if h.contains(':') {
-            return Err("is an IPv6 address without brackets; write it as [addr]:port".into());
-        }
-        (h.to_string(), p)
-    };
-    let port = parse_port(port)?;
-    check_host(&host)?;
-    Ok(ListenAddress {
-        host,
-        port,
-        written: text.to_string(),
-    })
-}
-
-fn parse_port(p: &str) -> Result<u16, String> {
-    let digits = p.strip_prefix('+').unwrap_or(p);
-    if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
-        let trimmed = digits.trim_start_matches('0');
-        return match trimmed.parse::<u32>() {
-            _ if trimmed.is_empty() => Ok(0),
-            Ok(n) if n <= 65_535 => Ok(n as u16),
-            _ => Err("has a port above 65535; write a port from 0 to 65535".into()),
-        };
-    }
-    service_port(p).ok_or_else(|| format!("has a port {p:?} that is neither a number nor a service /etc/services knows; write a port from 0 to 65535"))
-}
-
-fn service_port(name: &str) -> Option<u16> {
-    if name.is_empty() {
-        return None;
-    }
-    let text = std::fs::read_to_string("/etc/services").ok()?;
-    text.lines().find_map(|line| {
-        let line = line.split('#').next()?;
-        let mut words = line.split_whitespace();
-        let service = words.next()?;
-        let (port, proto) = words.next()?.split_once('/')?;
-        let aliases: Vec<&str> = words.collect();
-        ((service == name || aliases.contains(&name)) && proto == "tcp")
-            .then(|| port.parse().ok())
-            .flatten()
-    })
-}
-
-fn check_host(host: &str) -> Result<(), String> {
-    if host.is_empty() {
-        return Ok(());
-    }
-    let (ip, zone) = match host.split_once('%') {
-        Some((ip, zone)) => (ip, Some(zone)),
-        None => (host, None),
-    };
-    if let Ok(addr) = ip.parse::<IpAddr>() {
-        if zone == Some("") {
-            return Err(
-                "has an empty zone after %; write the interface name, or drop the %".into(),
-            );
-        }
-        if let IpAddr::V6(v6) = addr {
-            if v6.is_multicast() {
-                return Err("is an IPv6 multicast address, which cannot be listened on; write a unicast address".into());
-            }
-            if (v6.segments()[0] & 0xffc0) == 0xfe80 && zone.is_none() {
-                return Err("is a link-local address without a zone; write it with %interface, such as [fe80::1%eth0]:1883".into());
-            }
-        }
-        return Ok(());
-    }
-    if zone.is_some() {
-        return Err(
-            "has a zone on something that is not an IP address; write an IP literal or a host name"
-                .into(),
-        );
-    }
-    let valid = host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        });
-    if valid {
-        Ok(())
-    } else {
-        Err("has a host that is neither an IP address nor a host name; write one, or leave it empty for every interface".into())
-    }
-}
-
-/// Two doors on one port (hosts equal or either a wildcard), or two Unix doors
-/// on one path, across the MQTT and operations listeners together.
-pub(crate) fn check_binds(ctx: &mut Ctx, doors: &[DoorLine]) {
-    for (i, b) in doors.iter().enumerate() {
-        for a in &doors[..i] {
-            let clash = match (&a.bind, &b.bind) {
-                (Some(Bind::Tcp(x)), Some(Bind::Tcp(y))) => {
-                    x.port != 0 && x.port == y.port && hosts_overlap(&x.host, &y.host)
-                }
-                (Some(Bind::Unix(x)), Some(Bind::Unix(y))) => {
-                    super::storage::clean(x) == super::storage::clean(y)
-                }
-                _ => false,
-            };
-            if clash {
-                let (what, key) = match &b.bind {
-                    Some(Bind::Tcp(addr)) => {
-                        (format!("port {}", addr.port), format!("{}.address", b.path))
-                    }
-                    _ => ("socket path".to_string(), format!("{}.path", b.path)),
-                };
-                let text = format!(
-                    "is on the same {what} as {} ({} line {}); give each door its own",
-                    a.path, a.file, a.line
-                );
-                let saved = std::mem::replace(&mut ctx.file, b.file.clone());
-                ctx.say(b.line, &key, None, text);
-                ctx.file = saved;
-                break;
-            }
-        }
-    }
-}
-
-fn hosts_overlap(a: &str, b: &str) -> bool {
-    let wildcard = |h: &str| matches!(h, "" | "0.0.0.0" | "::" | "0:0:0:0:0:0:0:0");
-    if wildcard(a) || wildcard(b) {
-        return true;
-    }
-    norm_host(a) == norm_host(b)
-}
-
-fn norm_host(h: &str) -> String {
-    let (ip, zone) = match h.split_once('%') {
-        Some((ip, z)) => (ip, Some(z)),
-        None => (h, None),
-    };
-    match ip.parse::<IpAddr>() {
-        Ok(IpAddr::V6(v6)) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return v4.to_string();
-            }
-            let link_local = (v6.segments()[0] & 0xffc0) == 0xfe80;
-            match (link_local, zone) {
-                (true, Some(z)) => format!("{v6}%{z}"),
-                _ => v6.to_string(),
-            }
-        }
-        Ok(ip) => ip.to_string(),
-        Err(_) => h.to_ascii_lowercase(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_read_as_net_listen_reads_them() {
-        assert_eq!(parse_address(":1883").unwrap().port, 1883);
-        assert_eq!(parse_address("0.0.0.0:032010").unwrap().port, 32010);
-        assert_eq!(parse_address("0.0.0.0:+32010").unwrap().port, 32010);
-        assert_eq!(parse_address("[::1]:1883").unwrap().host, "::1");
-        assert!(parse_address("0.0.0.0:70000").is_err());
-        assert!(parse_address("::1:1883").is_err());
-        assert!(parse_address("[ff02::1]:1883").is_err());
-        assert!(parse_address("[fe80::1]:1883").is_err());
-        assert!(parse_address("[fe80::1%eth0]:1883").is_ok());
-        assert!(parse_address("bad_host:1883").is_err());
-        assert_eq!(
-            parse_address(":1883").unwrap().socket_addr(),
-            Some("0.0.0.0:1883".parse().unwrap())
-        );
     }
 }

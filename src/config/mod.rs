@@ -3,19 +3,46 @@
 //! [`load`] reads the YAML file named by `--config` (and every file it
 //! `!include`s), checks every rule of RFC 0002 "Validation", and returns a
 //! [`Config`] - or a [`ConfigError`] holding every finding at once, each
-//! naming the file, the line, the key and what to write instead.
+//! naming the file, the line, the key and what to write instead:
 //!
-//! How it works: [`node`] parses YAML (serde-saphyr, the only module that
-//! knows YAML) into a tree that keeps each value's line and tag. The readers
-//! in this module walk that tree key by key, so an unknown key, a key
-//! written twice and a bad value are each a finding and reading carries on.
-//! A validated `Config` is a different type from the YAML: nothing past the
-//! loader sees a brace, a `none` or an `!include`.
+//! ```text
+//! configuration is invalid:
+//! saguin.yaml:
+//!   - line 3: broker.log_level "verbose": it is one of debug, info, warn or error; omit the key for info
+//! ```
+//!
+//! For the command line: [`summary`] is `--check-config`'s "ok" text,
+//! [`render`] is `--output` (a document that loads again unchanged),
+//! [`Config::check_files`] opens every file the configuration names, and
+//! [`Config::notes`] holds what `--check-config` says without failing.
+//! `--route` is [`crate::routing`].
+//!
+//! # How it reads
+//! `node` parses YAML into a tree that keeps each value's line and tag;
+//! the readers in this module's files walk it key by key (`walk::Fields`),
+//! so an unknown key, a key written twice and a bad value are each a
+//! finding and reading carries on - one load reports everything.
+//!
+//! # Why serde-saphyr, and how it is used
+//! serde_yaml is archived; its API-compatible forks carry no positions and
+//! keep the last of a duplicated key silently. serde-saphyr 2.2 gives a
+//! line for any value (`Spanned<T>`), exposes tags (`Tagged<T>`) so
+//! `!include` can be accepted exactly where the spec allows it, and can
+//! hand duplicate keys to the caller (`DuplicateKeyPolicy::PassThrough`),
+//! which is how both lines of a key written twice are named. Its own
+//! `include` feature is not enabled: it would allow `!include` anywhere.
+//! A derived `Deserialize` for the typed configuration was not used because
+//! it stops at the first error and cannot say what to write instead.
 //!
 //! # Architecture invariant
-//! Only `config` knows YAML. Durations are `std::time::Duration`, sizes are
-//! byte counts, and every default is applied before `load` returns.
+//! Only `config` knows YAML (and only `config::node` knows serde-saphyr).
+//! A validated `Config` is a different type from the YAML: nothing past the
+//! loader sees a brace, a `none`, a unit suffix or an `!include`. Durations
+//! are `std::time::Duration`, sizes are byte counts, and every default is
+//! applied before `load` returns. Channels are sorted by name: the file's
+//! order decides nothing.
 
+mod address;
 mod blocks;
 mod bridges;
 mod channels;
@@ -31,12 +58,13 @@ mod walk;
 
 use std::path::{Path, PathBuf};
 
+pub use address::ListenAddress;
 pub use blocks::{Operations, Qos2, Retained, Session, Share};
 pub use bridges::{Bridge, BridgeRule, Direction, Peer, PeerScheme};
 pub use channels::{Backoff, Channel, ChannelType, QueueSettings, Retry, Start};
 pub use error::{ConfigError, Finding};
 pub use limits::Limits;
-pub use listen::{ListenAddress, Listeners, TcpDoor, Tls, TlsVersion, UnixDoor, WsDoor};
+pub use listen::{Listeners, TcpDoor, Tls, TlsVersion, UnixDoor, WsDoor};
 pub use render::{render, summary};
 pub use storage::{CommitMode, MemorySettings, Provider, ProviderKind, SqliteSettings, Storage};
 pub use units::{format_duration, format_size};
@@ -173,6 +201,16 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
+    /// The `log` crate's filter for this level.
+    pub fn to_level_filter(self) -> log::LevelFilter {
+        match self {
+            LogLevel::Debug => log::LevelFilter::Debug,
+            LogLevel::Info => log::LevelFilter::Info,
+            LogLevel::Warn => log::LevelFilter::Warn,
+            LogLevel::Error => log::LevelFilter::Error,
+        }
+    }
+
     /// The spelling in the file.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -302,6 +340,18 @@ const MQTT_KEYS: &[&str] = &[
 
 fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
     include::check_tags(ctx, root, "", &["channels", "broker.storage.providers"]);
+    let empty = Node {
+        kind: Kind::Map(Vec::new()),
+        line: root.line,
+        tag: None,
+    };
+    let root = match root.kind {
+        Kind::Map(_) | Kind::Null => root,
+        _ => {
+            ctx.bad(root, "the file", "is not a mapping; write a broker: block, and channels: and bridges: where there are any");
+            &empty
+        }
+    };
     let mut f = Fields::open(ctx, root, "", ROOT_KEYS);
     let null = Node {
         kind: Kind::Null,
@@ -323,13 +373,24 @@ fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
         Some(n) => channels::read(ctx, n, path, &broker.storage, &broker.limits),
         None => Vec::new(),
     };
-    let mut notes = Vec::new();
     let bridges = match f.take("bridges") {
-        Some(n) => bridges::read(ctx, n, &broker.limits, &mut notes),
+        Some(n) => bridges::read(ctx, n, &broker.limits),
         None => Vec::new(),
     };
+    let mut notes = render::substitution_notes(&channels, &bridges);
     f.finish(ctx);
-    listen::check_binds(ctx, &doors);
+    address::check_binds(ctx, &doors);
+    notes.append(&mut ctx.notes);
+    for p in broker.storage.providers.keys() {
+        let named = channels.iter().any(|c| &c.storage == p)
+            || &broker.retained.storage == p
+            || &broker.session.storage == p;
+        if !named {
+            notes.push(format!(
+                "provider {p} is named by no channel, nor by broker.retained or broker.session: it is inert, and nothing is created for it"
+            ));
+        }
+    }
     Config {
         source: path.to_path_buf(),
         broker,
@@ -396,7 +457,7 @@ fn read_broker(
         doors.extend(ops_doors);
         ops
     });
-    let storage = storage::read(ctx, f.take("storage"), path, &limits);
+    let storage = storage::read(ctx, f.take("storage"), f.line, path, &limits);
     let retained = blocks::retained(ctx, f.take("retained"), &storage);
     let qos2 = blocks::qos2(ctx, f.take("qos2"));
     let share = blocks::share(ctx, f.take("share"));
@@ -497,8 +558,8 @@ fn check_auth(
     acl_line: Option<u32>,
     anon_line: u32,
 ) {
-    // (door path, line, own password file, own allow_anonymous, requires a client CA)
-    let mut each: Vec<(String, u32, bool, Option<bool>, bool)> = Vec::new();
+    // (door path, line, own password file, own allow_anonymous, names a client CA, requires a certificate)
+    let mut each: Vec<(String, u32, bool, Option<bool>, bool, bool)> = Vec::new();
     let line_of = |name: &str, kind: &str| {
         doors
             .iter()
@@ -514,6 +575,9 @@ fn check_auth(
             d.password_file.is_some(),
             d.allow_anonymous,
             d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+            d.tls
+                .as_ref()
+                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate),
         ));
     }
     for d in &m.listen.ws {
@@ -524,13 +588,23 @@ fn check_auth(
             d.password_file.is_some(),
             d.allow_anonymous,
             d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
+            d.tls
+                .as_ref()
+                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate),
         ));
     }
     for d in &m.listen.unix {
         let (p, l) = line_of(&d.name, "unix");
-        each.push((p, l, d.password_file.is_some(), d.allow_anonymous, false));
+        each.push((
+            p,
+            l,
+            d.password_file.is_some(),
+            d.allow_anonymous,
+            false,
+            false,
+        ));
     }
-    for (path, line, own_file, own_anon, client_ca) in &each {
+    for (path, line, own_file, own_anon, client_ca, _) in &each {
         let has_file = *own_file || m.password_file.is_some();
         let anon = if *own_file {
             *own_anon
@@ -555,7 +629,12 @@ fn check_auth(
         if m.allow_anonymous == Some(true) {
             ctx.say(anon_line, "broker.mqtt.allow_anonymous", Some("true".into()), "is refused beside an acl_file: the ACL names users, and an anonymous client has none; remove it");
         }
-        for (path, line, _, own_anon, _) in &each {
+        for (path, line, own_file, own_anon, _, requires_cert) in &each {
+            if !own_file && m.password_file.is_none() && !requires_cert {
+                ctx.notes.push(format!(
+                    "{path} (line {line}) has no password file and does not require a client certificate, so beside the acl_file it admits clients nothing identifies - their name is empty and a * pattern under users: matches it"
+                ));
+            }
             if *own_anon == Some(true) {
                 ctx.say(*line, &format!("{path}.allow_anonymous"), Some("true".into()), "is refused beside an acl_file: the ACL names users, and an anonymous client has none; remove it");
             }

@@ -478,27 +478,20 @@ pub fn summary(c: &Config) -> String {
 /// or what an outbound filter reads.
 fn lands(router: &Router, subject: &str, inbound: bool, r: &super::BridgeRule) -> String {
     let pattern = if inbound && r.topic.is_some() {
-        // $1.. stand for one level, $# for the tail.
-        subject
-            .split('/')
-            .map(|l| {
-                if l == "$#" {
-                    "#".to_string()
-                } else if l.contains('$') {
-                    "+".to_string()
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("/")
+        template_pattern(subject)
     } else {
         subject.to_string()
     };
+    // An out rule reads here and publishes at the peer: say what it reads.
+    let verb = if r.direction == super::Direction::Out {
+        "reads"
+    } else {
+        "lands in"
+    };
     if !pattern.contains(['+', '#']) {
         return match router.resolve(&pattern) {
-            Route::Channel { name, kind, .. } => format!("lands in {name} ({})", kind.as_str()),
-            Route::Broadcast => "lands in broadcast".into(),
+            Route::Channel { name, kind, .. } => format!("{verb} {name} ({})", kind.as_str()),
+            Route::Broadcast => format!("{verb} broadcast"),
         };
     }
     let reach = router.reach(&pattern);
@@ -516,9 +509,81 @@ fn lands(router: &Router, subject: &str, inbound: bool, r: &super::BridgeRule) -
     if served.is_empty() && reach.broadcast {
         served.push("broadcast".into());
     }
-    let mut s = format!("lands in {}", served.join(", "));
+    let mut s = format!("{verb} {}", served.join(", "));
     if !crossed.is_empty() {
         let _ = write!(s, "; crosses {}, never served", crossed.join(", "));
     }
     s
+}
+
+/// The notes `--check-config` prints for bridge topics that leave a `$N`
+/// unused, saying separately when the records land in a latest channel.
+pub(crate) fn substitution_notes(channels: &[Channel], bridges: &[Bridge]) -> Vec<String> {
+    let router = Router::from_channels(channels.iter().map(|c| {
+        (
+            c.name.clone(),
+            c.kind,
+            c.filters.clone(),
+            (c.position, c.dlq_of.is_some()),
+        )
+    }));
+    let mut notes = Vec::new();
+    for b in bridges {
+        for r in &b.topics {
+            let Some(t) = &r.topic else { continue };
+            for n in &r.unused {
+                let mut note = format!(
+                    "bridge {:?}, {} {:?}: topic {t:?} does not use ${n}, so every value of that + level lands on one topic",
+                    b.name,
+                    r.direction.as_str(),
+                    r.filter
+                );
+                if r.direction == super::Direction::In {
+                    let pattern = template_pattern(t);
+                    let latest: Vec<&str> = if pattern.contains(['+', '#']) {
+                        router
+                            .reach(&pattern)
+                            .channels
+                            .iter()
+                            .filter(|x| x.kind == ChannelType::Latest)
+                            .map(|x| x.name)
+                            .collect()
+                    } else {
+                        match router.resolve(&pattern) {
+                            Route::Channel {
+                                name,
+                                kind: ChannelType::Latest,
+                                ..
+                            } => vec![name],
+                            _ => Vec::new(),
+                        }
+                    };
+                    if !latest.is_empty() {
+                        note.push_str(&format!(
+                            "; it lands in the latest channel {}, where those topics overwrite one value rather than crowd one topic",
+                            latest.join(", ")
+                        ));
+                    }
+                }
+                notes.push(note);
+            }
+        }
+    }
+    notes
+}
+
+/// A topic template as a filter: `$1`.. stand for one level, `$#` for the tail.
+fn template_pattern(t: &str) -> String {
+    t.split('/')
+        .map(|l| {
+            if l == "$#" {
+                "#".to_string()
+            } else if l.contains('$') {
+                "+".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }

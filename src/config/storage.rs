@@ -35,6 +35,20 @@ pub struct Provider {
     pub origin: Origin,
 }
 
+impl Storage {
+    /// The `max_bytes` declared across every memory provider, for the startup
+    /// line (Sagüin cannot know what the machine has; the operator adds it up).
+    pub fn memory_total(&self) -> u64 {
+        self.providers
+            .values()
+            .filter_map(|p| match &p.kind {
+                ProviderKind::Memory(m) => m.max_bytes,
+                ProviderKind::Sqlite(_) => None,
+            })
+            .sum()
+    }
+}
+
 impl Provider {
     /// `max_bytes`, whichever type.
     pub fn max_bytes(&self) -> Option<u64> {
@@ -138,14 +152,21 @@ pub(crate) fn bytes(ctx: &mut Ctx, node: &Node, key: &str) -> Option<Option<u64>
 }
 
 /// Reads `broker.storage`. `base` is the master file, for `!include`.
-pub(crate) fn read(ctx: &mut Ctx, node: Option<&Node>, base: &Path, limits: &Limits) -> Storage {
+/// `parent_line` is the `broker:` line, where a missing block is reported.
+pub(crate) fn read(
+    ctx: &mut Ctx,
+    node: Option<&Node>,
+    parent_line: u32,
+    base: &Path,
+    limits: &Limits,
+) -> Storage {
     let null = Node {
         kind: Kind::Null,
         line: 0,
         tag: None,
     };
     let mut f = Fields::open(ctx, node.unwrap_or(&null), "broker.storage", KEYS);
-    let block_line = node.map(|n| n.line).unwrap_or(0);
+    let block_line = node.map(|n| n.line).unwrap_or(parent_line);
     let mut out = Storage {
         default: String::new(),
         default_retention_period: None,

@@ -16,6 +16,8 @@ pub(crate) struct Ctx {
     pub file: String,
     /// Every path the configuration names, for `Config::check_files`.
     pub paths: Vec<super::NamedFile>,
+    /// What `--check-config` says without failing.
+    pub notes: Vec<String>,
 }
 
 impl Ctx {
@@ -24,6 +26,7 @@ impl Ctx {
             findings: Vec::new(),
             file,
             paths: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -207,10 +210,12 @@ pub(crate) fn list_or(items: &[&str], word: &str) -> String {
     }
 }
 
-/// A string scalar (numbers and booleans are refused).
+/// A string scalar; a number is taken as its text (`id: 7` is "7"), a
+/// boolean or null is refused.
 pub(crate) fn string(ctx: &mut Ctx, node: &Node, key: &str) -> Option<String> {
     match &node.kind {
         Kind::Str(s) => Some(s.clone()),
+        Kind::Int(_) | Kind::Float(_) => node.scalar_text(),
         _ => {
             ctx.bad(node, key, "is not text; write a string");
             None

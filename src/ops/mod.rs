@@ -44,6 +44,21 @@ pub struct UnixDoor {
     _lock: std::fs::File,
 }
 
+impl UnixDoor {
+    /// The socket's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// A second handle on the listening socket, for the reactor.
+    ///
+    /// # Errors
+    /// The descriptor could not be duplicated.
+    pub fn listener(&self) -> io::Result<std::os::unix::net::UnixListener> {
+        self.listener.try_clone()
+    }
+}
+
 impl Drop for UnixDoor {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
@@ -161,7 +176,7 @@ async fn answer(
     })
     .await;
     let response = match head {
-        Ok(head) => route(&head, shared, scrape, interval),
+        Ok(head) => route(&head, shared, scrape, interval).await,
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             response(400, "text/plain", "bad request\n")
         }
@@ -202,7 +217,12 @@ async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>>
     }
 }
 
-fn route(head: &[u8], shared: &Shared, scrape: &RefCell<Scrape>, interval: Duration) -> String {
+async fn route(
+    head: &[u8],
+    shared: &Shared,
+    scrape: &RefCell<Scrape>,
+    interval: Duration,
+) -> String {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
@@ -218,13 +238,18 @@ fn route(head: &[u8], shared: &Shared, scrape: &RefCell<Scrape>, interval: Durat
             response(if healthy { 200 } else { 503 }, "application/json", &body)
         }
         Some("/metrics") => {
-            let mut cached = scrape.borrow_mut();
-            let fresh = cached.at.is_some_and(|at| at.elapsed() < interval);
+            let fresh = scrape.borrow().at.is_some_and(|at| at.elapsed() < interval);
             if !fresh {
-                cached.body = Rc::from(metrics::render(shared));
-                cached.at = Some(Instant::now());
+                // A scrape sooner than min_scrape_interval gets the previous answer.
+                let channels = metrics::channel_stats(shared).await;
+                let body = Rc::from(metrics::render(shared, &channels));
+                *scrape.borrow_mut() = Scrape {
+                    at: Some(Instant::now()),
+                    body,
+                };
             }
-            response(200, "text/plain; version=0.0.4", &cached.body)
+            let body = scrape.borrow().body.clone();
+            response(200, "text/plain; version=0.0.4", &body)
         }
         _ => response(404, "text/plain", "not found: try /health or /metrics\n"),
     }

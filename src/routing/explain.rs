@@ -7,6 +7,62 @@ use serde_json::{Value, json};
 
 use super::{Route, Router};
 
+/// A shared subscription: `$share/<ShareName>/<filter>`, served what is
+/// published after the group began, split across it; never a queue's records.
+fn shared(router: &Router, subject: &str, rest: &str) -> Vec<Line> {
+    let Some((name, inner)) = rest.split_once('/') else {
+        return refused(subject, "0x8F: write $share/<ShareName>/<filter>");
+    };
+    if name.is_empty() || name.contains(['+', '#']) || inner.is_empty() {
+        return refused(
+            subject,
+            "0x8F: write $share/<ShareName>/<filter>, a name holding no + or #",
+        );
+    }
+    if inner.to_ascii_lowercase().starts_with("$share") {
+        return refused(subject, "0x8F: the filter inside begins $share again");
+    }
+    if inner.starts_with("$SYS") || inner.starts_with("$saguin") {
+        return refused(
+            subject,
+            "0x87: a reserved space is never delivered to a group",
+        );
+    }
+    if let Err(e) = super::filter::check(inner) {
+        return refused(
+            subject,
+            &format!("0x8F: {}", e.split(';').next().unwrap_or(&e)),
+        );
+    }
+    let reach = router.reach(inner);
+    let mut out: Vec<Line> = reach
+        .channels
+        .iter()
+        .map(|t| {
+            let why = match t.kind {
+                crate::config::ChannelType::Append => "shared: new records only",
+                crate::config::ChannelType::Latest => "shared: changes only",
+                crate::config::ChannelType::Queue => "excluded",
+            };
+            (
+                subject.to_string(),
+                Some(t.name.to_string()),
+                t.kind.as_str().into(),
+                Some(why.into()),
+            )
+        })
+        .collect();
+    if out.is_empty() {
+        out.push((
+            subject.to_string(),
+            None,
+            "broadcast".into(),
+            Some("shared".into()),
+        ));
+    }
+    out
+}
+
 /// The header of the tab-separated form (it begins with `#`, so a kept run
 /// can be fed back in).
 pub const HEADER: &str = "# topic-or-filter\tchannel\ttype\twhy";
@@ -18,8 +74,32 @@ fn is_filter(s: &str) -> bool {
     s.contains(['+', '#'])
 }
 
+fn refused(s: &str, why: &str) -> Vec<Line> {
+    vec![(s.to_string(), None, "refused".into(), Some(why.into()))]
+}
+
 fn answer(router: &Router, subject: &str) -> Vec<Line> {
     let s = subject.to_string();
+    if subject.to_ascii_lowercase().starts_with("$share/") && !subject.starts_with("$share/") {
+        return refused(
+            subject,
+            "0x8F: $share is spelled in lower case and no other",
+        );
+    }
+    if let Some(rest) = subject.strip_prefix("$share/") {
+        return shared(router, subject, rest);
+    }
+    if subject.starts_with("$SYS/") || subject == "$SYS" {
+        return refused(subject, "0x87: $SYS/ is the broker's own reserved space");
+    }
+    if (subject.starts_with("$saguin/") || subject == "$saguin")
+        && !subject.starts_with("$saguin/queue/")
+    {
+        return refused(
+            subject,
+            "0x87: $saguin/ is reserved; only a queue's form and a seek reply are subscribable there",
+        );
+    }
     if let Some(rest) = subject.strip_prefix("$saguin/queue/") {
         return match router.kind_of(rest) {
             Some(crate::config::ChannelType::Queue) => {

@@ -41,11 +41,14 @@ pub fn check(filter: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The most plain filters one braced filter may expand to.
+pub const MAX_EXPANSION: usize = 1024;
+
 /// Expands `{a,b}` levels into every combination of plain filters.
 ///
 /// # Errors
-/// A brace holding `/`, an empty brace or an empty alternative, or an
-/// unbalanced brace.
+/// A brace holding `/`, an empty brace or an empty alternative, an
+/// unbalanced brace, or more than [`MAX_EXPANSION`] combinations.
 pub fn expand_braces(filter: &str) -> Result<Vec<String>, String> {
     // A `/` inside braces is refused before splitting into levels.
     let mut depth = 0usize;
@@ -100,6 +103,11 @@ pub fn expand_braces(filter: &str) -> Result<Vec<String>, String> {
         } else {
             vec![level.to_string()]
         };
+        if out.len().saturating_mul(alternatives.len()) > MAX_EXPANSION {
+            return Err(format!(
+                "expands to more than {MAX_EXPANSION} filters; split it across channels, or use + for that level"
+            ));
+        }
         let mut next = Vec::with_capacity(out.len() * alternatives.len());
         for prefix in &out {
             for alt in &alternatives {
@@ -123,6 +131,10 @@ pub fn has_braces(filter: &str) -> bool {
 /// Whether `filter` matches `topic`, as MQTT says (no `$` special case:
 /// callers that need MQTT-4.7.2-1 apply it themselves).
 pub fn matches(filter: &str, topic: &str) -> bool {
+    // A leading wildcard never matches a topic beginning with `$` (MQTT-4.7.2-1).
+    if topic.starts_with('$') && filter.starts_with(['+', '#']) {
+        return false;
+    }
     let mut f = levels(filter);
     let mut t = levels(topic);
     loop {

@@ -92,6 +92,8 @@ pub struct Reach<'a> {
 pub struct Router {
     channels: Vec<Entry>,
     nodes: Vec<TrieNode>,
+    /// The deepest channel filter, in levels.
+    depth: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -166,11 +168,13 @@ impl Router {
         let mut r = Router {
             channels: Vec::new(),
             nodes: vec![TrieNode::default()],
+            depth: 0,
         };
         for (name, kind, filters, position) in channels {
             let ci = r.channels.len() as u32;
             for (fi, f) in filters.iter().enumerate() {
                 r.insert(f, (ci, fi as u32));
+                r.depth = r.depth.max(filter::levels(f).count());
             }
             r.channels.push(Entry {
                 name,
@@ -250,16 +254,6 @@ impl Router {
         n.hash
     }
 
-    /// The deepest a channel filter goes, for building witness topics.
-    fn max_depth(&self) -> usize {
-        self.channels
-            .iter()
-            .flat_map(|e| e.filters.iter())
-            .map(|f| filter::levels(f).count())
-            .max()
-            .unwrap_or(0)
-    }
-
     /// Whether some topic matched by the plain filter `f` routes to `want`
     /// (`None` for broadcast). Wildcard levels are replaced by a level no
     /// channel filter spells: if any topic of `f` routes there, so does that one.
@@ -298,15 +292,21 @@ impl Router {
     /// it matches - what each would serve, and the refusal that depends on
     /// the filter alone (a plain filter inside a queue's filter: 0x8F).
     pub fn reach(&self, sub: &str) -> Reach<'_> {
-        let depth = self.max_depth().max(filter::levels(sub).count());
+        let depth = self.depth.max(filter::levels(sub).count());
+        // Only the filters the trie says intersect `sub` are asked the exact question.
+        let mut candidates: Vec<Owner> = Vec::new();
+        self.intersecting(0, Some(sub), &mut candidates);
+        candidates.sort_unstable();
+        candidates.dedup();
         let mut touched: Vec<(u32, &Entry)> = Vec::new();
-        for (ci, e) in self.channels.iter().enumerate() {
-            let hit = e.filters.iter().any(|cf| {
-                filter::intersection(sub, cf)
-                    .is_some_and(|i| self.reaches(&i, Some(ci as u32), depth))
-            });
-            if hit {
-                touched.push((ci as u32, e));
+        for (ci, fi) in candidates {
+            if touched.last().is_some_and(|(c, _)| *c == ci) {
+                continue;
+            }
+            let e = &self.channels[ci as usize];
+            let cf = &e.filters[fi as usize];
+            if filter::intersection(sub, cf).is_some_and(|i| self.reaches(&i, Some(ci), depth)) {
+                touched.push((ci, e));
             }
         }
         touched.sort_by_key(|(_, e)| e.position);
@@ -335,6 +335,50 @@ impl Router {
                 .collect(),
             broadcast,
             refused_inside_queue,
+        }
+    }
+
+    /// Collects every filter in the trie that shares a topic with the
+    /// subscription filter `rest` (the remaining levels from `node`).
+    fn intersecting(&self, node: u32, rest: Option<&str>, out: &mut Vec<Owner>) {
+        let n = &self.nodes[node as usize];
+        let Some(rest) = rest else {
+            // The subscription ends here: a filter ending here, or going on with #.
+            out.extend(n.end);
+            out.extend(n.hash);
+            return;
+        };
+        let (level, tail) = match rest.split_once('/') {
+            Some((l, t)) => (l, Some(t)),
+            None => (rest, None),
+        };
+        if level == "#" {
+            self.subtree(node, out);
+            return;
+        }
+        // A channel filter's # here matches whatever the subscription goes on with.
+        out.extend(n.hash);
+        if level == "+" {
+            for &c in n.literal.values() {
+                self.intersecting(c, tail, out);
+            }
+        } else if let Some(&c) = n.literal.get(level) {
+            self.intersecting(c, tail, out);
+        }
+        if let Some(c) = n.plus {
+            self.intersecting(c, tail, out);
+        }
+    }
+
+    fn subtree(&self, node: u32, out: &mut Vec<Owner>) {
+        let n = &self.nodes[node as usize];
+        out.extend(n.end);
+        out.extend(n.hash);
+        for &c in n.literal.values() {
+            self.subtree(c, out);
+        }
+        if let Some(c) = n.plus {
+            self.subtree(c, out);
         }
     }
 

@@ -6,6 +6,9 @@
 
 mod connection;
 mod frame;
+mod socket;
+
+pub use socket::Door;
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -59,6 +62,24 @@ impl Drop for ActiveGuard {
     }
 }
 
+/// Binds the MQTT doors: TCP addresses and Unix sockets (`(path, mode)`, each with its
+/// `<path>.lock`).
+///
+/// # Errors
+/// The first door that cannot be bound, named.
+pub fn bind_doors(tcp: &[SocketAddr], unix: &[(std::path::PathBuf, u32)]) -> io::Result<Vec<Door>> {
+    let mut doors = Vec::new();
+    for listener in bind(tcp)? {
+        doors.push(Door::Tcp(TcpListener::try_from(listener)?));
+    }
+    for (path, mode) in unix {
+        let door = crate::ops::bind_unix(path, *mode)?;
+        let listener = smol::Async::new(door.listener()?)?;
+        doors.push(Door::Unix(listener, door));
+    }
+    Ok(doors)
+}
+
 /// Binds every address; a port in use is reported naming the address.
 ///
 /// # Errors
@@ -91,8 +112,9 @@ pub struct OpsDoors {
 /// A listener that fails to register with the reactor.
 pub fn serve(
     settings: Settings,
-    listeners: Vec<std::net::TcpListener>,
+    doors: Vec<Door>,
     channels: crate::broker::channels::Channels,
+    sweeps: crate::storage::RetentionSchedule,
     operations: Option<OpsDoors>,
     stop: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
@@ -105,19 +127,28 @@ pub fn serve(
         stopping: Cell::new(false),
     });
     smol::block_on(executor.run(async {
-        for listener in listeners {
-            let listener = TcpListener::try_from(listener)?;
-            log::info!("listening on {}", listener.local_addr()?);
+        for door in doors {
+            log::info!("listening on {}", door.describe());
             executor
-                .spawn(accept_loop(listener, shared.clone(), executor.clone()))
+                .spawn(accept_loop(door, shared.clone(), executor.clone()))
                 .detach();
         }
         if let Some(ops) = operations {
             crate::ops::spawn(&executor, &shared, &ops.settings, ops.tcp, ops.unix)?;
         }
         executor.spawn(housekeeping(shared.clone())).detach();
+        let (stop_sweeps, sweeps_stopped) = smol::channel::bounded(1);
+        let providers = shared.broker.borrow().channels.providers();
+        let sweeping = executor.spawn(crate::storage::run_sweeps(
+            providers,
+            sweeps,
+            crate::broker::records::now_ms,
+            sweeps_stopped,
+        ));
         crate::broker::queue::owner::spawn(&executor, &shared);
         stop.await;
+        let _ = stop_sweeps.try_send(());
+        sweeping.await;
         shutdown(&shared).await;
         store_unstored(&shared).await;
         let providers = shared.broker.borrow().channels.providers();
@@ -130,13 +161,15 @@ pub fn serve(
     }))
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Rc<Shared>,
-    executor: Rc<LocalExecutor<'static>>,
-) {
+async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<'static>>) {
+    let mut pace = shared.settings.max_connect_rate.map(ConnectPace::new);
     loop {
-        let (stream, peer) = match listener.accept().await {
+        if let Some(pace) = &mut pace {
+            // Over the rate a connection waits in the kernel's accept queue; it is
+            // not refused (RFC 0002 "max_connect_rate").
+            pace.wait().await;
+        }
+        let (stream, peer) = match door.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors and the like: back off rather than spin.
@@ -148,10 +181,18 @@ async fn accept_loop(
         if shared.stopping.get() {
             continue;
         }
-        let _ = stream.set_nodelay(true);
         shared.active.set(shared.active.get() + 1);
         let guard = ActiveGuard(shared.clone());
-        let over_limit = shared.active.get() > shared.settings.max_connections;
+        // Past max_connections, an overflow budget of min(max_connections, 32) sockets
+        // is read far enough to be told 0x89 Server busy; past that, a socket is
+        // closed at once with nothing read or written (RFC 0002 "connect_timeout").
+        let max = shared.settings.max_connections;
+        if shared.active.get() > max + max.min(32) {
+            log::debug!("{peer}: closed at once: connections and the overflow budget are full");
+            drop(guard);
+            continue;
+        }
+        let over_limit = shared.active.get() > max;
         let task_shared = shared.clone();
         executor
             .spawn(async move {
@@ -159,6 +200,39 @@ async fn accept_loop(
                 drop(guard);
             })
             .detach();
+    }
+}
+
+/// `max_connect_rate` for one listener: a token bucket refilling at the rate and
+/// holding twice it, so bursts of up to twice the rate pass at once.
+struct ConnectPace {
+    rate: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl ConnectPace {
+    fn new(rate: u32) -> ConnectPace {
+        let rate = f64::from(rate.max(1));
+        ConnectPace {
+            rate,
+            tokens: 2.0 * rate,
+            last: Instant::now(),
+        }
+    }
+
+    async fn wait(&mut self) {
+        loop {
+            let now = Instant::now();
+            let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * self.rate).min(2.0 * self.rate);
+            self.last = now;
+            if self.tokens >= 1.0 {
+                self.tokens -= 1.0;
+                return;
+            }
+            smol::Timer::after(Duration::from_secs_f64((1.0 - self.tokens) / self.rate)).await;
+        }
     }
 }
 

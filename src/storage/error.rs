@@ -132,7 +132,7 @@ impl fmt::Display for StorageError {
             StorageError::UnknownChannel { provider, channel } => {
                 write!(
                     f,
-                    "channel {channel} is not open on storage provider {provider}"
+                    "channel {channel} is not open on storage provider {provider}; every configured channel (and each queue's __dlq) is opened at startup"
                 )
             }
             StorageError::NoSuchRecord { channel, offset } => {
@@ -155,7 +155,10 @@ impl fmt::Display for StorageError {
                 path.display()
             ),
             StorageError::Closed { provider } => {
-                write!(f, "storage provider {provider} has shut down")
+                write!(
+                    f,
+                    "storage provider {provider} has shut down; nothing more is stored until the broker restarts"
+                )
             }
         }
     }

@@ -24,32 +24,58 @@
 //!
 //! **sqlite.** Only `storage::sqlite` touches rusqlite. Each provider has one writer
 //! thread that owns the write connection (WAL, synchronous=NORMAL) and takes requests
-//! from two bounded channels - the writes a client's packet waits on (publishes, job
-//! state, dead-lettering) first, consumer positions after; async callers send a request
-//! and await a one-shot completion, so a full queue is backpressure, never growth. The writer commits in groups: by
-//! default it takes whatever arrived while the previous commit ran (at most 256
-//! publishes) without waiting; `publish_commit_interval: none` is a transaction per
-//! publish; an interval waits for company up to the interval or the record count,
-//! holding no transaction while it waits. A refusal (a bound, an unknown record) is
-//! decided before a request writes anything, so it does not undo its batch; a statement
-//! that fails is the disk failing, and the whole batch is rolled back and told (0x83).
-//! Every completion is sent only after the commit: stored before acknowledged. A
-//! channel's next offset and counts are cached by the writer and written once per
-//! transaction. `read_connections` reader threads each own a
-//! read-only connection, opened at first use; a window read is one read transaction, so
-//! floor, head and records come from one instant, and it never queues behind a commit.
-//! With `read_connections: 0` reads go to the writer between batches. Every
-//! `flush_interval` after a commit the writer fsyncs the write-ahead log; an idle
-//! provider fsyncs nothing. `<file_path>.lock` (an OS lock, released by the kernel when
-//! the process dies) keeps a second broker off the file while `sqlite3` can still read
-//! it.
+//! from two bounded channels: the writes a client's packet waits on (publishes, job
+//! state, dead-lettering) first, consumer positions after. Async callers send a request
+//! and await a one-shot completion, so a full queue is backpressure, never growth.
 //!
-//! **memory.** Records in RAM under one lock held only for in-memory work, bounded by
+//! The writer commits in groups. By default it takes whatever arrived while the previous
+//! commit ran (at most 256 publishes) without waiting; `publish_commit_interval: none`
+//! is a transaction per publish; an interval waits for company up to the interval or the
+//! record count, holding no transaction while it waits. A refusal (a bound, an unknown
+//! record) is decided before a request writes anything, so it does not undo its batch;
+//! a statement that fails is the disk failing, and the whole batch is rolled back and
+//! told (0x83). Every completion is sent only after the commit: stored before
+//! acknowledged. A channel's next offset and counts are cached by the writer and written
+//! once per transaction, in the same transaction as the records.
+//!
+//! `read_connections` reader threads each own a read-only connection, opened at first
+//! use. A window read is one read transaction, so floor, head and records come from one
+//! instant, and in WAL mode it never queues behind a commit. With `read_connections: 0`
+//! reads go to the writer between batches. One `flush_interval` after a commit the
+//! writer fsyncs the write-ahead log; an idle provider fsyncs nothing. The writer's
+//! transactions begin IMMEDIATE, so an operator's `sqlite3` holding the file is waited
+//! for (up to 5s) rather than failing a batch. `<file_path>.lock` (an OS lock, released
+//! by the kernel when the process dies) keeps a second broker off the file while
+//! `sqlite3` can still read it. The schema version is `PRAGMA user_version`.
+//!
+//! **memory.** Records in RAM under one lock, held only for in-memory work, bounded by
 //! `max_bytes`. At graceful shutdown each channel group (a queue and its `__dlq` share
 //! one) is written to its own file in `snapshot_dir` (dots in names percent-encoded),
 //! each to a temporary name then renamed, and the manifest last; at start the manifest
-//! is read and the files it names for configured channels are loaded. `snapshot_dir:
-//! none` keeps nothing. `saguin.lock` in the directory keeps a second broker out.
+//! is read, and a channel's file is loaded when the channel is opened (a file whose
+//! channels are no longer configured is never opened). Every length read from a file
+//! is checked against what the file has left. `snapshot_dir: none` keeps nothing.
+//! `saguin.lock` in the directory keeps a second broker out. A memory provider promises
+//! nothing after SIGKILL: the next start loads the last snapshot, says so once, and the
+//! offsets handed out since are handed out again.
+//!
+//! **Code map.** [`provider`] is the interface ([`Provider`], [`ProviderSettings`]);
+//! [`record`] the record, window and size types; [`settings`] the typed settings and the
+//! storage rules of "Validation"; [`error`] the one error type, whose
+//! [`StorageError::reason_code`] is what a refused publish answers; [`retention`] the
+//! sweep schedule and loop; [`lock`] the provider lock; [`sqlite`] (`mod.rs` the handle,
+//! `writer.rs` the thread and group commit, `batch.rs` one transaction's writes,
+//! `sweep.rs` retention statements, `schema.rs` tables and reads, `ops.rs` the requests);
+//! [`memory`] (`mod.rs` the state, `snapshot.rs` the files).
+//!
+//! **Wiring (for the broker).** At startup: `Provider::open` each provider a channel
+//! names (an unnamed one stays inert), `open_channel` every configured channel (a
+//! queue's `<queue>__dlq` too), then spawn [`run_sweeps`] with
+//! [`RetentionSchedule::for_channels`]. A publish awaits `append` and answers its error's
+//! `reason_code`. At graceful shutdown: stop the sweeps, then `Provider::close`, which
+//! writes a memory provider's snapshot. Tombstones ([`RecordState::Deleted`]) come back
+//! from window reads of a latest channel so that deletions can be reported; they are
+//! never delivered as values.
 //!
 //! **Architecture invariants.** Only `storage::sqlite` touches rusqlite; async code never
 //! blocks on it. Nothing here reads YAML: the settings are plain typed structs the
@@ -69,8 +95,8 @@ pub use error::StorageError;
 pub use memory::{MemoryProvider, SnapshotReport};
 pub use provider::{Provider, ProviderSettings};
 pub use record::{
-    ChannelStats, NewRecord, Record, RecordProperties, RecordState, SweepReport, Window,
-    WindowRequest, record_size,
+    ChannelStats, DeadLetter, NewRecord, Record, RecordProperties, RecordState, SweepReport,
+    Window, WindowRequest, record_size,
 };
 pub use retention::{RetentionSchedule, run_sweeps};
 pub use settings::{

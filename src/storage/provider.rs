@@ -2,7 +2,7 @@
 
 use super::error::StorageError;
 use super::memory::MemoryProvider;
-use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
 use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
 use super::sqlite::SqliteProvider;
 
@@ -54,6 +54,15 @@ impl Provider {
         match self {
             Provider::Sqlite(p) => p.name(),
             Provider::Memory(p) => p.name(),
+        }
+    }
+
+    /// What the provider's `max_bytes` counts now: a memory provider's records, a sqlite
+    /// provider's pages in use as of its last commit. For metrics and startup lines.
+    pub fn used_bytes(&self) -> u64 {
+        match self {
+            Provider::Sqlite(p) => p.writer_stats().used_bytes,
+            Provider::Memory(p) => p.used_bytes(),
         }
     }
 
@@ -152,46 +161,18 @@ impl Provider {
         }
     }
 
-    /// Moves a queue job into its dead-letter channel in one step, appending `extra_user_properties`; returns its offset there. Never refused for want of room, and no channel bound is checked (C-113, B-500).
+    /// Moves a queue job into its dead-letter channel in one step (both or neither);
+    /// returns its offset there. Never refused for want of room, and no channel bound is
+    /// checked (C-113, B-500).
     pub async fn dead_letter(
         &self,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
         match self {
-            Provider::Sqlite(p) => {
-                p.dead_letter(queue, offset, dlq, extra_user_properties)
-                    .await
-            }
-            Provider::Memory(p) => {
-                p.dead_letter(queue, offset, dlq, extra_user_properties)
-                    .await
-            }
-        }
-    }
-
-    /// [`Provider::dead_letter`] with the record's topic in the dead-letter channel
-    /// given: a queue's dead letter gains a `__dlq` level (RFC 0002 "The dead-letter
-    /// channel"), which the move writes directly (C-119, C-123).
-    pub async fn dead_letter_to(
-        &self,
-        queue: &str,
-        offset: u64,
-        dlq: &str,
-        topic: Option<String>,
-        extra_user_properties: Vec<(String, String)>,
-    ) -> Result<u64, StorageError> {
-        match self {
-            Provider::Sqlite(p) => {
-                p.dead_letter_to(queue, offset, dlq, topic, extra_user_properties)
-                    .await
-            }
-            Provider::Memory(p) => {
-                p.dead_letter_to(queue, offset, dlq, topic, extra_user_properties)
-                    .await
-            }
+            Provider::Sqlite(p) => p.dead_letter(queue, offset, to).await,
+            Provider::Memory(p) => p.dead_letter(queue, offset, to).await,
         }
     }
 

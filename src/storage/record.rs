@@ -47,6 +47,38 @@ impl NewRecord {
     }
 }
 
+/// Where a job goes when it is dead-lettered, as the queue's owner decides it.
+///
+/// The move takes the record out of the queue and into `channel` in one step, keeping
+/// its Message ID, payload and properties (C-124).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The dead-letter channel, `<queue>__dlq`.
+    pub channel: String,
+    /// The record's topic there: the queue's topic with `__dlq` inserted (RFC 0002
+    /// "The dead-letter channel"), which routing knows and storage does not.
+    pub topic: String,
+    /// Its timestamp there (the move's time, so the dead-letter channel's retention
+    /// counts from it).
+    pub timestamp_ms: u64,
+    /// User Properties appended to the publisher's (`saguin-dlq-*`).
+    pub user_properties: Vec<(String, String)>,
+}
+
+impl DeadLetter {
+    pub(crate) fn apply(self, rec: Record) -> NewRecord {
+        let mut properties = rec.properties;
+        properties.user_properties.extend(self.user_properties);
+        NewRecord {
+            message_id: rec.message_id,
+            timestamp_ms: self.timestamp_ms,
+            topic: self.topic,
+            payload: rec.payload,
+            properties,
+        }
+    }
+}
+
 /// What the provider knows about a stored record beyond its content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordState {

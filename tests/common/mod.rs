@@ -80,14 +80,14 @@ impl Broker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
             .arg("--config")
             .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
             .spawn()
             .expect("start saguin");
-        let stderr = child.stderr.take().expect("stderr is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
         let (tx, log) = mpsc::channel();
         std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if std::env::var_os("SAGUIN_TEST_LOG").is_some() {
                     eprintln!("[broker] {line}");
                 }
@@ -169,6 +169,15 @@ impl Broker {
     }
 }
 
+impl Broker {
+    /// Keeps the directory of a broker that was killed, for a restart.
+    pub fn stop_killed(mut self) -> PathBuf {
+        let dir = self.dir.clone();
+        self.dir = PathBuf::new();
+        dir
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -202,6 +211,13 @@ impl Raw {
     /// Sends bytes as they are.
     pub fn send_bytes(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Sends a packet, saying whether the write went through (the peer may be gone).
+    pub fn try_send(&mut self, packet: &Packet) -> bool {
+        let mut out = Vec::new();
+        codec::encode(packet, self.protocol, &mut out);
+        self.stream.write_all(&out).is_ok()
     }
 
     /// Sends a packet encoded by the codec.
@@ -489,4 +505,49 @@ impl Raw {
             .set_read_timeout(Some(wait))
             .expect("read timeout");
     }
+}
+
+/// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
+/// memlog (append, memory), state (latest, memory), jobs (queue).
+pub const CHANNELS: &str = "broker:
+  id: channels-test
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: 7d
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+      volatile:
+        type: memory
+        max_bytes: 16MiB
+        snapshot_dir: {dir}/snapshots
+channels:
+  events:
+    type: append
+  recent:
+    type: append
+    start: tail
+  memlog:
+    type: append
+    storage: volatile
+  state:
+    type: latest
+    storage: volatile
+  jobs:
+    type: queue
+    filter: work/+/todo
+";
+
+/// Starts a broker on [`CHANNELS`] in a fresh directory.
+pub fn start_with_channels() -> Broker {
+    let dir = temp_dir("channels");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    Broker::start_in(dir, CHANNELS)
 }

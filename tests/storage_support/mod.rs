@@ -5,7 +5,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::task::Poll;
 
-use saguin::storage::{NewRecord, RecordProperties, WindowRequest};
+use saguin::storage::{DeadLetter, NewRecord, RecordProperties, WindowRequest};
 
 /// A fresh directory under the system temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
@@ -26,6 +26,21 @@ pub fn rec(topic: &str, payload: &[u8], ts: u64) -> NewRecord {
         topic: topic.into(),
         payload: payload.to_vec(),
         properties: RecordProperties::default(),
+    }
+}
+
+/// A dead-letter move into `channel`, the topic taking `__dlq` after its first level
+/// (as for the default filter `<queue>/#`).
+pub fn to_dlq(channel: &str, topic: &str, ts: u64, props: Vec<(String, String)>) -> DeadLetter {
+    let topic = match topic.split_once('/') {
+        Some((first, rest)) => format!("{first}/__dlq/{rest}"),
+        None => format!("{topic}/__dlq"),
+    };
+    DeadLetter {
+        channel: channel.to_owned(),
+        topic,
+        timestamp_ms: ts,
+        user_properties: props,
     }
 }
 

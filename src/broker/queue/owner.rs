@@ -21,7 +21,7 @@ use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Inflight, Session};
 use crate::codec::{ProtocolVersion, QoS};
 use crate::server::Shared;
-use crate::storage::{Provider, Record, RecordState, StorageError, WindowRequest};
+use crate::storage::{DeadLetter, Provider, Record, RecordState, StorageError, WindowRequest};
 
 /// Job bodies kept in memory ahead of their offers, at most.
 const CACHE_RECORDS: usize = 256;
@@ -43,7 +43,7 @@ struct Owner {
     shared: Rc<Shared>,
     id: ChannelId,
     name: Arc<str>,
-    provider: Rc<Provider>,
+    provider: Arc<Provider>,
     policy: Policy,
     /// The dead-letter channel.
     dlq: Option<(ChannelId, Arc<str>)>,
@@ -608,10 +608,13 @@ impl Owner {
         headers.push(("saguin-dlq-at".into(), now.to_string()));
         headers.push(("saguin-dlq-reason".into(), reason.as_str().into()));
         let dead_topic = dlq_topic(&self.policy.filter, &topic);
-        let moved = self
-            .provider
-            .dead_letter_to(&self.name, offset, &dlq_name, Some(dead_topic), headers)
-            .await;
+        let to = DeadLetter {
+            channel: dlq_name.to_string(),
+            topic: dead_topic,
+            timestamp_ms: now,
+            user_properties: headers,
+        };
+        let moved = self.provider.dead_letter(&self.name, offset, to).await;
         match moved {
             Ok(at) => {
                 log::info!(
@@ -641,19 +644,21 @@ impl Owner {
         }
     }
 
-    /// Wakes the dead-letter channel's readers for its new record.
+    /// Wakes the dead-letter channel's readers for its new record; a shared group is
+    /// handed the record itself, read back only when one exists.
     async fn landed(&mut self, dlq_id: ChannelId, dlq_name: &str, at: u64) {
-        let request = WindowRequest::new(at, 1, 1);
-        let Ok(window) = self.provider.read_window(dlq_name, request).await else {
-            return;
-        };
-        if let Some(record) = window.records.into_iter().find(|r| r.offset == at) {
-            let message = records::from_record(record, QoS::AtLeastOnce, now_ms());
-            self.shared
-                .broker
-                .borrow_mut()
-                .landed(dlq_id, Arc::new(message));
+        let mut message = None;
+        if self.shared.broker.borrow().has_shared_groups() {
+            let request = WindowRequest::new(at, 1, 1);
+            if let Ok(window) = self.provider.read_window(dlq_name, request).await {
+                message = window
+                    .records
+                    .into_iter()
+                    .find(|r| r.offset == at)
+                    .map(|r| Arc::new(records::from_record(r, QoS::AtLeastOnce, now_ms())));
+            }
         }
+        self.shared.broker.borrow_mut().landed(dlq_id, message);
     }
 
     /// Drops a job that left the queue.

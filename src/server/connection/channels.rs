@@ -6,7 +6,6 @@
 //! and is written at most every `ACK_COMMIT_INTERVAL`, and at the end of the
 //! connection.
 
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,10 +50,14 @@ pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
         return reason::NOT_AUTHORIZED;
     }
     let record = records::to_record(&message, now_ms());
-    let landed = record.clone();
+    // Only a shared group is handed the record itself; everyone else reads it from
+    // the channel, so the copy is made only when a group exists.
+    // A queue's owner is handed every job it stores.
+    let landed =
+        (kind == Kind::Queue || shared.broker.borrow().has_shared_groups()).then(|| record.clone());
     match provider.append(&name, record).await {
         Ok(offset) => {
-            let stored = crate::storage::Record {
+            let stored = landed.map(|landed| crate::storage::Record {
                 offset,
                 message_id: landed.message_id,
                 timestamp_ms: landed.timestamp_ms,
@@ -62,19 +65,25 @@ pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
                 payload: landed.payload,
                 properties: landed.properties,
                 state: RecordState::Stored,
-            };
+            });
             if kind == Kind::Queue {
-                let job = crate::storage::Record {
-                    state: RecordState::Job {
-                        attempts: 0,
-                        available_after_ms: 0,
-                    },
-                    ..stored
+                return match stored {
+                    Some(stored) => {
+                        let job = crate::storage::Record {
+                            state: RecordState::Job {
+                                attempts: 0,
+                                available_after_ms: 0,
+                            },
+                            ..stored
+                        };
+                        super::queue::stored(shared, id, job, message.retain)
+                    }
+                    None => reason::SUCCESS,
                 };
-                return super::queue::stored(shared, id, job, message.retain);
             }
-            let delivered = records::from_record(stored, message.qos, now_ms());
-            shared.broker.borrow_mut().landed(id, Arc::new(delivered));
+            let delivered =
+                stored.map(|record| Arc::new(records::from_record(record, message.qos, now_ms())));
+            shared.broker.borrow_mut().landed(id, delivered);
             reason::SUCCESS
         }
         Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
@@ -310,7 +319,7 @@ impl Conn {
         }
         self.positions_stored_at = Some(Instant::now());
         for (id, position) in moved {
-            let (provider, name): (Rc<_>, Arc<str>) = {
+            let (provider, name): (Arc<_>, Arc<str>) = {
                 let broker = self.shared.broker.borrow();
                 let channel = broker.channels.get(id);
                 (channel.provider.clone(), channel.name.clone())

@@ -4,23 +4,24 @@
 //! then wait for whichever comes first of more bytes, a wake-up from the broker, or
 //! the keepalive deadline. Nothing else ever writes to this socket.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use smol::io::AsyncWriteExt;
-use smol::net::TcpStream;
 
 mod channels;
 mod queue;
+mod verbs;
 
 use channels::route;
 pub(crate) use channels::store;
+use verbs::Verb;
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};
+use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
 use crate::broker::session::{Delivery, Inflight, Message, Subscription};
 use crate::broker::{Accepted, ConnLink, topic};
@@ -45,8 +46,8 @@ enum End {
 }
 
 struct Conn {
-    stream: TcpStream,
-    peer: SocketAddr,
+    stream: Socket,
+    peer: String,
     shared: Rc<Shared>,
     reader: FrameReader,
     out: Vec<u8>,
@@ -66,7 +67,7 @@ struct Conn {
 }
 
 /// Runs a connection to its end. `over_limit` says the broker is at max_connections.
-pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>, over_limit: bool) {
+pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_limit: bool) {
     let mut reader = FrameReader::default();
     let mut stream = stream;
     // The handshake and the ending are boxed so their state does not enlarge the
@@ -74,10 +75,13 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
     let connect = match Box::pin(read_connect(&mut stream, &mut reader, &shared)).await {
         Ok(connect) => connect,
         Err(reply) => {
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_connection("unreadable connect");
             if let Some(bytes) = reply {
-                let _ =
-                    write_with_timeout(&mut stream, &bytes, shared.settings.write_timeout).await;
-                linger(&stream).await;
+                Box::pin(close_with(&mut stream, &bytes, &shared)).await;
             }
             log::debug!("{peer}: connection refused before CONNECT was read");
             return;
@@ -94,6 +98,11 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
             "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
             connect.client_id
         );
+        shared
+            .broker
+            .borrow()
+            .metrics
+            .refuse_connection(connection_refusal_label(code));
         let bytes = encode_one(
             &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
             protocol,
@@ -137,7 +146,8 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
     log::debug!(
-        "{peer}: {} connected ({protocol:?}, session present {})",
+        "{}: {} connected ({protocol:?}, session present {})",
+        conn.peer,
         conn.client_id,
         accepted.session_present
     );
@@ -149,7 +159,7 @@ pub(crate) async fn run(stream: TcpStream, peer: SocketAddr, shared: Rc<Shared>,
 /// Reads the CONNECT within `connect_timeout`. On failure, returns the bytes to send
 /// before closing, if the refused protocol has a way to say it.
 async fn read_connect(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     reader: &mut FrameReader,
     shared: &Shared,
 ) -> Result<Box<Connect>, Option<Vec<u8>>> {
@@ -320,6 +330,21 @@ fn connack(
     }
 }
 
+/// The label a refused connection is counted under (RFC 0005, proposed in gaps §4).
+fn connection_refusal_label(code: u8) -> &'static str {
+    match code {
+        reason::SERVER_BUSY => "server busy",
+        reason::UNSUPPORTED_PROTOCOL_VERSION => "unsupported protocol version",
+        reason::CLIENT_IDENTIFIER_NOT_VALID => "client identifier not valid",
+        reason::BAD_USER_NAME_OR_PASSWORD => "bad user name or password",
+        reason::BAD_AUTHENTICATION_METHOD => "bad authentication method",
+        reason::TOPIC_NAME_INVALID => "topic name invalid",
+        reason::PACKET_TOO_LARGE => "packet too large",
+        reason::QUOTA_EXCEEDED => "session store full",
+        _ => "not authorized",
+    }
+}
+
 /// The 3.1.1 CONNACK return code for an MQTT 5 CONNACK refusal (RFC 0002 "At CONNECT").
 fn connack_v311(code: u8) -> u8 {
     match code {
@@ -343,7 +368,7 @@ fn encode_one(packet: &Packet, protocol: ProtocolVersion) -> Vec<u8> {
 /// Writes all of `bytes`, giving up after `timeout` (`limits.write_timeout`; `None`
 /// waits as long as it takes).
 async fn write_with_timeout(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     bytes: &[u8],
     timeout: Option<Duration>,
 ) -> std::io::Result<()> {
@@ -365,7 +390,7 @@ async fn write_with_timeout(
 }
 
 /// Writes a last packet and closes.
-async fn close_with(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) {
+async fn close_with(stream: &mut Socket, bytes: &[u8], shared: &Shared) {
     let _ = write_with_timeout(stream, bytes, shared.settings.write_timeout).await;
     linger(stream).await;
 }
@@ -374,16 +399,15 @@ async fn close_with(stream: &mut TcpStream, bytes: &[u8], shared: &Shared) {
 /// packet we wrote is not lost to a reset: closing a socket with unread bytes makes
 /// the kernel send RST, which can overtake a CONNACK or DISCONNECT still in flight.
 /// Memory stays bounded: the rest is read into a small buffer and dropped.
-async fn linger(stream: &TcpStream) {
+async fn linger(stream: &mut Socket) {
     const LINGER: Duration = Duration::from_millis(500);
     const MAX_DISCARD: usize = 1 << 20;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let mut stream = stream.clone();
+    stream.close_write();
     let drain = async {
         let mut scratch = vec![0u8; 1024];
         let mut discarded = 0;
         while discarded < MAX_DISCARD {
-            match smol::io::AsyncReadExt::read(&mut stream, &mut scratch).await {
+            match smol::io::AsyncReadExt::read(stream, &mut scratch).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => discarded += n,
             }
@@ -679,13 +703,40 @@ impl Conn {
         if let Some(answered) = self.queue_response(&publish) {
             return answered;
         }
+        if let Some(verb) = Verb::of(&publish.topic) {
+            let (code, reply) = self.perform(verb, &publish).await;
+            if code != reason::SUCCESS {
+                log::info!(
+                    "{}: {} {:?} refused 0x{code:02X}",
+                    self.peer,
+                    self.client_id,
+                    publish.topic
+                );
+            }
+            self.answer_publish(&publish, code)?;
+            if let Some(reply) = reply {
+                self.queue_packet(&verbs::reply_packet(reply));
+            }
+            return Ok(());
+        }
         let settings = &self.shared.settings;
+        let refused = |label| {
+            self.shared.broker.borrow().metrics.refuse_publish(label);
+        };
         let code = match check_topic_name(&publish.topic, settings) {
-            Err(code) => code,
+            Err(code) => {
+                refused(if code == reason::NOT_AUTHORIZED {
+                    "not authorized"
+                } else {
+                    "topic name invalid"
+                });
+                code
+            }
             Ok(())
                 if publish.properties.payload_format_indicator == Some(1)
                     && std::str::from_utf8(&publish.payload).is_err() =>
             {
+                refused("payload format invalid");
                 reason::PAYLOAD_FORMAT_INVALID
             }
             Ok(()) => self.check_quota(&publish),
@@ -877,6 +928,13 @@ impl Conn {
                         }
                     }
                 };
+            if granted >= 0x80 {
+                self.shared
+                    .broker
+                    .borrow()
+                    .metrics
+                    .refuse_subscription(granted);
+            }
             codes.push(match self.protocol {
                 ProtocolVersion::V311 if granted >= 0x80 => reason::v311::SUBACK_FAILURE,
                 _ => granted,
@@ -963,6 +1021,9 @@ impl Conn {
             return Ok(Err(reason::TOPIC_FILTER_INVALID));
         }
         let first = inner.split('/').next().unwrap_or_default();
+        if share.is_none() && verbs::is_seek_reply(inner) {
+            return Ok(Ok(None));
+        }
         if first == "$SYS" || first == "$saguin" {
             return Ok(Err(reason::NOT_AUTHORIZED));
         }
@@ -1087,7 +1148,7 @@ impl Conn {
             self.queue_packet(&Packet::Disconnect(disconnect));
         }
         let _ = self.flush().await;
-        linger(&self.stream).await;
+        linger(&mut self.stream).await;
         log::debug!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
     }
 }

@@ -69,6 +69,11 @@ impl Conn {
                 self.peer,
                 self.client_id
             );
+            self.shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_subscription(code);
             code
         };
         if self.protocol == ProtocolVersion::V311 {
@@ -107,6 +112,7 @@ impl Conn {
             .session(&self.client_id)
             .is_some_and(|s| s.subscriptions.contains_key(filter));
         if full && !exists {
+            broker.metrics.refuse_subscription(reason::QUOTA_EXCEEDED);
             return Some(reason::QUOTA_EXCEEDED);
         }
         // Granted at 1: offers go at QoS 1.

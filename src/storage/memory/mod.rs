@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use super::error::StorageError;
 use super::lock::ProviderLock;
 use super::record::{
-    ChannelStats, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
 };
 use super::settings::{ChannelKind, ChannelSettings, MemorySettings};
 
@@ -310,6 +310,34 @@ impl MemoryProvider {
         })
     }
 
+    /// That `channel` is an open queue holding a job at `offset`; checked under the same
+    /// lock as the change that follows.
+    fn check_job(
+        &self,
+        st: &State,
+        channel: &str,
+        offset: u64,
+        operation: &'static str,
+    ) -> Result<(), StorageError> {
+        let open = st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        if !open.settings.is_queue() {
+            return Err(StorageError::WrongChannelKind {
+                channel: channel.to_owned(),
+                operation,
+            });
+        }
+        if !open.data.records.contains_key(&offset) {
+            return Err(StorageError::NoSuchRecord {
+                channel: channel.to_owned(),
+                offset,
+            });
+        }
+        Ok(())
+    }
+
     fn with_job<T>(
         &self,
         channel: &str,
@@ -368,8 +396,8 @@ impl MemoryProvider {
 
     /// Removes a resolved job.
     pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
-        self.with_job(channel, offset, "resolve", |_, _| ())?;
         let mut st = self.state();
+        self.check_job(&st, channel, offset, "resolve")?;
         let gone = st
             .channels
             .get_mut(channel)
@@ -379,30 +407,18 @@ impl MemoryProvider {
         Ok(())
     }
 
-    /// Moves a job into the dead-letter channel at once (under one lock), adding
-    /// `extra_user_properties`. Never refused for want of room (C-113).
+    /// Moves a job into the dead-letter channel at once (under one lock). Never refused
+    /// for want of room (C-113).
     pub async fn dead_letter(
         &self,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
-        self.dead_letter_to(queue, offset, dlq, None, extra_user_properties)
-            .await
-    }
-
-    /// [`MemoryProvider::dead_letter`], storing the dead letter under `topic` when given.
-    pub async fn dead_letter_to(
-        &self,
-        queue: &str,
-        offset: u64,
-        dlq: &str,
-        topic: Option<String>,
-        extra_user_properties: Vec<(String, String)>,
-    ) -> Result<u64, StorageError> {
-        self.with_job(queue, offset, "dead-letter", |_, _| ())?;
+        let dlq = to.channel.clone();
+        let dlq = dlq.as_str();
         let mut guard = self.state();
+        self.check_job(&guard, queue, offset, "dead-letter")?;
         let st = &mut *guard;
         if !st.channels.contains_key(dlq) {
             return Err(self.unknown(dlq));
@@ -416,15 +432,7 @@ impl MemoryProvider {
                 offset,
             })?;
         st.used = st.used.saturating_sub(rec.size());
-        let mut props = rec.properties;
-        props.user_properties.extend(extra_user_properties);
-        let new = NewRecord {
-            message_id: rec.message_id,
-            timestamp_ms: rec.timestamp_ms,
-            topic: topic.unwrap_or(rec.topic),
-            payload: rec.payload,
-            properties: props,
-        };
+        let new = to.apply(rec);
         let grown = new.size();
         let d = st.channels.get_mut(dlq).ok_or_else(|| self.unknown(dlq))?;
         let at = d.data.insert(new, RecordState::Stored);

@@ -17,7 +17,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use super::ops::{Done, WriteOp, fail};
 use super::schema::{self, RECORD_COLUMNS, STATE_DELETED, STATE_JOB, STATE_STORED, i, u};
 use crate::storage::error::StorageError;
-use crate::storage::record::{NewRecord, Record};
+use crate::storage::record::{DeadLetter, NewRecord, Record};
 use crate::storage::settings::ChannelSettings;
 
 /// What the pages of a record cost beyond its counted size, for the reserve check.
@@ -155,12 +155,10 @@ impl<'a> Batch<'a> {
             WriteOp::DeadLetter {
                 queue,
                 offset,
-                dlq,
-                topic,
-                extra_user_properties,
+                to,
                 done,
             } => {
-                let r = self.dead_letter(c, &queue, offset, &dlq, topic, extra_user_properties);
+                let r = self.dead_letter(c, &queue, offset, to);
                 self.complete(done, r)
             }
             WriteOp::SetPosition {
@@ -476,22 +474,14 @@ impl<'a> Batch<'a> {
         c: &Connection,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        topic: Option<String>,
-        extra: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
         self.job_channel(queue, "dead-letter")?;
+        let dlq = to.channel.clone();
+        let dlq = dlq.as_str();
         let d = self.channel(dlq)?;
         let rec = self.take_record(c, queue, offset)?;
-        let mut properties = rec.properties;
-        properties.user_properties.extend(extra);
-        let new = NewRecord {
-            message_id: rec.message_id,
-            timestamp_ms: rec.timestamp_ms,
-            topic: topic.unwrap_or(rec.topic),
-            payload: rec.payload,
-            properties,
-        };
+        let new = to.apply(rec);
         let mut n = self.counts(dlq, d);
         let at = n.next_offset;
         self.insert_row(c, dlq, d.id, at, STATE_STORED, &new)?;

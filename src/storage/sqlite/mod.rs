@@ -22,7 +22,7 @@ use self::ops::{Done, ReadOp, WriteOp};
 use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
-use super::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
 use super::settings::{ChannelSettings, SqliteSettings};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -57,6 +57,8 @@ pub struct WriterStats {
     pub appended: u64,
     /// Times the write-ahead log was forced to disk.
     pub flushes: u64,
+    /// Bytes of the file's pages in use after the last commit (what `max_bytes` bounds).
+    pub used_bytes: u64,
 }
 
 fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError> {
@@ -79,7 +81,22 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
         .map_err(|e| io("set synchronous", e))?;
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(|e| io("set busy_timeout", e))?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| io("read the schema version", e))?;
+    if version > schema::VERSION {
+        return Err(StorageError::io(
+            &s.name,
+            "open the database",
+            format!(
+                "{} was written by a newer Sagüin (schema {version}, this one knows {}); run that version, or restore a copy",
+                s.file_path.display(),
+                schema::VERSION
+            ),
+        ));
+    }
     conn.execute_batch(schema::SCHEMA)
+        .and_then(|()| conn.execute_batch(&format!("PRAGMA user_version = {}", schema::VERSION)))
         .map_err(|e| io("create tables", e))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
@@ -191,6 +208,7 @@ impl SqliteProvider {
             commits: self.counters.commits.load(Ordering::Relaxed),
             appended: self.counters.appended.load(Ordering::Relaxed),
             flushes: self.counters.flushes.load(Ordering::Relaxed),
+            used_bytes: self.counters.used_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -318,36 +336,20 @@ impl SqliteProvider {
         .await
     }
 
-    /// Moves a job into the dead-letter channel in one transaction, adding
-    /// `extra_user_properties`; returns its offset there. Not a publish: no channel bound
-    /// is checked and the reserve may be used (C-113, B-500).
+    /// Moves a job into the dead-letter channel in one transaction; returns its offset
+    /// there. Not a publish: no channel bound is checked and the reserve may be used
+    /// (C-113, B-500).
     pub async fn dead_letter(
         &self,
         queue: &str,
         offset: u64,
-        dlq: &str,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
     ) -> Result<u64, StorageError> {
-        self.dead_letter_to(queue, offset, dlq, None, extra_user_properties)
-            .await
-    }
-
-    /// [`SqliteProvider::dead_letter`], storing the dead letter under `topic` when given.
-    pub async fn dead_letter_to(
-        &self,
-        queue: &str,
-        offset: u64,
-        dlq: &str,
-        topic: Option<String>,
-        extra_user_properties: Vec<(String, String)>,
-    ) -> Result<u64, StorageError> {
-        let (queue, dlq) = (queue.to_owned(), dlq.to_owned());
+        let queue = queue.to_owned();
         self.write(|done| WriteOp::DeadLetter {
             queue,
             offset,
-            dlq,
-            topic,
-            extra_user_properties,
+            to,
             done,
         })
         .await

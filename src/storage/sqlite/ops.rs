@@ -5,7 +5,9 @@ use smol::channel::Sender;
 
 use super::schema;
 use crate::storage::error::StorageError;
-use crate::storage::record::{ChannelStats, NewRecord, SweepReport, Window, WindowRequest};
+use crate::storage::record::{
+    ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest,
+};
 use crate::storage::settings::ChannelSettings;
 
 /// Where a request's answer goes; `bounded(1)`, so completing never blocks.
@@ -61,9 +63,7 @@ pub(crate) enum WriteOp {
     DeadLetter {
         queue: String,
         offset: u64,
-        dlq: String,
-        topic: Option<String>,
-        extra_user_properties: Vec<(String, String)>,
+        to: DeadLetter,
         done: Done<u64>,
     },
     SetPosition {

@@ -8,6 +8,10 @@ use crate::storage::record::{
     ChannelStats, Record, RecordProperties, RecordState, Window, WindowRequest,
 };
 
+/// The schema version, kept in `PRAGMA user_version`; a file from a newer version is
+/// refused rather than misread.
+pub(crate) const VERSION: i64 = 1;
+
 /// Tables. Plain names and columns so that `sqlite3` on the live file is readable.
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS channels(

@@ -34,6 +34,8 @@ pub(crate) struct Counters {
     pub(crate) appended: AtomicU64,
     /// Times the write-ahead log was forced to disk.
     pub(crate) flushes: AtomicU64,
+    /// Bytes of the database's pages in use (free pages excluded), after the last commit.
+    pub(crate) used_bytes: AtomicU64,
 }
 
 pub(crate) struct Writer {
@@ -103,6 +105,7 @@ impl Writer {
             dirty_since: None,
             counters: Arc::default(),
         })
+        .inspect(|w| w.measure())
     }
 
     /// The next request already queued, urgent ones first (RFC 0004 "Group commit", as
@@ -260,12 +263,27 @@ impl Writer {
                     .appended
                     .fetch_add(publishes, Ordering::Relaxed);
                 self.dirty_since.get_or_insert_with(Instant::now);
+                self.measure();
             }
             Err(e) => log::warn!("{e}"),
         }
         let err = outcome.err();
         for c in completions {
             c(err.as_ref());
+        }
+    }
+
+    /// Records the pages in use, for metrics and the operator.
+    fn measure(&self) {
+        let used: rusqlite::Result<(i64, i64)> = self.conn.query_row(
+            "SELECT (SELECT page_count FROM pragma_page_count()), \
+             (SELECT freelist_count FROM pragma_freelist_count())",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        );
+        if let Ok((pages, free)) = used {
+            let bytes = u(pages).saturating_sub(u(free)) * self.bounds.page_size;
+            self.counters.used_bytes.store(bytes, Ordering::Relaxed);
         }
     }
 
@@ -368,6 +386,7 @@ impl Writer {
             }
             if r.records > 0 {
                 self.dirty_since.get_or_insert_with(Instant::now);
+                self.measure();
             }
             total.add(r);
         }

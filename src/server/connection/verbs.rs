@@ -1,0 +1,307 @@
+//! The verbs Sagüin defines under `$saguin/`: a point read of a latest channel
+//! (`$saguin/kv/get`) and a consumer's seek (`$saguin/consumer/<channel>/seek`).
+//! Each is a publish answered on its PUBACK, with the answer written to this
+//! connection alone, never routed (gaps G-01, G-18).
+
+use std::sync::Arc;
+
+use super::Conn;
+use crate::broker::channels::{ChannelId, Kind};
+use crate::broker::records::{self, now_ms};
+use crate::broker::topic;
+use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS, reason};
+use crate::storage::{Record, RecordState, WindowRequest};
+
+/// The point-read topic.
+pub const KV_GET: &str = "$saguin/kv/get";
+/// Records read per window while scanning.
+const SCAN_WINDOW: usize = 256;
+
+/// A verb a publish names, if its topic is one.
+pub(super) enum Verb {
+    /// `$saguin/kv/get`.
+    PointRead,
+    /// `$saguin/consumer/<channel>/seek`.
+    Seek(String),
+    /// `$saguin/catalogue/<channel>`; `None` when the name held a `/`.
+    Catalogue(Option<String>),
+}
+
+impl Verb {
+    /// The verb `topic_name` names.
+    pub(super) fn of(topic_name: &str) -> Option<Verb> {
+        if topic_name == KV_GET {
+            return Some(Verb::PointRead);
+        }
+        if let Some(name) = topic_name.strip_prefix("$saguin/catalogue/") {
+            return Some(Verb::Catalogue(
+                (!name.is_empty() && !name.contains('/')).then(|| name.to_string()),
+            ));
+        }
+        let channel = topic_name
+            .strip_prefix("$saguin/consumer/")?
+            .strip_suffix("/seek")?;
+        (!channel.is_empty() && !channel.contains('/')).then(|| Verb::Seek(channel.to_string()))
+    }
+}
+
+/// Whether `filter` is the seek reply topic of a channel, which a client may
+/// subscribe to (the reply is written to its socket either way).
+pub(super) fn is_seek_reply(filter: &str) -> bool {
+    filter
+        .strip_prefix("$saguin/consumer/")
+        .and_then(|rest| rest.strip_suffix("/seek/reply"))
+        .is_some_and(|channel| !channel.is_empty() && !channel.contains(['/', '+', '#']))
+}
+
+impl Conn {
+    /// Performs a verb and returns the PUBACK code; the answer, if any, is queued
+    /// after the acknowledgement by the caller's `reply`.
+    pub(super) async fn perform(&mut self, verb: Verb, publish: &Publish) -> (u8, Option<Publish>) {
+        match verb {
+            Verb::PointRead => self.point_read(publish).await,
+            Verb::Seek(channel) => self.seek(&channel, publish).await,
+            Verb::Catalogue(name) => self.catalogue(name.as_deref(), publish),
+        }
+    }
+
+    /// `$saguin/catalogue/<channel>`: what the channel is, as JSON, for a client
+    /// composing topics (RFC 0002 "Asking what a channel is"). With no acl_file every
+    /// client holds every verb; a channel that does not exist is the empty reply.
+    fn catalogue(&self, name: Option<&str>, publish: &Publish) -> (u8, Option<Publish>) {
+        let Some(name) = name else {
+            return (reason::TOPIC_NAME_INVALID, None);
+        };
+        let Some(response_topic) = &publish.properties.response_topic else {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        };
+        let body = {
+            let broker = self.shared.broker.borrow();
+            broker.channels.by_name(name).map(|id| {
+                let channel = broker.channels.get(id);
+                let verbs: &[&str] = match channel.kind {
+                    Kind::Append { .. } => &["write", "read", "seek"],
+                    Kind::Latest => &["write", "read", "delete"],
+                    Kind::Queue => &["write", "consume"],
+                    Kind::DeadLetter => &["read", "seek"],
+                };
+                let mut answer = serde_json::json!({
+                    "name": name,
+                    "type": channel.kind.as_str(),
+                    "filter": &*channel.filter,
+                    "verbs": verbs,
+                });
+                if channel.kind == Kind::Queue {
+                    answer["pin"] = serde_json::Value::from(format!("$saguin/queue/{name}"));
+                }
+                answer.to_string()
+            })
+        };
+        let properties = Properties {
+            correlation_data: publish.properties.correlation_data.clone(),
+            ..Properties::default()
+        };
+        let payload: Arc<[u8]> = Arc::from(body.unwrap_or_default().as_bytes());
+        (
+            reason::SUCCESS,
+            Some(answer(response_topic, payload, properties)),
+        )
+    }
+
+    /// `$saguin/kv/get`: the payload is the key; the value goes to the Response Topic.
+    async fn point_read(&mut self, publish: &Publish) -> (u8, Option<Publish>) {
+        let Some(response_topic) = publish.properties.response_topic.clone() else {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        };
+        let Ok(key) = std::str::from_utf8(&publish.payload) else {
+            return (reason::TOPIC_NAME_INVALID, None);
+        };
+        if key.is_empty() {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        }
+        let settings = &self.shared.settings;
+        if key.len() > settings.max_topic_length
+            || topic::level_count(key) > settings.max_topic_levels
+            || key.contains(['+', '#'])
+            || key.starts_with('$')
+        {
+            return (reason::TOPIC_NAME_INVALID, None);
+        }
+        let Some(id) = self.latest_channel_of(key) else {
+            return (reason::TOPIC_NAME_INVALID, None);
+        };
+        let found = match self.find(id, |r| r.topic == key).await {
+            Ok(found) => found.filter(|r| matches!(r.state, RecordState::Stored)),
+            Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
+        };
+        let correlation = publish.properties.correlation_data.clone();
+        let reply = match found {
+            Some(record) => {
+                let message = records::from_record(record, QoS::AtMostOnce, now_ms());
+                let mut properties = message.properties.clone();
+                properties.correlation_data = correlation;
+                properties.response_topic = None;
+                answer(&response_topic, message.payload.clone(), properties)
+            }
+            None => {
+                let properties = Properties {
+                    correlation_data: correlation,
+                    ..Properties::default()
+                };
+                answer(&response_topic, Arc::from(&b""[..]), properties)
+            }
+        };
+        (reason::SUCCESS, Some(reply))
+    }
+
+    fn latest_channel_of(&self, key: &str) -> Option<ChannelId> {
+        let broker = self.shared.broker.borrow();
+        let id = broker.channels.resolve(key)?;
+        (broker.channels.get(id).kind == Kind::Latest).then_some(id)
+    }
+
+    /// The first record of channel `id` that `wanted` picks, read window by window so
+    /// the channel is never loaded whole.
+    async fn find(
+        &self,
+        id: ChannelId,
+        wanted: impl Fn(&Record) -> bool,
+    ) -> Result<Option<Record>, ()> {
+        let (provider, name) = {
+            let broker = self.shared.broker.borrow();
+            let channel = broker.channels.get(id);
+            (channel.provider.clone(), channel.name.clone())
+        };
+        let mut from = 0;
+        loop {
+            let request = WindowRequest {
+                from,
+                max_records: SCAN_WINDOW,
+                max_bytes: 1 << 20,
+            };
+            let window = provider.read_window(&name, request).await.map_err(|e| {
+                log::error!("channel {name}: read failed: {e}");
+            })?;
+            let Some(last) = window.records.last().map(|r| r.offset) else {
+                return Ok(None);
+            };
+            if let Some(record) = window.records.into_iter().find(|r| wanted(r)) {
+                return Ok(Some(record));
+            }
+            from = last + 1;
+        }
+    }
+
+    /// `$saguin/consumer/<channel>/seek`: moves this consumer's position to an offset
+    /// (decimal) or a time (RFC 3339, with its zone).
+    async fn seek(&mut self, channel: &str, publish: &Publish) -> (u8, Option<Publish>) {
+        let Some(id) = self.append_channel(channel) else {
+            return (reason::TOPIC_NAME_INVALID, None);
+        };
+        let (provider, name) = {
+            let broker = self.shared.broker.borrow();
+            let c = broker.channels.get(id);
+            (c.provider.clone(), c.name.clone())
+        };
+        let Ok(stats) = provider.stats(&name).await else {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        };
+        let text = std::str::from_utf8(&publish.payload).unwrap_or("").trim();
+        let position = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            match text.parse::<u64>() {
+                Ok(offset) if offset <= stats.head => offset.max(stats.floor),
+                _ => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
+            }
+        } else if let Ok(at) = text.parse::<jiff::Timestamp>() {
+            let Ok(at_ms) = u64::try_from(at.as_millisecond()) else {
+                return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+            };
+            if at_ms > now_ms() {
+                return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+            }
+            match self.find(id, |r| r.timestamp_ms >= at_ms).await {
+                Ok(found) => found.map_or(stats.head, |r| r.offset),
+                Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
+            }
+        } else {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        };
+        self.move_cursor(id, position);
+        if let Err(e) = provider
+            .set_position(&self.client_id, &name, position)
+            .await
+        {
+            log::error!("channel {name}: seek of {} not stored: {e}", self.client_id);
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        }
+        let response_topic = match (&publish.properties.response_topic, self.protocol) {
+            (Some(topic), ProtocolVersion::V5) => topic.clone(),
+            _ => format!("$saguin/consumer/{channel}/seek/reply"),
+        };
+        let properties = Properties {
+            correlation_data: publish.properties.correlation_data.clone(),
+            ..Properties::default()
+        };
+        (
+            reason::SUCCESS,
+            Some(answer(
+                &response_topic,
+                Arc::from(position.to_string().as_bytes()),
+                properties,
+            )),
+        )
+    }
+
+    fn append_channel(&self, name: &str) -> Option<ChannelId> {
+        let broker = self.shared.broker.borrow();
+        let id = broker.channels.by_name(name)?;
+        matches!(
+            broker.channels.get(id).kind,
+            Kind::Append { .. } | Kind::DeadLetter
+        )
+        .then_some(id)
+    }
+
+    /// Points the session's cursor on channel `id` at `position`: what it had queued and
+    /// not written is dropped, and reading starts again there.
+    fn move_cursor(&mut self, id: ChannelId, position: u64) {
+        self.with_session(|s| {
+            let Some(cursor) = s.cursors.get_mut(&id) else {
+                return;
+            };
+            cursor.next = position;
+            cursor.unsettled.clear();
+            cursor.stored = Some(position);
+            cursor.caught_up = false;
+            let before = s.queue.len();
+            let mut freed = 0;
+            s.queue.retain(|d| {
+                let keep = d.origin.is_none_or(|(c, _)| c != id);
+                if !keep {
+                    freed += d.message.charge();
+                }
+                keep
+            });
+            s.queued_bytes -= freed;
+            debug_assert!(s.queue.len() <= before);
+        });
+    }
+}
+
+/// An answer written straight to the asking connection: QoS 0, RETAIN 0.
+fn answer(topic_name: &str, payload: Arc<[u8]>, properties: Properties) -> Publish {
+    Publish {
+        dup: false,
+        qos: QoS::AtMostOnce,
+        retain: false,
+        topic: Arc::from(topic_name),
+        packet_id: None,
+        properties,
+        payload,
+    }
+}
+
+/// Queues an answer for the connection after its acknowledgement.
+pub(super) fn reply_packet(reply: Publish) -> Packet {
+    Packet::Publish(reply)
+}

@@ -1,0 +1,786 @@
+//! saguin-bench: the same MQTT 3.1.1 scenarios against two brokers on loopback,
+//! in one run, printed as a Markdown table with the ratio first/second.
+//!
+//! It speaks MQTT itself (CONNECT, SUBSCRIBE, PUBLISH QoS 0/1, PUBACK) so that the
+//! client costs the same against either broker and is not the bottleneck.
+//!
+//! ```text
+//! saguin-bench --target saguin=127.0.0.1:18830,PID --target mosquitto=127.0.0.1:18831,PID
+//!              [--duration 3] [--latency-secs 2] [--idle 1000] [--rounds 1] [--only SUBSTR] [--out FILE]
+//! ```
+//!
+//! Each scenario has two phases on the same connections:
+//! * latency: publishers paced well below saturation; every delivery's one-way
+//!   latency (the send time travels in the payload; both ends are this process)
+//!   gives p50 / p99;
+//! * throughput: publishers send as fast as the broker takes it, with at most a
+//!   window of messages ahead of the subscribers (so neither broker is pushed
+//!   into dropping by its queue bounds), for `--duration` seconds; the result is
+//!   deliveries per second, summed over subscribers.
+//!
+//! With `--rounds N` every scenario runs N times per broker, the order of the two
+//! brokers alternating, and each figure is the median of its N values.
+//!
+//! Broker RSS is sampled from /proc/PID/status every 50 ms; the peak per
+//! scenario is reported, and once idle and with `--idle` idle connections.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Semaphore;
+use tokio::time::{sleep, sleep_until, timeout};
+
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+fn now_ns() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+// ---------------------------------------------------------------- MQTT 3.1.1 codec
+
+fn put_varint(buf: &mut Vec<u8>, mut n: usize) {
+    loop {
+        let mut b = (n % 128) as u8;
+        n /= 128;
+        if n > 0 {
+            b |= 0x80;
+        }
+        buf.push(b);
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+fn put_str(buf: &mut Vec<u8>, s: &str) {
+    buf.extend_from_slice(&(s.len() as u16).to_be_bytes());
+    buf.extend_from_slice(s.as_bytes());
+}
+
+fn connect_packet(client_id: &str, keepalive: u16) -> Vec<u8> {
+    let mut body = Vec::new();
+    put_str(&mut body, "MQTT");
+    body.push(4); // 3.1.1
+    body.push(0x02); // clean session
+    body.extend_from_slice(&keepalive.to_be_bytes());
+    put_str(&mut body, client_id);
+    let mut p = vec![0x10];
+    put_varint(&mut p, body.len());
+    p.extend_from_slice(&body);
+    p
+}
+
+fn subscribe_packet(pid: u16, filter: &str, qos: u8) -> Vec<u8> {
+    let mut body = pid.to_be_bytes().to_vec();
+    put_str(&mut body, filter);
+    body.push(qos);
+    let mut p = vec![0x82];
+    put_varint(&mut p, body.len());
+    p.extend_from_slice(&body);
+    p
+}
+
+fn put_publish(buf: &mut Vec<u8>, topic: &str, qos: u8, pid: u16, payload: &[u8]) {
+    buf.push(0x30 | (qos << 1));
+    let len = 2 + topic.len() + if qos > 0 { 2 } else { 0 } + payload.len();
+    put_varint(buf, len);
+    put_str(buf, topic);
+    if qos > 0 {
+        buf.extend_from_slice(&pid.to_be_bytes());
+    }
+    buf.extend_from_slice(payload);
+}
+
+/// Reads whole MQTT packets from one socket.
+struct Rd {
+    r: OwnedReadHalf,
+    buf: Vec<u8>,
+    pos: usize,
+    len: usize,
+}
+
+impl Rd {
+    fn new(r: OwnedReadHalf) -> Self {
+        Rd { r, buf: vec![0; 256 * 1024], pos: 0, len: 0 }
+    }
+
+    /// The next complete packet already in the buffer: (first byte, body range).
+    fn parse(&mut self) -> Option<(u8, usize, usize)> {
+        let a = &self.buf[self.pos..self.len];
+        if a.len() < 2 {
+            return None;
+        }
+        let (mut rl, mut mult, mut i) = (0usize, 1usize, 1usize);
+        loop {
+            if i >= a.len() {
+                return None;
+            }
+            let b = a[i];
+            rl += (b & 0x7f) as usize * mult;
+            mult *= 128;
+            i += 1;
+            if b & 0x80 == 0 {
+                break;
+            }
+            assert!(i <= 4, "malformed remaining length");
+        }
+        if a.len() < i + rl {
+            return None;
+        }
+        let s = self.pos + i;
+        self.pos = s + rl;
+        Some((a[0], s, s + rl))
+    }
+
+    async fn fill(&mut self) -> io::Result<()> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.len, 0);
+            self.len -= self.pos;
+            self.pos = 0;
+        }
+        if self.len == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        let n = self.r.read(&mut self.buf[self.len..]).await?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "broker closed the connection"));
+        }
+        self.len += n;
+        Ok(())
+    }
+
+    async fn next(&mut self) -> io::Result<(u8, usize, usize)> {
+        loop {
+            if let Some(p) = self.parse() {
+                return Ok(p);
+            }
+            self.fill().await?;
+        }
+    }
+}
+
+type Wr = BufWriter<OwnedWriteHalf>;
+
+async fn connect(addr: &str, id: &str, keepalive: u16) -> io::Result<(Rd, Wr)> {
+    let s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let (r, w) = s.into_split();
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    w.write_all(&connect_packet(id, keepalive)).await?;
+    w.flush().await?;
+    let mut rd = Rd::new(r);
+    let (h, s, e) = rd.next().await?;
+    if h != 0x20 || e - s != 2 || rd.buf[s + 1] != 0 {
+        return Err(io::Error::other(format!("CONNECT refused: {:02x?}", &rd.buf[s - 2..e])));
+    }
+    Ok((rd, w))
+}
+
+async fn subscribe(rd: &mut Rd, w: &mut Wr, filter: &str, qos: u8) -> io::Result<()> {
+    w.write_all(&subscribe_packet(1, filter, qos)).await?;
+    w.flush().await?;
+    loop {
+        let (h, s, e) = rd.next().await?;
+        if h == 0x90 {
+            let rc = rd.buf[e - 1];
+            if rc == 0x80 || e - s < 3 {
+                return Err(io::Error::other("SUBSCRIBE refused"));
+            }
+            return Ok(());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- scenarios
+
+#[derive(Clone)]
+struct Scenario {
+    name: String,
+    qos: u8,
+    pubs: usize,
+    subs: usize,
+    payload: usize,
+    /// total publishes per second across publishers in the latency phase
+    paced_rate: f64,
+}
+
+#[derive(Default)]
+struct Shared {
+    sent: AtomicU64,
+    delivered: AtomicU64,
+    forgiven: AtomicU64,
+    stop_subs: AtomicBool,
+}
+
+#[derive(Default, Clone)]
+struct Outcome {
+    deliveries_per_s: f64,
+    publishes_per_s: f64,
+    lost_pct: f64,
+    p50_us: f64,
+    p99_us: f64,
+    peak_rss_kib: Option<u64>,
+    error: Option<String>,
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+struct Sub {
+    count: u64,
+    lat_ns: Vec<u64>,
+}
+
+async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
+    let mut out = Sub { count: 0, lat_ns: Vec::new() };
+    let mut acks = Vec::new();
+    loop {
+        while let Some((h, s, e)) = rd.parse() {
+            if h & 0xf0 != 0x30 {
+                continue;
+            }
+            let q = (h >> 1) & 3;
+            let tlen = u16::from_be_bytes([rd.buf[s], rd.buf[s + 1]]) as usize;
+            let mut p = s + 2 + tlen;
+            if q > 0 {
+                acks.extend_from_slice(&[0x40, 2, rd.buf[p], rd.buf[p + 1]]);
+                p += 2;
+            }
+            let payload = &rd.buf[p..e];
+            if payload.len() >= 9 && payload[8] == 1 {
+                let ts = u64::from_le_bytes(payload[..8].try_into().unwrap());
+                out.lat_ns.push(now_ns().saturating_sub(ts));
+            }
+            out.count += 1;
+            sh.delivered.fetch_add(1, Relaxed);
+        }
+        if !acks.is_empty() {
+            w.write_all(&acks).await?;
+            w.flush().await?;
+            acks.clear();
+        }
+        match timeout(Duration::from_millis(50), rd.fill()).await {
+            Ok(r) => r?,
+            Err(_) if sh.stop_subs.load(Relaxed) => return Ok(out),
+            Err(_) => {}
+        }
+    }
+}
+
+enum Mode {
+    Paced { per_s: f64, until: Instant },
+    Flood { until: Instant, window: u64 },
+}
+
+async fn publisher(
+    rd: Rd,
+    mut w: Wr,
+    sh: Arc<Shared>,
+    sc: Scenario,
+    mode: Mode,
+    inflight: Arc<Semaphore>,
+) -> io::Result<u64> {
+    // QoS 1: a reader task returns a permit per PUBACK.
+    let acker = if sc.qos > 0 {
+        let sem = inflight.clone();
+        let mut rd = rd;
+        Some(tokio::spawn(async move {
+            loop {
+                match rd.next().await {
+                    Ok((h, _, _)) if h & 0xf0 == 0x40 => sem.add_permits(1),
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+            }
+        }))
+    } else {
+        None
+    };
+    let topic = format!("bench/{}", sc.name);
+    let mut payload = vec![0x5au8; sc.payload.max(9)];
+    let mut pkt = Vec::with_capacity(sc.payload + 64);
+    let mut pid: u16 = 0;
+    let mut n: u64 = 0;
+    let subs = sc.subs as u64;
+    let start = Instant::now();
+    loop {
+        let now = Instant::now();
+        match mode {
+            Mode::Paced { per_s, until } => {
+                if now >= until {
+                    break;
+                }
+                let due = start + Duration::from_secs_f64(n as f64 / per_s);
+                if due > now {
+                    sleep_until(due.into()).await;
+                }
+            }
+            Mode::Flood { until, window } => {
+                if now >= until {
+                    break;
+                }
+                // At most `window` messages ahead of the subscribers, summed over publishers.
+                let mut last = (sh.delivered.load(Relaxed), Instant::now());
+                loop {
+                    let sent = sh.sent.load(Relaxed) * subs;
+                    let done = sh.delivered.load(Relaxed) + sh.forgiven.load(Relaxed);
+                    let ahead = sent.saturating_sub(done);
+                    if ahead <= window * subs {
+                        break;
+                    }
+                    w.flush().await?;
+                    sleep(Duration::from_micros(100)).await;
+                    let d = sh.delivered.load(Relaxed);
+                    if d != last.0 {
+                        last = (d, Instant::now());
+                    } else if sc.qos == 0 && last.1.elapsed() > Duration::from_millis(300) {
+                        // Nothing arrives: the broker dropped these (QoS 0 may be dropped) - stop
+                        // waiting for them. QoS 1 is never forgiven: a loss there is a finding.
+                        sh.forgiven.fetch_add(ahead, Relaxed);
+                    }
+                    if Instant::now() >= until {
+                        break;
+                    }
+                }
+            }
+        }
+        if sc.qos > 0 {
+            match inflight.try_acquire() {
+                Ok(p) => p.forget(),
+                Err(_) => {
+                    w.flush().await?;
+                    inflight.acquire().await.unwrap().forget();
+                }
+            }
+            pid = if pid == u16::MAX { 1 } else { pid + 1 };
+        }
+        let flood = matches!(mode, Mode::Flood { .. });
+        payload[..8].copy_from_slice(&now_ns().to_le_bytes());
+        payload[8] = if flood { 0 } else { 1 };
+        pkt.clear();
+        put_publish(&mut pkt, &topic, sc.qos, pid, &payload);
+        w.write_all(&pkt).await?;
+        if !flood {
+            w.flush().await?;
+        }
+        sh.sent.fetch_add(1, Relaxed);
+        n += 1;
+    }
+    w.flush().await?;
+    if let Some(a) = acker {
+        // Wait for the last PUBACKs, then stop reading.
+        let t = Instant::now();
+        while inflight.available_permits() < 32 && t.elapsed() < Duration::from_secs(5) {
+            sleep(Duration::from_millis(5)).await;
+        }
+        a.abort();
+    }
+    let _ = w.write_all(&[0xe0, 0]).await;
+    let _ = w.flush().await;
+    Ok(n)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+/// Waits until the subscribers have everything that was sent, or nothing arrives for 3 s.
+async fn drain(sh: &Shared, subs: u64) -> Instant {
+    let mut last = (sh.delivered.load(Relaxed), Instant::now());
+    loop {
+        let d = sh.delivered.load(Relaxed);
+        if d >= sh.sent.load(Relaxed) * subs {
+            return Instant::now();
+        }
+        if d != last.0 {
+            last = (d, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(3) {
+            return last.1;
+        }
+        sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io::Result<Outcome> {
+    let sh = Arc::new(Shared::default());
+    let peak = Arc::new(AtomicU64::new(0));
+    let sampling = Arc::new(AtomicBool::new(true));
+    if let Some(pid) = t.pid {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        tokio::spawn(async move {
+            while sampling.load(Relaxed) {
+                if let Some(r) = rss_kib(pid) {
+                    peak.fetch_max(r, Relaxed);
+                }
+                sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+    let topic = format!("bench/{}", sc.name);
+    let mut sub_tasks = Vec::new();
+    for i in 0..sc.subs {
+        let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-s{i}"), 0).await?;
+        subscribe(&mut rd, &mut w, &topic, sc.qos).await?;
+        sub_tasks.push(tokio::spawn(subscriber(rd, w, sh.clone())));
+    }
+    let mut pubs = Vec::new();
+    for i in 0..sc.pubs {
+        pubs.push(connect(&t.addr, &format!("sb{tag}-p{i}"), 0).await?);
+    }
+    sleep(Duration::from_millis(200)).await; // let subscriptions settle
+
+    // Phase 1, latency: paced publishes.
+    let sems: Vec<_> = (0..sc.pubs).map(|_| Arc::new(Semaphore::new(32))).collect();
+    let until = Instant::now() + Duration::from_secs_f64(cfg.latency_secs);
+    let mut handles = Vec::new();
+    // Phase 1 uses publisher connections of its own; phase 2 the ones made above,
+    // which stayed idle until now.
+    for i in 0..sc.pubs {
+        let (rd, w) = connect(&t.addr, &format!("sb{tag}-l{i}"), 0).await?;
+        let mode = Mode::Paced { per_s: sc.paced_rate / sc.pubs as f64, until };
+        handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, sems[i].clone())));
+    }
+    for h in handles {
+        h.await.unwrap()?;
+    }
+    drain(&sh, sc.subs as u64).await;
+    let conns = pubs;
+
+    // Phase 2, throughput.
+    let d0 = sh.delivered.load(Relaxed);
+    let s0 = sh.sent.load(Relaxed);
+    let window = ((256 * 1024) / sc.payload.max(1)).clamp(16, 500) as u64;
+    let t0 = Instant::now();
+    let until = t0 + Duration::from_secs_f64(cfg.duration);
+    let mut handles = Vec::new();
+    for (rd, w) in conns {
+        let mode = Mode::Flood { until, window };
+        handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
+    }
+    for h in handles {
+        h.await.unwrap()?;
+    }
+    let pub_end = Instant::now();
+    let last = drain(&sh, sc.subs as u64).await;
+    sh.stop_subs.store(true, Relaxed);
+    let mut lat = Vec::new();
+    for s in sub_tasks {
+        let s = s.await.unwrap()?;
+        lat.extend(s.lat_ns);
+    }
+    sampling.store(false, Relaxed);
+    lat.sort_unstable();
+    let delivered = sh.delivered.load(Relaxed) - d0;
+    let sent = sh.sent.load(Relaxed) - s0;
+    let expected = sent * sc.subs as u64;
+    if std::env::var_os("BENCH_DEBUG").is_some() {
+        eprintln!("debug {}: phase 2 sent {sent} delivered {delivered} (phase 1 sent {s0} delivered {d0})", sc.name);
+    }
+    Ok(Outcome {
+        deliveries_per_s: delivered as f64 / (last.max(pub_end) - t0).as_secs_f64(),
+        publishes_per_s: sent as f64 / (pub_end - t0).as_secs_f64(),
+        lost_pct: if expected > 0 { 100.0 * (expected.saturating_sub(delivered)) as f64 / expected as f64 } else { 0.0 },
+        p50_us: percentile(&lat, 0.50),
+        p99_us: percentile(&lat, 0.99),
+        peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
+        error: None,
+    })
+}
+
+async fn idle_connections(t: &Target, n: usize, tag: usize) -> (Option<u64>, Option<u64>, f64, Option<String>) {
+    let before = t.pid.and_then(rss_kib);
+    let start = Instant::now();
+    let mut conns = Vec::with_capacity(n);
+    let mut err = None;
+    // 50 handshakes at a time.
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<_> = (i..(i + 50).min(n))
+            .map(|k| {
+                let addr = t.addr.clone();
+                tokio::spawn(async move { connect(&addr, &format!("sb{tag}-idle{k}"), 0).await })
+            })
+            .collect();
+        for b in batch {
+            match b.await.unwrap() {
+                Ok(c) => conns.push(c),
+                Err(e) => err = Some(e.to_string()),
+            }
+        }
+        i += 50;
+    }
+    let rate = conns.len() as f64 / start.elapsed().as_secs_f64();
+    sleep(Duration::from_secs(1)).await;
+    let with = t.pid.and_then(rss_kib);
+    if conns.len() < n {
+        err = Some(format!("{} of {n} connected: {}", conns.len(), err.unwrap_or_default()));
+    }
+    for (_, mut w) in conns {
+        let _ = w.write_all(&[0xe0, 0]).await;
+        let _ = w.flush().await;
+    }
+    sleep(Duration::from_millis(500)).await;
+    (before, with, rate, err)
+}
+
+// ---------------------------------------------------------------- command line, report
+
+struct Target {
+    name: String,
+    addr: String,
+    pid: Option<u32>,
+}
+
+struct Config {
+    targets: Vec<Target>,
+    duration: f64,
+    latency_secs: f64,
+    idle: usize,
+    rounds: usize,
+    only: Option<String>,
+    out: Option<String>,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: saguin-bench --target NAME=HOST:PORT[,PID] --target NAME=HOST:PORT[,PID]\n\
+         \x20      [--duration SECS] [--latency-secs SECS] [--idle N] [--rounds N] [--only SUBSTR] [--out FILE]\n\
+         Ratios are first target / second target. Loopback addresses only."
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Config {
+    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 2.0, idle: 1000, rounds: 1, only: None, out: None };
+    let mut a = std::env::args().skip(1);
+    while let Some(k) = a.next() {
+        let mut v = || a.next().unwrap_or_else(|| usage());
+        match k.as_str() {
+            "--target" => {
+                let v = v();
+                let (name, rest) = v.split_once('=').unwrap_or_else(|| usage());
+                let (addr, pid) = match rest.split_once(',') {
+                    Some((a, p)) => (a, Some(p.parse().unwrap_or_else(|_| usage()))),
+                    None => (rest, None),
+                };
+                let host = addr.rsplit_once(':').map(|x| x.0).unwrap_or("");
+                if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                    eprintln!("saguin-bench: {addr} is not a loopback address");
+                    std::process::exit(2);
+                }
+                c.targets.push(Target { name: name.into(), addr: addr.into(), pid });
+            }
+            "--duration" => c.duration = v().parse().unwrap_or_else(|_| usage()),
+            "--latency-secs" => c.latency_secs = v().parse().unwrap_or_else(|_| usage()),
+            "--idle" => c.idle = v().parse().unwrap_or_else(|_| usage()),
+            "--rounds" => c.rounds = v().parse::<usize>().unwrap_or_else(|_| usage()).max(1),
+            "--only" => c.only = Some(v()),
+            "--out" => c.out = Some(v()),
+            _ => usage(),
+        }
+    }
+    if c.targets.len() != 2 {
+        usage()
+    }
+    c
+}
+
+fn scenarios() -> Vec<Scenario> {
+    let mut v = Vec::new();
+    for qos in [0u8, 1] {
+        for (payload, plabel) in [(128usize, "128B"), (16 * 1024, "16KiB")] {
+            for (pubs, subs, shape, rate) in [(1, 1, "1to1", 1000.0), (8, 1, "8to1", 1000.0), (1, 100, "1to100", 100.0)] {
+                v.push(Scenario {
+                    name: format!("qos{qos}-{shape}-{plabel}"),
+                    qos,
+                    pubs,
+                    subs,
+                    payload,
+                    paced_rate: rate,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Each figure the median of the rounds; an error in any round is the outcome.
+fn median(runs: &[Outcome]) -> Outcome {
+    if let Some(e) = runs.iter().find(|o| o.error.is_some()) {
+        return e.clone();
+    }
+    let med = |f: &dyn Fn(&Outcome) -> f64| {
+        let mut v: Vec<f64> = runs.iter().map(f).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    Outcome {
+        deliveries_per_s: med(&|o| o.deliveries_per_s),
+        publishes_per_s: med(&|o| o.publishes_per_s),
+        lost_pct: med(&|o| o.lost_pct),
+        p50_us: med(&|o| o.p50_us),
+        p99_us: med(&|o| o.p99_us),
+        peak_rss_kib: runs[0].peak_rss_kib.map(|_| med(&|o| o.peak_rss_kib.unwrap_or(0) as f64) as u64),
+        error: None,
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if a.is_finite() && b.is_finite() && b > 0.0 { format!("{:.2}", a / b) } else { "n/a".into() }
+}
+
+fn fmt_num(x: f64) -> String {
+    if !x.is_finite() {
+        "n/a".into()
+    } else if x >= 100.0 {
+        format!("{:.0}", x)
+    } else {
+        format!("{:.1}", x)
+    }
+}
+
+fn mib(k: Option<u64>) -> f64 {
+    k.map(|k| k as f64 / 1024.0).unwrap_or(f64::NAN)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    now_ns();
+    let cfg = parse_args();
+    let (a, b) = (&cfg.targets[0], &cfg.targets[1]);
+    let mut md = String::new();
+    md.push_str(&format!(
+        "Ratios are {} / {}; each figure is the median of {} round(s). Throughput: deliveries/s summed over subscribers, publishers at most a window ahead \
+         ({}s). Latency: one-way publish→delivery at a paced rate (1,000 msgs/s in all for 1to1 and 8to1, 100 msgs/s \
+         for 1to100; {}s). RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY.\n\n",
+        a.name, b.name, cfg.rounds, cfg.duration, cfg.latency_secs
+    ));
+    md.push_str(&format!(
+        "| scenario | {a} msgs/s | {b} msgs/s | ratio | {a} p50 µs | {b} p50 µs | ratio | {a} p99 µs | {b} p99 µs | ratio | {a} RSS MiB | {b} RSS MiB | ratio | lost % ({a}/{b}) |\n",
+        a = a.name,
+        b = b.name
+    ));
+    md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+
+    let idle_a = a.pid.and_then(rss_kib);
+    let idle_b = b.pid.and_then(rss_kib);
+    let mut results: BTreeMap<usize, (Outcome, Outcome)> = BTreeMap::new();
+    let list = scenarios();
+    let mut tag = 0;
+    for (i, sc) in list.iter().enumerate() {
+        if cfg.only.as_ref().is_some_and(|o| !sc.name.contains(o.as_str())) {
+            continue;
+        }
+        let mut runs: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..cfg.rounds {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for ti in order {
+                let t = &cfg.targets[ti];
+                tag += 1;
+                let o = match timeout(
+                    Duration::from_secs_f64(cfg.duration + cfg.latency_secs + 60.0),
+                    run_scenario(t, sc, &cfg, tag),
+                )
+                .await
+                {
+                    Ok(Ok(o)) => o,
+                    Ok(Err(e)) => Outcome { error: Some(e.to_string()), ..Default::default() },
+                    Err(_) => Outcome { error: Some("timed out".into()), ..Default::default() },
+                };
+                eprintln!(
+                    "{:<22} {:<12} {:>10.0} deliveries/s  {:>9.0} publishes/s  lost {:>5.2}%  p50 {:>8.1} µs  p99 {:>8.1} µs  peak RSS {:>6.1} MiB{}",
+                    sc.name,
+                    t.name,
+                    o.deliveries_per_s,
+                    o.publishes_per_s,
+                    o.lost_pct,
+                    o.p50_us,
+                    o.p99_us,
+                    mib(o.peak_rss_kib),
+                    o.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
+                );
+                runs[ti].push(o);
+                sleep(Duration::from_millis(300)).await;
+            }
+        }
+        let pair = [median(&runs[0]), median(&runs[1])];
+        let (oa, ob) = (pair[0].clone(), pair[1].clone());
+        let cell = |o: &Outcome, x: f64| if o.error.is_some() { "error".to_string() } else { fmt_num(x) };
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2}/{:.2} |\n",
+            sc.name,
+            cell(&oa, oa.deliveries_per_s),
+            cell(&ob, ob.deliveries_per_s),
+            ratio(oa.deliveries_per_s, ob.deliveries_per_s),
+            cell(&oa, oa.p50_us),
+            cell(&ob, ob.p50_us),
+            ratio(oa.p50_us, ob.p50_us),
+            cell(&oa, oa.p99_us),
+            cell(&ob, ob.p99_us),
+            ratio(oa.p99_us, ob.p99_us),
+            fmt_num(mib(oa.peak_rss_kib)),
+            fmt_num(mib(ob.peak_rss_kib)),
+            ratio(mib(oa.peak_rss_kib), mib(ob.peak_rss_kib)),
+            oa.lost_pct,
+            ob.lost_pct
+        ));
+        results.insert(i, (oa, ob));
+    }
+    for name in ["append-qos1-sqlite", "queue-drain"] {
+        md.push_str(&format!("| {name} (channels not implemented yet) | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |\n"));
+    }
+
+    md.push_str(&format!(
+        "\n| broker RSS | {a} MiB | {b} MiB | ratio | {a} conn/s | {b} conn/s |\n|---|---:|---:|---:|---:|---:|\n",
+        a = a.name,
+        b = b.name
+    ));
+    md.push_str(&format!(
+        "| idle, at start | {} | {} | {} | | |\n",
+        fmt_num(mib(idle_a)),
+        fmt_num(mib(idle_b)),
+        ratio(mib(idle_a), mib(idle_b))
+    ));
+    if cfg.idle > 0 {
+        tag += 1;
+        let (_, wa, ra, ea) = idle_connections(a, cfg.idle, tag).await;
+        tag += 1;
+        let (_, wb, rb, eb) = idle_connections(b, cfg.idle, tag).await;
+        for (n, e) in [(&a.name, &ea), (&b.name, &eb)] {
+            if let Some(e) = e {
+                eprintln!("idle connections on {n}: {e}");
+            }
+        }
+        md.push_str(&format!(
+            "| {} idle connections | {}{} | {}{} | {} | {:.0} | {:.0} |\n",
+            cfg.idle,
+            fmt_num(mib(wa)),
+            if ea.is_some() { " (error)" } else { "" },
+            fmt_num(mib(wb)),
+            if eb.is_some() { " (error)" } else { "" },
+            ratio(mib(wa), mib(wb)),
+            ra,
+            rb
+        ));
+    }
+    println!("{md}");
+    if let Some(path) = &cfg.out {
+        std::fs::write(path, &md).expect("write --out");
+    }
+    let failed = results.values().any(|(x, y)| x.error.is_some() || y.error.is_some());
+    std::process::exit(if failed { 1 } else { 0 });
+}

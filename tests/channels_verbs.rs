@@ -1,0 +1,271 @@
+//! The verbs under `$saguin/`: point reads of a latest channel and a consumer's seek
+//! (gaps G-01, G-18; RFC 0002 "Publishing" 0x83 / 0x90).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Raw, connect, opts, start_with_channels as start, user_property};
+use saguin::codec::{
+    Packet,
+    ProtocolVersion::{V5, V311},
+    Publish, QoS,
+};
+
+fn get(key: &str, response: Option<&str>) -> Publish {
+    let mut p = common::publish("$saguin/kv/get", key.as_bytes(), QoS::AtLeastOnce, false);
+    p.properties.response_topic = response.map(str::to_string);
+    p.properties.correlation_data = Some(b"ask-1".to_vec());
+    p
+}
+
+#[test]
+fn a_point_read_answers_the_current_value_with_its_age_and_position() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/pump", b"on", QoS::AtLeastOnce, false);
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(
+        asker.publish_packet(get("state/pump", Some("replies/me"))),
+        Some(0)
+    );
+    let reply = asker.recv_publish();
+    assert_eq!(
+        (&*reply.topic, &*reply.payload, reply.qos, reply.retain),
+        ("replies/me", &b"on"[..], QoS::AtMostOnce, false)
+    );
+    assert_eq!(
+        reply.properties.correlation_data.as_deref(),
+        Some(&b"ask-1"[..])
+    );
+    assert!(user_property(&reply, "saguin-offset").is_some());
+    assert!(user_property(&reply, "saguin-timestamp").is_some());
+}
+
+#[test]
+fn a_point_read_of_an_absent_key_answers_an_empty_payload() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(
+        asker.publish_packet(get("state/never", Some("replies/me"))),
+        Some(0)
+    );
+    let reply = asker.recv_publish();
+    assert!(reply.payload.is_empty());
+    assert_eq!(
+        reply.properties.correlation_data.as_deref(),
+        Some(&b"ask-1"[..])
+    );
+    assert!(reply.properties.user_properties.is_empty());
+}
+
+#[test]
+fn point_reads_are_refused_on_the_puback_with_the_spec_codes() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(
+        asker.publish_packet(get("state/pump", None)),
+        Some(0x83),
+        "no Response Topic"
+    );
+    assert_eq!(
+        asker.publish_packet(get("", Some("r"))),
+        Some(0x83),
+        "empty key"
+    );
+    assert_eq!(
+        asker.publish_packet(get("events/x", Some("r"))),
+        Some(0x90),
+        "an append channel"
+    );
+    assert_eq!(
+        asker.publish_packet(get("nowhere/x", Some("r"))),
+        Some(0x90),
+        "broadcast"
+    );
+    assert_eq!(
+        asker.publish_packet(get("state/+", Some("r"))),
+        Some(0x90),
+        "a wildcard"
+    );
+    asker.expect_nothing(Duration::from_millis(200));
+}
+
+#[test]
+fn a_seek_to_an_offset_replays_from_there_and_answers_on_the_response_topic() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..4 {
+        publisher.publish(
+            &format!("events/{i}"),
+            format!("{i}").as_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        );
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    let offsets: Vec<String> = (0..4)
+        .map(|_| {
+            user_property(&reader.recv_publish(), "saguin-offset")
+                .expect("offset")
+                .to_string()
+        })
+        .collect();
+    let mut seek = common::publish(
+        "$saguin/consumer/events/seek",
+        offsets[2].as_bytes(),
+        QoS::AtLeastOnce,
+        false,
+    );
+    seek.properties.response_topic = Some("me/seek".into());
+    seek.properties.correlation_data = Some(b"s1".to_vec());
+    reader.send(&Packet::Publish(seek));
+    // The PUBACK, the answer, then the replay from offset 2.
+    let mut saw_ack = false;
+    let mut saw_answer = false;
+    let mut replayed = Vec::new();
+    while replayed.len() < 2 {
+        match reader.recv() {
+            Packet::PubAck(ack) => {
+                assert_eq!(ack.code, 0);
+                saw_ack = true;
+            }
+            Packet::Publish(p) if &*p.topic == "me/seek" => {
+                assert_eq!(&*p.payload, offsets[2].as_bytes());
+                saw_answer = true;
+            }
+            Packet::Publish(p) => {
+                if let Some(id) = p.packet_id {
+                    reader.send(&Packet::PubAck(saguin::codec::Ack::new(id, 0)));
+                }
+                replayed.push(p.payload.to_vec());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(saw_ack && saw_answer);
+    assert_eq!(replayed, [b"2".to_vec(), b"3".to_vec()]);
+}
+
+#[test]
+fn a_seek_by_time_and_the_3_1_1_reply_topic() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/old", b"old", QoS::AtLeastOnce, false);
+    std::thread::sleep(Duration::from_millis(1100));
+    let (mut reader, _) = Raw::handshake(broker.addr, connect(V311, "old-reader", false));
+    assert_eq!(
+        reader.subscribe("$saguin/consumer/events/seek/reply", opts(QoS::AtMostOnce)),
+        [0]
+    );
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"old");
+    let now = jiff_now();
+    publisher.publish("events/new", b"new", QoS::AtLeastOnce, false);
+    assert_eq!(&*reader.recv_publish().payload, b"new");
+    assert_eq!(
+        reader.publish(
+            "$saguin/consumer/events/seek",
+            now.as_bytes(),
+            QoS::AtLeastOnce,
+            false
+        ),
+        Some(0)
+    );
+    let answer = reader.recv_publish();
+    assert_eq!(&*answer.topic, "$saguin/consumer/events/seek/reply");
+    assert_eq!(
+        &*reader.recv_publish().payload,
+        b"new",
+        "replayed from the first record at or after the time"
+    );
+}
+
+#[test]
+fn a_seek_outside_the_channel_or_not_a_position_is_refused_0x83() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.publish(
+            "$saguin/consumer/events/seek",
+            b"999999",
+            QoS::AtLeastOnce,
+            false
+        ),
+        Some(0x83)
+    );
+    assert_eq!(
+        reader.publish(
+            "$saguin/consumer/events/seek",
+            b"yesterday",
+            QoS::AtLeastOnce,
+            false
+        ),
+        Some(0x83)
+    );
+    assert_eq!(
+        reader.publish(
+            "$saguin/consumer/events/seek",
+            b"2999-01-01T00:00:00Z",
+            QoS::AtLeastOnce,
+            false
+        ),
+        Some(0x83)
+    );
+    assert_eq!(
+        reader.publish("$saguin/consumer/state/seek", b"0", QoS::AtLeastOnce, false),
+        Some(0x90),
+        "not an append channel"
+    );
+}
+
+/// Now, in RFC 3339.
+fn jiff_now() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+fn ask_catalogue(asker: &mut Raw, name: &str) -> (Option<u8>, Option<Publish>) {
+    let mut p = common::publish(
+        &format!("$saguin/catalogue/{name}"),
+        b"",
+        QoS::AtLeastOnce,
+        false,
+    );
+    p.properties.response_topic = Some("me/catalogue".into());
+    p.properties.correlation_data = Some(b"c1".to_vec());
+    let code = asker.publish_packet(p);
+    let reply = (code == Some(0)).then(|| asker.recv_publish());
+    (code, reply)
+}
+
+#[test]
+fn the_catalogue_says_what_a_channel_is_and_nothing_about_one_that_does_not_exist() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "library");
+    let (code, reply) = ask_catalogue(&mut asker, "jobs");
+    assert_eq!(code, Some(0));
+    let reply = reply.expect("an answer");
+    assert_eq!(
+        reply.properties.correlation_data.as_deref(),
+        Some(&b"c1"[..])
+    );
+    let answer: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
+    assert_eq!(answer["name"], "jobs");
+    assert_eq!(answer["type"], "queue");
+    assert_eq!(answer["filter"], "work/+/todo");
+    assert_eq!(answer["pin"], "$saguin/queue/jobs");
+    assert_eq!(answer["verbs"], serde_json::json!(["write", "consume"]));
+    let (_, reply) = ask_catalogue(&mut asker, "events");
+    let answer: serde_json::Value =
+        serde_json::from_slice(&reply.expect("answer").payload).expect("JSON");
+    assert_eq!(
+        (answer["type"].as_str(), answer.get("pin")),
+        (Some("append"), None)
+    );
+    let (code, reply) = ask_catalogue(&mut asker, "no-such-channel");
+    assert_eq!(code, Some(0));
+    assert!(reply.expect("the empty reply").payload.is_empty());
+    let (code, _) = ask_catalogue(&mut asker, "a/b");
+    assert_eq!(code, Some(0x90));
+}

@@ -1,0 +1,94 @@
+//! `broker.limits`, each with its refusal (issue 7; RFC 0002 "Publishing" 0x97,
+//! the SUBACK table, "How long a client may go quiet", "How fast connections are
+//! accepted").
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, connect, opts};
+use saguin::codec::{ProtocolVersion::V5, QoS};
+
+#[test]
+fn a_filter_past_max_subscriptions_is_refused_0x97_and_a_replacement_is_not() {
+    let broker = Broker::start("  limits:\n    max_subscriptions: 2\n");
+    let mut raw = Raw::connected(broker.addr, V5, "subs");
+    assert_eq!(raw.subscribe("a", opts(QoS::AtMostOnce)), [0]);
+    assert_eq!(raw.subscribe("b", opts(QoS::AtMostOnce)), [0]);
+    assert_eq!(raw.subscribe("c", opts(QoS::AtMostOnce)), [0x97]);
+    assert_eq!(
+        raw.subscribe("a", opts(QoS::AtLeastOnce)),
+        [1],
+        "replacing one is not adding one"
+    );
+}
+
+#[test]
+fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
+    let broker = Broker::start("  limits:\n    max_header_count: 2\n    max_header_bytes: 64\n");
+    let mut raw = Raw::connected(broker.addr, V5, "headers");
+    let mut p = common::publish("h", b"x", QoS::AtLeastOnce, false);
+    p.properties.user_properties = vec![("a".into(), "1".into()), ("b".into(), "2".into())];
+    assert_eq!(raw.publish_packet(p.clone()), Some(0));
+    p.properties.user_properties.push(("c".into(), "3".into()));
+    assert_eq!(raw.publish_packet(p.clone()), Some(0x97), "three headers");
+    p.properties.user_properties = vec![("k".into(), "v".repeat(80))];
+    assert_eq!(raw.publish_packet(p), Some(0x97), "eighty bytes");
+}
+
+#[test]
+fn a_client_over_its_publish_rate_is_refused_0x97_and_the_budget_survives_a_reconnect() {
+    let broker = Broker::start("  limits:\n    publish_rate: 5\n");
+    let mut raw = Raw::connected(broker.addr, V5, "chatty");
+    let codes: Vec<_> = (0..8)
+        .map(|_| raw.publish("r", b"x", QoS::AtLeastOnce, false))
+        .collect();
+    assert!(codes.iter().take(5).all(|c| *c == Some(0)), "{codes:?}");
+    assert!(codes.contains(&Some(0x97)), "{codes:?}");
+    drop(raw);
+    let mut again = Raw::connected(broker.addr, V5, "chatty");
+    assert_eq!(
+        again.publish("r", b"x", QoS::AtLeastOnce, false),
+        Some(0x97),
+        "a reconnect does not refill it"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(
+        again.publish("r", b"x", QoS::AtLeastOnce, false),
+        Some(0),
+        "it refills with time"
+    );
+}
+
+#[test]
+fn max_keepalive_answers_a_longer_or_zero_keepalive_with_server_keep_alive() {
+    let broker = Broker::start("  limits:\n    max_keepalive: 30s\n");
+    for asked in [0u16, 600] {
+        let mut c = connect(V5, "ka", true);
+        c.keep_alive = asked;
+        let (_raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.properties.server_keep_alive, Some(30), "asked {asked}");
+    }
+    let mut c = connect(V5, "ka", true);
+    c.keep_alive = 10;
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(
+        ack.properties.server_keep_alive, None,
+        "inside the ceiling is left alone"
+    );
+}
+
+#[test]
+fn connections_over_max_connect_rate_wait_in_the_accept_queue_rather_than_being_refused() {
+    let broker = Broker::start("  limits:\n    max_connect_rate: 5\n");
+    let started = Instant::now();
+    // The bucket holds 10 (twice the rate); 15 connections need a second more.
+    let clients: Vec<Raw> = (0..15)
+        .map(|i| Raw::connected(broker.addr, V5, &format!("r{i}")))
+        .collect();
+    let took = started.elapsed();
+    assert_eq!(clients.len(), 15, "every one admitted");
+    assert!(took >= Duration::from_millis(700), "{took:?}");
+    drop(TcpStream::connect(broker.addr));
+}

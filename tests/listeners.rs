@@ -1,0 +1,71 @@
+//! The MQTT doors: a Unix socket serves MQTT like TCP, its lock refuses a second
+//! broker, and a door this build cannot serve is refused at startup rather than left
+//! silently closed.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use common::{Broker, Raw, WAIT, opts, temp_dir};
+use saguin::codec::{self, Packet, ProtocolVersion::V5, QoS};
+
+#[test]
+fn a_unix_socket_door_serves_mqtt_beside_tcp() {
+    let dir = temp_dir("unix-door");
+    let sock = dir.join("saguin.sock");
+    let yaml = common::config(&format!("      unix:\n        path: {}\n", sock.display()));
+    let broker = Broker::start_in(dir, &yaml);
+    let mut tcp = Raw::connected(broker.addr, V5, "over-tcp");
+    tcp.subscribe("door/#", opts(QoS::AtLeastOnce));
+
+    let mut unix = UnixStream::connect(&sock).expect("connect to the unix door");
+    unix.set_read_timeout(Some(WAIT)).expect("timeout");
+    let mut out = Vec::new();
+    codec::encode(
+        &Packet::Connect(Box::new(common::connect(V5, "over-unix", true))),
+        V5,
+        &mut out,
+    );
+    codec::encode(
+        &Packet::Publish(common::publish(
+            "door/unix",
+            b"hello",
+            QoS::AtMostOnce,
+            false,
+        )),
+        V5,
+        &mut out,
+    );
+    unix.write_all(&out).expect("write");
+    let mut head = [0u8; 2];
+    unix.read_exact(&mut head).expect("CONNACK");
+    assert_eq!(head[0], 0x20);
+    let got = tcp.recv_publish();
+    assert_eq!((&*got.topic, &*got.payload), ("door/unix", &b"hello"[..]));
+}
+
+#[test]
+fn a_tls_door_is_refused_at_startup_naming_it() {
+    let dir = temp_dir("tls-door");
+    std::fs::write(dir.join("cert.pem"), "x").expect("cert");
+    std::fs::write(dir.join("key.pem"), "x").expect("key");
+    let yaml = common::config("").replace(
+        "        address: 127.0.0.1:0\n",
+        &format!(
+            "        address: 127.0.0.1:0\n        tls:\n          cert_file: {0}/cert.pem\n          key_file: {0}/key.pem\n",
+            dir.display()
+        ),
+    );
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, yaml).expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run saguin");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("TLS is not served by this build"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}

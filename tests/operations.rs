@@ -1,0 +1,228 @@
+//! What an operator touches (issue 7): /health and /metrics over TCP and the Unix
+//! socket, the pid file, SIGUSR1, connect_timeout against a slow-loris, and a flood
+//! past max_connections.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, WAIT, connect, temp_dir};
+use saguin::codec::{ProtocolVersion::V5, QoS};
+
+fn http_get(mut stream: impl Read + Write, path: &str) -> (u16, String) {
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn tcp(addr: &str) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect to the operations listener");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    stream
+}
+
+#[test]
+fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
+    let dir = temp_dir("ops");
+    let sock = dir.join("ops.sock");
+    let yaml = common::config(&format!(
+        "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n      unix:\n        path: {}\n",
+        sock.display()
+    ));
+    let broker = Broker::start_in(dir, &yaml);
+    let line = broker.wait_log("operations listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .expect("address")
+        .trim()
+        .to_string();
+    let _client = Raw::connected(broker.addr, V5, "counted");
+    let (status, body) = http_get(tcp(&addr), "/health");
+    assert_eq!(status, 200);
+    assert!(body.contains("\"status\":\"ok\""), "{body}");
+    let (status, body) = http_get(tcp(&addr), "/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("saguin_build_info{version=\""), "{body}");
+    assert!(body.contains("broker_id=\"test\""), "{body}");
+    assert!(body.contains("saguin_connections 1"), "{body}");
+    assert!(
+        body.contains("saguin_process_resident_memory_bytes"),
+        "{body}"
+    );
+    let (status, _) = http_get(tcp(&addr), "/nope");
+    assert_eq!(status, 404);
+    let unix = UnixStream::connect(&sock).expect("connect to the unix socket");
+    unix.set_read_timeout(Some(WAIT)).expect("timeout");
+    let (status, body) = http_get(unix, "/health");
+    assert_eq!((status, body.contains("ok")), (200, true));
+}
+
+#[test]
+fn a_second_broker_on_the_same_operations_socket_is_refused_naming_the_lock() {
+    let dir = temp_dir("ops-lock");
+    let sock = dir.join("ops.sock");
+    let ops = format!(
+        "  operations:\n    listen:\n      unix:\n        path: {}\n",
+        sock.display()
+    );
+    let _first = Broker::start_in(dir.clone(), &common::config(&ops));
+    let second_dir = temp_dir("ops-lock-2");
+    let path = second_dir.join("saguin.yaml");
+    std::fs::write(&path, common::config(&ops)).expect("config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run a second broker");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("ops.sock.lock"), "{text}");
+}
+
+#[test]
+fn the_pid_file_is_written_and_removed_on_a_clean_stop() {
+    let dir = temp_dir("pid");
+    let pid_file = dir.join("saguin.pid");
+    let yaml = common::config("").replace(
+        "  id: test\n",
+        &format!("  id: test\n  pid_file: {}\n", pid_file.display()),
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let written = std::fs::read_to_string(&pid_file).expect("the pid file");
+    assert_eq!(written.trim(), broker.pid().to_string());
+    let dir = broker.stop();
+    assert!(!dir.join("saguin.pid").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigusr1_rereads_the_log_level_and_says_what_changed() {
+    let dir = temp_dir("usr1");
+    let yaml = common::config("").replace("log_level: debug", "log_level: info");
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    std::fs::write(
+        dir.join("saguin.yaml"),
+        yaml.replace("log_level: info", "log_level: debug"),
+    )
+    .expect("edit");
+    broker.signal("USR1");
+    let line = broker.wait_log("SIGUSR1");
+    assert!(
+        line.contains("info -> debug") && line.contains("startup only"),
+        "{line}"
+    );
+    std::fs::write(dir.join("saguin.yaml"), "broker: [unfinished").expect("edit");
+    broker.signal("USR1");
+    broker.wait_log("nothing changed");
+    let mut raw = Raw::connected(broker.addr, V5, "still-serving");
+    assert_eq!(raw.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
+}
+
+#[test]
+fn a_socket_that_never_sends_connect_is_closed_at_connect_timeout() {
+    let broker = Broker::start("  limits:\n    connect_timeout: 1s\n");
+    let mut silent = TcpStream::connect(broker.addr).expect("connect");
+    silent.set_read_timeout(Some(WAIT)).expect("timeout");
+    let started = Instant::now();
+    let mut other = Raw::connected(broker.addr, V5, "unaffected");
+    assert_eq!(other.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
+    let mut buf = [0u8; 8];
+    let n = silent.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed with nothing written");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn a_flood_past_max_connections_is_told_server_busy_and_the_admitted_keep_working() {
+    let broker = Broker::start("  limits:\n    max_connections: 4\n");
+    let mut admitted: Vec<Raw> = (0..4)
+        .map(|i| Raw::connected(broker.addr, V5, &format!("in-{i}")))
+        .collect();
+    let (_busy, ack) = Raw::handshake(broker.addr, connect(V5, "one-too-many", true));
+    assert_eq!(ack.code, 0x89);
+    // Far past the budget: closed at once, nothing written.
+    let flood: Vec<TcpStream> = (0..40)
+        .filter_map(|_| TcpStream::connect(broker.addr).ok())
+        .collect();
+    assert_eq!(
+        admitted[0].publish("still", b"up", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    drop(flood);
+    admitted.truncate(1);
+}
+
+#[test]
+fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_answer() {
+    let dir = temp_dir("ops-channels");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = common::CHANNELS.replace(
+        "  log_level: debug\n",
+        "  log_level: debug\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let line = broker.wait_log("operations listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .expect("address")
+        .trim()
+        .to_string();
+    let mut raw = Raw::connected(broker.addr, V5, "metered");
+    assert_eq!(
+        raw.publish("events/one", b"x", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        raw.publish("$SYS/x", b"x", QoS::AtLeastOnce, false),
+        Some(0x87)
+    );
+    assert_eq!(
+        raw.subscribe("work/+/todo", common::opts(QoS::AtLeastOnce)),
+        [0x8F]
+    );
+    let (_, first) = http_get(tcp(&addr), "/metrics");
+    assert!(
+        first.contains("saguin_channel_records{channel=\"events\"} 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("saguin_channel_info{channel=\"jobs\",type=\"queue\"} 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("saguin_subscriptions_refused_total{code=\"0x8F\"} 1"),
+        "{first}"
+    );
+    assert!(
+        first.contains("saguin_provider_bytes_used{provider=\"local\"}"),
+        "{first}"
+    );
+    assert_eq!(
+        raw.publish("events/two", b"y", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let (_, second) = http_get(tcp(&addr), "/metrics");
+    assert_eq!(
+        first, second,
+        "within min_scrape_interval the previous answer is served"
+    );
+}
