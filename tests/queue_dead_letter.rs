@@ -78,6 +78,7 @@ fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
         ("saguin-id".into(), "job-1".into()),
     ];
     p.properties.content_type = Some("text/plain".into());
+    p.properties.correlation_data = Some(b"mine".to_vec());
     assert_eq!(producer.publish_packet(p), Some(0));
     let mut w = worker(&broker, "w", "jobs");
     let before = now_ms();
@@ -92,6 +93,11 @@ fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
     assert_eq!(&*dead.payload, b"work");
     assert_eq!(dead.properties.content_type.as_deref(), Some("text/plain"));
     assert_eq!(prop(&dead, "own"), "kept");
+    // Gaps A-04: the publisher's Correlation Data rides into the dead letter.
+    assert_eq!(
+        dead.properties.correlation_data.as_deref(),
+        Some(&b"mine"[..])
+    );
     assert_eq!(prop(&dead, "saguin-id"), "job-1");
     assert_eq!(prop(&dead, "saguin-dlq-channel"), "jobs");
     assert_eq!(prop(&dead, "saguin-dlq-offset"), "0");

@@ -374,3 +374,26 @@ fn an_offer_carries_the_forms_subscription_identifier() {
     let offer = w.recv_offer();
     assert_eq!(offer.properties.subscription_identifiers, [7]);
 }
+
+/// C-058, C-137: a job whose publisher-set expiry has passed is still offered, carrying
+/// `saguin-expires` in the past; the publisher's clock removes nothing.
+#[test]
+fn a_job_past_its_publishers_expiry_is_still_offered() {
+    let broker = start();
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    let mut p = publish("jobs/late", b"late", QoS::AtLeastOnce, false);
+    p.properties.message_expiry_interval = Some(1);
+    assert_eq!(producer.publish_packet(p), Some(0));
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert_eq!(&*offer.payload, b"late");
+    let expires: u64 = user_property(&offer, "saguin-expires")
+        .and_then(|v| v.parse().ok())
+        .expect("saguin-expires");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    assert!(expires < now, "the expiry has passed");
+    assert_eq!(offer.properties.message_expiry_interval, None);
+}
