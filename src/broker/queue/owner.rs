@@ -276,13 +276,11 @@ impl Owner {
 
     /// Every job the ended connection held comes back at once (C-090, gaps A-03).
     async fn on_ended(&mut self, worker: &Worker) {
-        let offsets: Vec<u64> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.holder() == Some(worker))
-            .map(|(o, _)| *o)
-            .collect();
-        for offset in offsets {
+        // A worker holds one job from this queue at most: no need to look further.
+        let Some(&offset) = self.held.get(&worker.client) else {
+            return;
+        };
+        if self.jobs.get(&offset).and_then(Job::holder) == Some(worker) {
             self.release(offset, "its worker's connection ended").await;
         }
     }
@@ -341,14 +339,15 @@ impl Owner {
         let unwritten: Vec<u64> = {
             let shared = self.shared.clone();
             let mut broker = shared.broker.borrow_mut();
-            self.jobs
-                .iter()
+            self.held
+                .values()
+                .filter_map(|offset| Some((*offset, self.jobs.get(offset)?)))
                 .filter_map(|(offset, job)| match &job.lease {
                     Lease::Delivering { worker, delivery } => {
                         let carried = broker
                             .session_of(&worker.client, worker.link)
-                            .is_some_and(|s| carries(s, self.id, *offset, delivery));
-                        (!carried).then_some(*offset)
+                            .is_some_and(|s| carries(s, self.id, offset, delivery));
+                        (!carried).then_some(offset)
                     }
                     _ => None,
                 })
@@ -358,12 +357,14 @@ impl Owner {
             self.release(offset, "its PUBLISH was never written").await;
         }
         let due: Vec<u64> = self
-            .jobs
-            .iter()
-            .filter(
-                |(_, j)| matches!(j.lease, Lease::Leased { deadline_ms, .. } if deadline_ms <= now),
-            )
-            .map(|(o, _)| *o)
+            .held
+            .values()
+            .filter(|o| {
+                self.jobs.get(o).is_some_and(
+                    |j| matches!(j.lease, Lease::Leased { deadline_ms, .. } if deadline_ms <= now),
+                )
+            })
+            .copied()
             .collect();
         for offset in due {
             let Some(job) = self.jobs.get_mut(&offset) else {
@@ -391,6 +392,24 @@ impl Owner {
     /// Dead-letters waiting jobs that are out of time, or out of attempts (a restart,
     /// or a move that failed before). Jobs out with a worker are left alone (C-141).
     async fn sweep(&mut self, now: u64) {
+        // The tick looks at held jobs through `held`; one it does not list would never
+        // time out, so none may exist.
+        let unlisted: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(o, j)| {
+                j.holder()
+                    .is_some_and(|w| self.held.get(&w.client) != Some(*o))
+            })
+            .map(|(o, _)| *o)
+            .collect();
+        for offset in unlisted {
+            log::error!(
+                "queue {}: job {offset} was held off the books; taking it back",
+                self.name
+            );
+            self.release(offset, "its hold was not on the books").await;
+        }
         let due: Vec<(u64, DeadReason)> = self
             .jobs
             .iter()
