@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{Broker, Raw, opts};
 use saguin::codec::{
+    Packet,
     ProtocolVersion::{V5, V311},
     QoS, SubscriptionOptions,
 };
@@ -44,7 +45,8 @@ fn the_form_is_granted_at_qos_1_only() {
     );
 }
 
-/// C-043, A-105: No Local on the form is refused 0x8F and the connection stands.
+/// C-043, C-044, A-105: No Local on the form is refused 0x8F, saying which filter, and
+/// the connection stands.
 #[test]
 fn no_local_is_refused_0x8f_and_the_connection_stands() {
     let broker = start();
@@ -53,7 +55,23 @@ fn no_local_is_refused_0x8f_and_the_connection_stands() {
         no_local: true,
         ..opts(QoS::AtLeastOnce)
     };
-    assert_eq!(w.subscribe("$saguin/queue/jobs", no_local), [0x8F]);
+    w.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 1,
+        properties: Default::default(),
+        filters: vec![("$saguin/queue/jobs".into(), no_local)],
+    }));
+    match w.recv() {
+        Packet::SubAck(ack) => {
+            assert_eq!(ack.codes, [0x8F]);
+            // C-044: the Reason String names the filter to change.
+            let why = ack.properties.reason_string.unwrap_or_default();
+            assert!(
+                why.contains("$saguin/queue/jobs") && why.contains("No Local"),
+                "{why}"
+            );
+        }
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
     assert_eq!(
         w.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
         [1]

@@ -64,6 +64,8 @@ struct Conn {
     connected_with_zero_expiry: bool,
     /// When the positions of this consumer were last written.
     positions_stored_at: Option<Instant>,
+    /// A Reason String for the SUBACK being built (a queue form's refusal).
+    suback_reason: Option<String>,
 }
 
 /// Runs a connection to its end. `over_limit` says the broker is at max_connections.
@@ -142,6 +144,7 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
         problem_info: connect.properties.request_problem_information != Some(0),
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
         positions_stored_at: None,
+        suback_reason: None,
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
@@ -940,9 +943,13 @@ impl Conn {
                 _ => granted,
             });
         }
+        let properties = Properties {
+            reason_string: self.suback_reason.take().filter(|_| self.problem_info),
+            ..Properties::default()
+        };
         let ack = SubAck {
             packet_id: subscribe.packet_id,
-            properties: Properties::default(),
+            properties,
             codes,
         };
         self.queue_packet(&Packet::SubAck(ack));

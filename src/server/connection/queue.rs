@@ -94,6 +94,10 @@ impl Conn {
             ));
         };
         if options.no_local {
+            // The SUBACK's Reason String names the filter to change (C-044).
+            self.suback_reason = Some(format!(
+                "{filter}: No Local is refused on a queue's form, since it would withhold a job from the one worker that published it; subscribe without it"
+            ));
             return Some(refuse(
                 reason::TOPIC_FILTER_INVALID,
                 "No Local would withhold a job from the one worker that published it",
