@@ -280,3 +280,63 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// C-111..C-113, C-115 on a memory provider at its bound: publishes are refused 0x97,
+/// while counting an attempt, returning and the dead-letter move (which grows the
+/// record by its headers) go through on the reserve; an ack makes room again.
+#[test]
+fn a_provider_at_its_bound_still_dead_letters_and_frees_room_by_ack() {
+    let yaml = "broker:
+  id: reserve
+  log_level: debug
+  limits:
+    max_message_size: 1KiB
+    max_header_bytes: 512B
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: tight
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      tight:
+        type: memory
+        max_bytes: 4KiB
+        snapshot_dir: none
+channels:
+  jobs:
+    type: queue
+    filter: jobs/#
+    retry:
+      max_attempts: 1
+";
+    let broker = Broker::start_with(yaml);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("jobs/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let payload = [b'x'; 400];
+    let mut accepted = 0;
+    loop {
+        match put(&broker, &format!("jobs/{accepted}"), &payload) {
+            0 => accepted += 1,
+            0x97 => break,
+            other => panic!("unexpected 0x{other:02X}"),
+        }
+        assert!(accepted < 20, "the bound never refused");
+    }
+    let mut w = worker(&broker, "w", "jobs");
+    let first = w.recv_offer();
+    w.puback(&first);
+    w.answer(&first, b"return");
+    let dead = reader.recv_publish();
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "attempts_exhausted");
+    let second = w.recv_offer();
+    w.puback(&second);
+    w.answer(&second, b"ack");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(put(&broker, "jobs/again", &payload), 0);
+}
