@@ -80,11 +80,13 @@ async fn run(shared: Rc<Shared>, id: ChannelId, mailbox: Receiver<Event>) {
         match got {
             Some(Err(_)) => return, // every sender is gone: the broker is stopping
             Some(Ok(event)) => owner.handle(event).await,
-            None => {
-                next_tick = Instant::now() + TICK;
-                owner.drain(&mailbox).await;
-                owner.tick().await;
-            }
+            None => {}
+        }
+        // Checked on every turn, so a mailbox that is never empty cannot starve it.
+        if Instant::now() >= next_tick {
+            next_tick = Instant::now() + TICK;
+            owner.drain(&mailbox).await;
+            owner.tick().await;
         }
         // Events are applied before anything looks at the sessions, so a PUBACK the
         // connection has already settled is never mistaken for an offer not written.
