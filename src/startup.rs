@@ -104,6 +104,7 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
             filter: Arc::from(channel.filter.as_str()),
             provider,
             readers: Default::default(),
+            queue: queue_policy(channel),
         });
     }
     // The retained store's period is a deadline too (gaps A-06).
@@ -142,6 +143,27 @@ fn provider_named<'c>(
     let opened = Arc::new(opened);
     providers.insert(name, opened.clone());
     Ok(opened)
+}
+
+/// A queue's settings as its owner runs them (RFC 0002 queue keys).
+fn queue_policy(channel: &config::Channel) -> Option<crate::broker::queue::Policy> {
+    use crate::broker::queue::{Backoff, Policy};
+    let settings = channel
+        .queue
+        .as_ref()
+        .filter(|_| channel.dlq_of.is_none())?;
+    let base = settings.retry.backoff_base.unwrap_or_default();
+    Some(Policy {
+        filter: channel.filter.clone(),
+        visibility_timeout: settings.visibility_timeout,
+        job_expires_after: settings.job_expires_after,
+        max_attempts: settings.retry.max_attempts,
+        backoff: match settings.retry.backoff {
+            config::Backoff::None => Backoff::None,
+            config::Backoff::Linear => Backoff::Linear(base),
+            config::Backoff::Exponential => Backoff::Exponential(base),
+        },
+    })
 }
 
 /// Creates the directory a provider keeps its files in, as `mkdir -p` would, so a

@@ -55,6 +55,8 @@ pub struct Channel {
     pub provider: Arc<Provider>,
     /// Client ids of the sessions with a cursor on it.
     pub readers: HashSet<Arc<str>>,
+    /// A queue's settings; `None` on other kinds.
+    pub queue: Option<super::queue::Policy>,
 }
 
 /// Every channel and the routing table over their filters.

@@ -24,6 +24,31 @@ pub struct Metrics {
     pub connections_refused: RefCell<BTreeMap<&'static str, u64>>,
     /// Filters a SUBACK refused, by the code decided for them.
     pub subscriptions_refused: RefCell<BTreeMap<u8, u64>>,
+    /// Each queue's counters and depth, by queue name.
+    pub queues: RefCell<BTreeMap<String, QueueCounts>>,
+}
+
+/// One queue's counters (RFC 0005 `saguin_queue_*`, gaps section 4) and depth gauges.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Offers made.
+    pub delivered: u64,
+    /// Jobs resolved by `ack`.
+    pub acknowledged: u64,
+    /// Jobs handed back by `return`.
+    pub returned: u64,
+    /// Leases whose visibility deadline passed.
+    pub timed_out: u64,
+    /// Jobs dead-lettered `attempts_exhausted`.
+    pub dead_lettered_attempts: u64,
+    /// Jobs dead-lettered `expired`.
+    pub dead_lettered_expired: u64,
+    /// Retained publishes taken as work with the flag dropped.
+    pub retain_ignored: u64,
+    /// Gauge: jobs waiting (available or in their backoff gap).
+    pub available: u64,
+    /// Gauge: jobs out with a worker (delivering or leased).
+    pub held: u64,
 }
 
 impl Metrics {
@@ -48,5 +73,14 @@ impl Metrics {
     /// Counts a refused publish under `label`.
     pub fn refuse_publish(&self, label: &'static str) {
         *self.publish_refused.borrow_mut().entry(label).or_default() += 1;
+    }
+
+    /// Updates the counters of queue `name`.
+    pub fn queue(&self, name: &str, f: impl FnOnce(&mut QueueCounts)) {
+        let mut queues = self.queues.borrow_mut();
+        match queues.get_mut(name) {
+            Some(counts) => f(counts),
+            None => f(queues.entry(name.to_owned()).or_default()),
+        }
     }
 }

@@ -10,6 +10,7 @@ pub mod channels;
 mod connection_link;
 pub mod cursor;
 pub mod metrics;
+pub mod queue;
 mod rate;
 pub mod records;
 pub mod retained;
@@ -63,6 +64,8 @@ pub struct Broker {
     pub metrics: Metrics,
     /// The configured channels and the routing table.
     pub channels: Channels,
+    /// The mailboxes of the queues' owners.
+    pub queues: queue::Queues,
     /// Boxed: the table then holds a pointer per slot, not a whole session per slot.
     sessions: HashMap<Arc<str>, Box<Session>>,
     tree: TopicTree,
@@ -96,6 +99,7 @@ impl Broker {
             retained,
             settings,
             metrics: Metrics::default(),
+            queues: queue::Queues::new(&channels),
             channels,
             sessions: HashMap::new(),
             tree: TopicTree::default(),

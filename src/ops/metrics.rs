@@ -242,6 +242,7 @@ pub fn render(
             )
         }),
     );
+    queue_metrics(&m.queues.borrow(), &mut f);
     f.one(
         "saguin_process_resident_memory_bytes",
         "gauge",
@@ -249,6 +250,80 @@ pub fn render(
         resident_bytes(),
     );
     out
+}
+
+/// The `saguin_queue_*` families (gaps section 4): counters per queue, dead letters by
+/// reason, and the depth gauge by state.
+fn queue_metrics(
+    queues: &std::collections::BTreeMap<String, crate::broker::metrics::QueueCounts>,
+    f: &mut Family<'_>,
+) {
+    use crate::broker::metrics::QueueCounts;
+    let per = |pick: fn(&QueueCounts) -> u64| {
+        queues
+            .iter()
+            .map(move |(name, c)| (format!("{{channel=\"{}\"}}", escape(name)), pick(c)))
+    };
+    f.emit(
+        "saguin_queue_delivered_total",
+        "counter",
+        "Jobs offered to a worker.",
+        per(|c| c.delivered),
+    );
+    f.emit(
+        "saguin_queue_acknowledged_total",
+        "counter",
+        "Jobs resolved by ack.",
+        per(|c| c.acknowledged),
+    );
+    f.emit(
+        "saguin_queue_returned_total",
+        "counter",
+        "Jobs handed back by return.",
+        per(|c| c.returned),
+    );
+    f.emit(
+        "saguin_queue_timed_out_total",
+        "counter",
+        "Leases whose visibility timeout passed.",
+        per(|c| c.timed_out),
+    );
+    f.emit(
+        "saguin_queue_dead_lettered_total",
+        "counter",
+        "Jobs moved to the dead-letter channel, by reason.",
+        queues.iter().flat_map(|(name, c)| {
+            [
+                ("attempts_exhausted", c.dead_lettered_attempts),
+                ("expired", c.dead_lettered_expired),
+            ]
+            .map(|(reason, n)| {
+                (
+                    format!("{{channel=\"{}\",reason=\"{reason}\"}}", escape(name)),
+                    n,
+                )
+            })
+        }),
+    );
+    f.emit(
+        "saguin_queue_retain_ignored_total",
+        "counter",
+        "Retained publishes into a queue taken as work with the flag dropped.",
+        per(|c| c.retain_ignored),
+    );
+    f.emit(
+        "saguin_queue_depth",
+        "gauge",
+        "Jobs in a queue: waiting (available), or out with a worker (held).",
+        queues.iter().flat_map(|(name, c)| {
+            [("available", c.available), ("held", c.held)].map(|(state, n)| {
+                (
+                    format!("{{channel=\"{}\",state=\"{state}\"}}", escape(name)),
+                    n,
+                )
+            })
+        }),
+    );
 }
 
 /// The process's resident set size, from /proc (0 where there is none).

@@ -144,6 +144,7 @@ pub fn serve(
             crate::broker::records::now_ms,
             sweeps_stopped,
         ));
+        crate::broker::queue::owner::spawn(&executor, &shared);
         stop.await;
         let _ = stop_sweeps.try_send(());
         sweeping.await;

@@ -475,6 +475,72 @@ pub fn opts(qos: codec::QoS) -> codec::SubscriptionOptions {
     codec::SubscriptionOptions::with_qos(qos)
 }
 
+/// Queue helpers (issue 6): a worker reads offers without acknowledging them, so a
+/// test decides when (and whether) the PUBACK goes.
+impl Raw {
+    /// Connects with Clean Start and a Receive Maximum, if given.
+    pub fn connected_with_receive_maximum(
+        addr: SocketAddr,
+        client_id: &str,
+        receive_maximum: Option<u16>,
+    ) -> Raw {
+        let mut c = connect(ProtocolVersion::V5, client_id, true);
+        c.properties.receive_maximum = receive_maximum;
+        let (raw, ack) = Raw::handshake(addr, c);
+        assert_eq!(ack.code, 0, "CONNACK {ack:?}");
+        raw
+    }
+
+    /// Receives a PUBLISH and does not acknowledge it.
+    pub fn recv_offer(&mut self) -> codec::Publish {
+        match self.recv() {
+            Packet::Publish(p) => p,
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+
+    /// Acknowledges a QoS 1 PUBLISH.
+    pub fn puback(&mut self, publish: &codec::Publish) {
+        let id = publish.packet_id.expect("a QoS 1 PUBLISH has a packet id");
+        self.send(&Packet::PubAck(codec::Ack::new(id, 0)));
+    }
+
+    /// Answers an offer at QoS 0 on the Response Topic it carries, echoing its
+    /// Correlation Data: nothing comes back, so the next offer may follow at once.
+    pub fn answer(&mut self, offer: &codec::Publish, payload: &[u8]) {
+        let topic = offer
+            .properties
+            .response_topic
+            .clone()
+            .expect("an offer carries a Response Topic");
+        let mut p = publish(&topic, payload, codec::QoS::AtMostOnce, false);
+        p.properties.correlation_data = offer.properties.correlation_data.clone();
+        self.publish_packet(p);
+    }
+
+    /// Answers at QoS 1 on `topic` with `correlation`, returning the PUBACK code.
+    pub fn answer_qos1(&mut self, topic: &str, correlation: Option<Vec<u8>>, payload: &[u8]) -> u8 {
+        let mut p = publish(topic, payload, codec::QoS::AtLeastOnce, false);
+        p.properties.correlation_data = correlation;
+        self.publish_packet(p).expect("QoS 1 is acknowledged")
+    }
+
+    /// Sends DISCONNECT 0x00 and waits for the broker to close.
+    pub fn disconnect(mut self) {
+        self.send(&Packet::Disconnect(codec::Disconnect::new(0)));
+        let _ = self.read_to_close();
+    }
+}
+
+impl Raw {
+    /// Sets how long a read waits before `try_recv` gives up.
+    pub fn set_timeout(&mut self, wait: Duration) {
+        self.stream
+            .set_read_timeout(Some(wait))
+            .expect("read timeout");
+    }
+}
+
 /// Channels on both provider kinds: events (append, sqlite), recent (append, tail),
 /// memlog (append, memory), state (latest, memory), jobs (queue).
 pub const CHANNELS: &str = "broker:

@@ -92,25 +92,37 @@ pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
     let record = records::to_record(&message, now_ms());
     // Only a shared group is handed the record itself; everyone else reads it from
     // the channel, so the copy is made only when a group exists.
-    let landed = shared
-        .broker
-        .borrow()
-        .has_shared_groups()
-        .then(|| record.clone());
+    // A queue's owner is handed every job it stores.
+    let landed =
+        (kind == Kind::Queue || shared.broker.borrow().has_shared_groups()).then(|| record.clone());
     match provider.append(&name, record).await {
         Ok(offset) => {
-            let delivered = landed.map(|landed| {
-                let record = crate::storage::Record {
-                    offset,
-                    message_id: landed.message_id,
-                    timestamp_ms: landed.timestamp_ms,
-                    topic: landed.topic,
-                    payload: landed.payload,
-                    properties: landed.properties,
-                    state: RecordState::Stored,
-                };
-                Arc::new(records::from_record(record, message.qos, now_ms()))
+            let stored = landed.map(|landed| crate::storage::Record {
+                offset,
+                message_id: landed.message_id,
+                timestamp_ms: landed.timestamp_ms,
+                topic: landed.topic,
+                payload: landed.payload,
+                properties: landed.properties,
+                state: RecordState::Stored,
             });
+            if kind == Kind::Queue {
+                return match stored {
+                    Some(stored) => {
+                        let job = crate::storage::Record {
+                            state: RecordState::Job {
+                                attempts: 0,
+                                available_after_ms: 0,
+                            },
+                            ..stored
+                        };
+                        super::queue::stored(shared, id, job, message.retain)
+                    }
+                    None => reason::SUCCESS,
+                };
+            }
+            let delivered =
+                stored.map(|record| Arc::new(records::from_record(record, message.qos, now_ms())));
             shared.broker.borrow_mut().landed(id, delivered);
             reason::SUCCESS
         }

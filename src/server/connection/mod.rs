@@ -12,6 +12,7 @@ use futures_lite::future;
 use smol::io::AsyncWriteExt;
 
 mod channels;
+mod queue;
 mod verbs;
 
 use channels::route;
@@ -63,6 +64,8 @@ struct Conn {
     connected_with_zero_expiry: bool,
     /// When the positions of this consumer were last written.
     positions_stored_at: Option<Instant>,
+    /// A Reason String for the SUBACK being built (a queue form's refusal).
+    suback_reason: Option<String>,
 }
 
 /// Runs a connection to its end. `over_limit` says the broker is at max_connections.
@@ -145,6 +148,7 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
         problem_info: connect.properties.request_problem_information != Some(0),
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
         positions_stored_at: None,
+        suback_reason: None,
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
@@ -496,6 +500,7 @@ impl Conn {
     /// Re-sends, DUP set, every exchange that was on the wire when the session's last
     /// connection ended (MQTT-4.4.0-1).
     fn resend_inflight(&mut self) {
+        self.strip_queue_offers();
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
@@ -647,6 +652,7 @@ impl Conn {
         match packet {
             Packet::Publish(publish) => self.on_publish(publish).await,
             Packet::PubAck(ack) => {
+                self.queue_puback(ack.packet_id);
                 self.with_session(|s| s.settle(ack.packet_id));
                 Ok(())
             }
@@ -734,6 +740,9 @@ impl Conn {
 
     async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
         self.resolve_alias(&mut publish)?;
+        if let Some(answered) = self.queue_response(&publish) {
+            return answered;
+        }
         if let Some(verb) = Verb::of(&publish.topic) {
             let (code, reply) = self.perform(verb, &publish).await;
             if code != reason::SUCCESS {
@@ -901,6 +910,12 @@ impl Conn {
         let mut retained = Vec::new();
         let now = Instant::now();
         for (filter, options) in &subscribe.filters {
+            if let Some(code) =
+                self.queue_subscription(filter, *options, &subscribe.properties, identifier)
+            {
+                codes.push(code);
+                continue;
+            }
             let granted =
                 match self.check_filter(filter, options.no_local, &subscribe.properties)? {
                     Err(code) => {
@@ -965,9 +980,13 @@ impl Conn {
                 _ => granted,
             });
         }
+        let properties = Properties {
+            reason_string: self.suback_reason.take().filter(|_| self.problem_info),
+            ..Properties::default()
+        };
         let ack = SubAck {
             packet_id: subscribe.packet_id,
-            properties: Properties::default(),
+            properties,
             codes,
         };
         self.queue_packet(&Packet::SubAck(ack));
@@ -1157,6 +1176,9 @@ impl Conn {
             // (if a new connection has not taken it already), its Will owed.
             End::Kicked(code) => (true, Some(code)),
         };
+        // The session is still this connection's unless a takeover gave up waiting:
+        // its queue jobs go back, and it keeps no offer to send again.
+        self.queue_connection_ended(false);
         Box::pin(self.store_positions(true)).await;
         self.shared.broker.borrow_mut().disconnect(
             &self.client_id,

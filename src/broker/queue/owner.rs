@@ -1,0 +1,724 @@
+//! The task that owns one queue (DESIGN-NOTES 7): its jobs' lease state, its index of
+//! workers, its offers, and every write to its jobs' storage.
+//!
+//! It runs on the broker's executor and borrows the broker only for one step at a time
+//! (choosing a worker, queueing an offer, looking at a worker's session), never across
+//! an await. Storage writes are awaited here, so no connection ever waits on them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_lite::future;
+use smol::LocalExecutor;
+use smol::channel::Receiver;
+
+use super::lease::{DeadReason, Job, Lease, Outcome, Verdict, Worker};
+use super::{DeliveryId, Event, FORM_PREFIX, Policy, TICK, dlq_topic};
+use crate::broker::channels::ChannelId;
+use crate::broker::records::{self, now_ms};
+use crate::broker::session::{Delivery, Inflight, Session};
+use crate::codec::{ProtocolVersion, QoS};
+use crate::server::Shared;
+use crate::storage::{DeadLetter, Provider, Record, RecordState, StorageError, WindowRequest};
+
+/// Job bodies kept in memory ahead of their offers, at most.
+const CACHE_RECORDS: usize = 256;
+/// Bytes of job bodies kept in memory, at most.
+const CACHE_BYTES: u64 = 4 << 20;
+/// How often waiting jobs are checked against `job_expires_after` and their attempts.
+const SWEEP_EVERY_MS: u64 = 1000;
+
+/// Starts the owner of every queue.
+pub fn spawn(executor: &LocalExecutor<'static>, shared: &Rc<Shared>) {
+    let unstarted = shared.broker.borrow_mut().queues.take_unstarted();
+    for (id, mailbox) in unstarted {
+        executor.spawn(run(shared.clone(), id, mailbox)).detach();
+    }
+}
+
+/// One queue's owner.
+struct Owner {
+    shared: Rc<Shared>,
+    id: ChannelId,
+    name: Arc<str>,
+    provider: Arc<Provider>,
+    policy: Policy,
+    /// The dead-letter channel.
+    dlq: Option<(ChannelId, Arc<str>)>,
+    /// `$saguin/queue/<name>`, the key of a worker's subscription.
+    form: String,
+    /// `$saguin/queue/<name>/response`.
+    response_topic: String,
+    /// This boot's, so no Delivery ID outlives a restart (C-151).
+    nonce: [u8; 8],
+    epoch: u64,
+    jobs: BTreeMap<u64, Job>,
+    bodies: BTreeMap<u64, Record>,
+    body_bytes: u64,
+    /// Workers in the order they subscribed; offers take turns over them.
+    workers: Vec<Arc<str>>,
+    turn: usize,
+    /// The job each worker holds from this queue (one at most, C-061).
+    held: HashMap<Arc<str>, u64>,
+    swept_at: u64,
+}
+
+async fn run(shared: Rc<Shared>, id: ChannelId, mailbox: Receiver<Event>) {
+    let Some(mut owner) = Owner::new(shared, id) else {
+        return;
+    };
+    owner.load().await;
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        let got = future::or(async { Some(mailbox.recv().await) }, async {
+            smol::Timer::at(next_tick).await;
+            None
+        })
+        .await;
+        match got {
+            Some(Err(_)) => return, // every sender is gone: the broker is stopping
+            Some(Ok(event)) => owner.handle(event).await,
+            None => {}
+        }
+        // Checked on every turn, so a mailbox that is never empty cannot starve it.
+        if Instant::now() >= next_tick {
+            next_tick = Instant::now() + TICK;
+            owner.drain(&mailbox).await;
+            owner.tick().await;
+        }
+        // Events are applied before anything looks at the sessions, so a PUBACK the
+        // connection has already settled is never mistaken for an offer not written.
+        owner.drain(&mailbox).await;
+        owner.offer().await;
+        owner.gauge();
+    }
+}
+
+impl Owner {
+    fn new(shared: Rc<Shared>, id: ChannelId) -> Option<Owner> {
+        let (name, provider, policy, dlq) = {
+            let broker = shared.broker.borrow();
+            let channel = broker.channels.get(id);
+            let dlq_name: Arc<str> = Arc::from(format!("{}__dlq", channel.name));
+            let dlq = broker
+                .channels
+                .by_name(&dlq_name)
+                .map(|dlq_id| (dlq_id, dlq_name));
+            let Some(policy) = channel.queue.clone() else {
+                log::error!("queue {} has no settings; it offers nothing", channel.name);
+                return None;
+            };
+            (channel.name.clone(), channel.provider.clone(), policy, dlq)
+        };
+        let mut nonce = [0u8; 8];
+        nonce.copy_from_slice(&uuid::Uuid::now_v7().as_bytes()[8..]);
+        Some(Owner {
+            form: format!("{FORM_PREFIX}{name}"),
+            response_topic: format!("{FORM_PREFIX}{name}/response"),
+            shared,
+            id,
+            name,
+            provider,
+            policy,
+            dlq,
+            nonce,
+            epoch: 0,
+            jobs: BTreeMap::new(),
+            bodies: BTreeMap::new(),
+            body_bytes: 0,
+            workers: Vec::new(),
+            turn: 0,
+            held: HashMap::new(),
+            swept_at: 0,
+        })
+    }
+
+    /// Reads every job the queue holds: after a restart nothing is in flight and every
+    /// job is available at once, its attempts as stored (C-150, C-152, C-153).
+    async fn load(&mut self) {
+        self.count(|_| {}); // its counters exist from the start, at zero
+        let mut from = 0;
+        loop {
+            let request = WindowRequest::new(from, 1024, CACHE_BYTES);
+            let window = match self.provider.read_window(&self.name, request).await {
+                Ok(window) => window,
+                Err(e) => {
+                    log::error!("queue {}: cannot read its jobs: {e}", self.name);
+                    return;
+                }
+            };
+            let Some(last) = window.records.last() else {
+                break;
+            };
+            from = last.offset + 1;
+            for record in window.records {
+                self.learn(record);
+            }
+        }
+        if !self.jobs.is_empty() {
+            log::info!("queue {}: {} jobs waiting", self.name, self.jobs.len());
+        }
+    }
+
+    /// Takes a stored job into the table, keeping its body if there is room.
+    fn learn(&mut self, record: Record) {
+        let RecordState::Job { attempts, .. } = record.state else {
+            return;
+        };
+        if self.jobs.contains_key(&record.offset) {
+            return;
+        }
+        self.jobs
+            .insert(record.offset, Job::new(record.timestamp_ms, attempts));
+        let size = record.size();
+        if self.bodies.len() < CACHE_RECORDS && self.body_bytes + size <= CACHE_BYTES {
+            self.body_bytes += size;
+            self.bodies.insert(record.offset, record);
+        }
+    }
+
+    async fn drain(&mut self, mailbox: &Receiver<Event>) {
+        while let Ok(event) = mailbox.try_recv() {
+            self.handle(event).await;
+        }
+    }
+
+    async fn handle(&mut self, event: Event) {
+        match event {
+            Event::Stored(record) => self.learn(record),
+            Event::Subscribed(client) => {
+                if !self.workers.contains(&client) {
+                    self.workers.push(client);
+                }
+            }
+            Event::Puback(worker, correlation) => self.on_puback(&worker, &correlation).await,
+            Event::Answer(worker, correlation, verdict) => {
+                self.on_answer(&worker, correlation.as_deref(), verdict)
+                    .await;
+            }
+            Event::Ended(worker) => self.on_ended(&worker).await,
+        }
+    }
+
+    /// The current job a Delivery ID names, or why there is none.
+    fn named(&self, correlation: &[u8]) -> Result<(DeliveryId, u64), &'static str> {
+        let delivery = DeliveryId::parse(correlation).ok_or("is not a Delivery ID")?;
+        if delivery.nonce() != self.nonce {
+            return Err("was not issued since the broker started");
+        }
+        let offset = delivery.offset();
+        match self.jobs.get(&offset) {
+            Some(_) => Ok((delivery, offset)),
+            None => Err("names a job that is resolved or dead-lettered"),
+        }
+    }
+
+    async fn on_puback(&mut self, worker: &Worker, correlation: &[u8]) {
+        let Ok((delivery, offset)) = self.named(correlation) else {
+            return; // a stale offer's PUBACK: nothing to do
+        };
+        let Some(job) = self.jobs.get_mut(&offset) else {
+            return;
+        };
+        if job.puback(worker, &delivery, &self.policy, now_ms()) == Outcome::Counted {
+            self.write_attempt(offset).await;
+        }
+    }
+
+    async fn on_answer(
+        &mut self,
+        worker: &Worker,
+        correlation: Option<&[u8]>,
+        verdict: Option<Verdict>,
+    ) {
+        let ignore = |why: &str| {
+            log::info!(
+                "queue {}: a response from {} ignored: {why}",
+                self.name,
+                worker.client
+            );
+        };
+        let Some(correlation) = correlation else {
+            return ignore("it carries no Correlation Data");
+        };
+        let (delivery, offset) = match self.named(correlation) {
+            Ok(named) => named,
+            Err(why) => return ignore(&format!("its Correlation Data {why}")),
+        };
+        let Some(verdict) = verdict else {
+            return ignore("its payload is neither ack nor return");
+        };
+        let now = now_ms();
+        let Some(job) = self.jobs.get_mut(&offset) else {
+            return;
+        };
+        let outcome = job.answer(worker, &delivery, verdict, &self.policy, now);
+        match outcome {
+            Outcome::Ignored => {
+                ignore("it is not the current delivery of a job this session holds")
+            }
+            Outcome::Resolve => match self.provider.resolve(&self.name, offset).await {
+                Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {
+                    self.forget(offset);
+                    self.count(|c| c.acknowledged += 1);
+                }
+                Err(e) => log::error!(
+                    "queue {}: job {offset} acknowledged but not removed: {e}",
+                    self.name
+                ),
+            },
+            _ => {
+                self.count(|c| c.returned += 1);
+                self.settle_outcome(offset, outcome, worker).await;
+            }
+        }
+    }
+
+    /// Every job the ended connection held comes back at once (C-090, gaps A-03).
+    async fn on_ended(&mut self, worker: &Worker) {
+        // A worker holds one job from this queue at most: no need to look further.
+        let Some(&offset) = self.held.get(&worker.client) else {
+            return;
+        };
+        if self.jobs.get(&offset).and_then(Job::holder) == Some(worker) {
+            self.release(offset, "its worker's connection ended").await;
+        }
+    }
+
+    async fn release(&mut self, offset: u64, why: &str) {
+        let Some(job) = self.jobs.get_mut(&offset) else {
+            return;
+        };
+        let Some(worker) = job.holder().cloned() else {
+            return;
+        };
+        let outcome = job.released(&self.policy, now_ms());
+        log::debug!(
+            "queue {}: job {offset} back from {} ({why})",
+            self.name,
+            worker.client
+        );
+        self.settle_outcome(offset, outcome, &worker).await;
+    }
+
+    /// Writes what a take-back spent, frees the worker, and dead-letters a job out of
+    /// attempts.
+    async fn settle_outcome(&mut self, offset: u64, outcome: Outcome, worker: &Worker) {
+        if self.held.get(&worker.client) == Some(&offset) {
+            self.held.remove(&worker.client);
+        }
+        let (counted, dead) = match outcome {
+            Outcome::Counted => (true, false),
+            Outcome::Available { counted } => (counted, false),
+            Outcome::DeadLetter { counted } => (counted, true),
+            Outcome::Ignored | Outcome::Moved | Outcome::Resolve => (false, false),
+        };
+        if counted {
+            self.write_attempt(offset).await;
+        }
+        if dead {
+            self.dead_letter(offset, DeadReason::AttemptsExhausted)
+                .await;
+        }
+    }
+
+    /// Stores a spent attempt; never refused for room (C-112).
+    async fn write_attempt(&mut self, offset: u64) {
+        if let Err(e) = self.provider.record_attempt(&self.name, offset, 0).await {
+            log::error!(
+                "queue {}: the attempt count of job {offset} was not stored: {e}",
+                self.name
+            );
+        }
+    }
+
+    /// The tick: offers never written go back unspent, deadlines that passed take their
+    /// jobs back, workers that left are dropped, and waiting jobs are swept.
+    async fn tick(&mut self) {
+        let now = now_ms();
+        let unwritten: Vec<u64> = {
+            let shared = self.shared.clone();
+            let mut broker = shared.broker.borrow_mut();
+            self.held
+                .values()
+                .filter_map(|offset| Some((*offset, self.jobs.get(offset)?)))
+                .filter_map(|(offset, job)| match &job.lease {
+                    Lease::Delivering { worker, delivery } => {
+                        let carried = broker
+                            .session_of(&worker.client, worker.link)
+                            .is_some_and(|s| carries(s, self.id, offset, delivery));
+                        (!carried).then_some(offset)
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for offset in unwritten {
+            self.release(offset, "its PUBLISH was never written").await;
+        }
+        let due: Vec<u64> = self
+            .held
+            .values()
+            .filter(|o| {
+                self.jobs.get(o).is_some_and(
+                    |j| matches!(j.lease, Lease::Leased { deadline_ms, .. } if deadline_ms <= now),
+                )
+            })
+            .copied()
+            .collect();
+        for offset in due {
+            let Some(job) = self.jobs.get_mut(&offset) else {
+                continue;
+            };
+            let Some(worker) = job.holder().cloned() else {
+                continue;
+            };
+            let outcome = job.timed_out(&self.policy, now);
+            log::info!(
+                "queue {}: job {offset} timed out with {}",
+                self.name,
+                worker.client
+            );
+            self.count(|c| c.timed_out += 1);
+            self.settle_outcome(offset, outcome, &worker).await;
+        }
+        self.prune_workers();
+        if now.saturating_sub(self.swept_at) >= SWEEP_EVERY_MS {
+            self.swept_at = now;
+            self.sweep(now).await;
+        }
+    }
+
+    /// Dead-letters waiting jobs that are out of time, or out of attempts (a restart,
+    /// or a move that failed before). Jobs out with a worker are left alone (C-141).
+    async fn sweep(&mut self, now: u64) {
+        // The tick looks at held jobs through `held`; one it does not list would never
+        // time out, so none may exist.
+        let unlisted: Vec<u64> = self
+            .jobs
+            .iter()
+            .filter(|(o, j)| {
+                j.holder()
+                    .is_some_and(|w| self.held.get(&w.client) != Some(*o))
+            })
+            .map(|(o, _)| *o)
+            .collect();
+        for offset in unlisted {
+            log::error!(
+                "queue {}: job {offset} was held off the books; taking it back",
+                self.name
+            );
+            self.release(offset, "its hold was not on the books").await;
+        }
+        let due: Vec<(u64, DeadReason)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| matches!(j.lease, Lease::Available { .. }))
+            .filter_map(|(o, j)| self.due_out(j, now).map(|r| (*o, r)))
+            .collect();
+        for (offset, reason) in due {
+            self.dead_letter(offset, reason).await;
+        }
+    }
+
+    /// Whether a waiting job must go to the dead-letter channel rather than out.
+    fn due_out(&self, job: &Job, now: u64) -> Option<DeadReason> {
+        if job.expired(&self.policy, now) {
+            Some(DeadReason::Expired)
+        } else if job.attempts >= self.policy.max_attempts {
+            Some(DeadReason::AttemptsExhausted)
+        } else {
+            None
+        }
+    }
+
+    fn prune_workers(&mut self) {
+        let shared = self.shared.clone();
+        let mut broker = shared.broker.borrow_mut();
+        let form = &self.form;
+        self.workers.retain(|client| {
+            broker
+                .session(client)
+                .is_some_and(|s| s.subscriptions.contains_key(form))
+        });
+    }
+
+    /// Offers available jobs to workers that can take one, round robin (C-046).
+    async fn offer(&mut self) {
+        let mut skip = BTreeSet::new();
+        loop {
+            if self.next_worker(false).is_none() {
+                return;
+            }
+            let now = now_ms();
+            let Some(offset) = self
+                .jobs
+                .iter()
+                .find(|(o, j)| !skip.contains(*o) && j.offerable(now))
+                .map(|(o, _)| *o)
+            else {
+                return;
+            };
+            // Checked as it is about to go out (C-136, C-139).
+            if let Some(reason) = self.jobs.get(&offset).and_then(|j| self.due_out(j, now)) {
+                if !self.dead_letter(offset, reason).await {
+                    skip.insert(offset);
+                }
+                continue;
+            }
+            let Some(record) = self.take_body(offset).await else {
+                skip.insert(offset);
+                continue;
+            };
+            let Some((worker, identifier)) = self.next_worker(true) else {
+                self.keep_body(record);
+                return;
+            };
+            self.hand_out(worker, identifier, record);
+        }
+    }
+
+    /// The next worker that may be offered a job, with the Subscription Identifier of
+    /// its form; `take` moves the turn past it.
+    fn next_worker(&mut self, take: bool) -> Option<(Worker, Option<u32>)> {
+        let shared = self.shared.clone();
+        let mut broker = shared.broker.borrow_mut();
+        let n = self.workers.len();
+        for i in 0..n {
+            let at = (self.turn + i) % n;
+            let client = &self.workers[at];
+            if self.held.contains_key(client) {
+                continue;
+            }
+            let Some(session) = broker.session(client) else {
+                continue;
+            };
+            let Some(link) = session.link.as_ref().map(|l| l.id) else {
+                continue;
+            };
+            if session.protocol != ProtocolVersion::V5
+                || !session.subscriptions.contains_key(&self.form)
+                || !session.can_take(QoS::AtLeastOnce)
+            {
+                continue;
+            }
+            if take {
+                self.turn = at + 1;
+            }
+            let identifier = session
+                .subscriptions
+                .get(&self.form)
+                .and_then(|s| s.identifier);
+            return Some((
+                Worker {
+                    client: client.clone(),
+                    link,
+                },
+                identifier,
+            ));
+        }
+        None
+    }
+
+    /// Queues the offer on the worker's session: AVAILABLE → DELIVERING.
+    fn hand_out(&mut self, worker: Worker, identifier: Option<u32>, record: Record) {
+        let offset = record.offset;
+        let Some(job) = self.jobs.get_mut(&offset) else {
+            return;
+        };
+        self.epoch += 1;
+        let delivery = DeliveryId::new(self.nonce, offset, self.epoch);
+        let attempt = job.next_attempt();
+        let mut message = records::from_record(record, QoS::AtLeastOnce, now_ms());
+        // The queue's own Response Topic and Delivery ID replace a publisher's (gaps A-04).
+        message.properties.response_topic = Some(self.response_topic.clone());
+        message.properties.correlation_data = Some(delivery.bytes().to_vec());
+        message
+            .properties
+            .user_properties
+            .push(("saguin-attempt".into(), attempt.to_string()));
+        job.offer(worker.clone(), delivery);
+        self.held.insert(worker.client.clone(), offset);
+        let delivery = Delivery {
+            message: Arc::new(message),
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            identifiers: identifier.into_iter().collect(),
+            origin: Some((self.id, offset)),
+        };
+        self.shared
+            .broker
+            .borrow_mut()
+            .deliver(&worker.client, delivery);
+        self.count(|c| c.delivered += 1);
+    }
+
+    /// A job's body, from memory or the provider, taken out of memory. `None` when it
+    /// cannot be read now, or the job is gone (then it is forgotten).
+    async fn take_body(&mut self, offset: u64) -> Option<Record> {
+        if let Some(record) = self.bodies.remove(&offset) {
+            self.body_bytes = self.body_bytes.saturating_sub(record.size());
+            return Some(record);
+        }
+        self.read_body(offset).await
+    }
+
+    fn keep_body(&mut self, record: Record) {
+        self.body_bytes += record.size();
+        self.bodies.insert(record.offset, record);
+    }
+
+    async fn read_body(&mut self, offset: u64) -> Option<Record> {
+        let request = WindowRequest::new(offset, 1, 1);
+        match self.provider.read_window(&self.name, request).await {
+            Ok(window) => match window.records.into_iter().next() {
+                Some(record) if record.offset == offset => Some(record),
+                _ => {
+                    log::warn!("queue {}: job {offset} is no longer stored", self.name);
+                    self.forget(offset);
+                    None
+                }
+            },
+            Err(e) => {
+                log::error!("queue {}: cannot read job {offset}: {e}", self.name);
+                None
+            }
+        }
+    }
+
+    /// Moves a job to `<name>__dlq` in one transaction, topic rewritten and the
+    /// `saguin-dlq-*` headers added (C-118..C-132). A move that fails leaves the job as
+    /// it was, to be tried again by the sweep (C-117, gaps A-02). Returns whether the
+    /// job left the queue.
+    async fn dead_letter(&mut self, offset: u64, reason: DeadReason) -> bool {
+        let Some((dlq_id, dlq_name)) = self.dlq.clone() else {
+            log::error!("queue {} has no dead-letter channel", self.name);
+            return false;
+        };
+        let Some(job) = self.jobs.get(&offset).cloned() else {
+            return true;
+        };
+        let topic = match self.bodies.get(&offset) {
+            Some(record) => record.topic.clone(),
+            None => match self.read_body(offset).await {
+                Some(record) => {
+                    let topic = record.topic.clone();
+                    self.keep_body(record);
+                    topic
+                }
+                None => return !self.jobs.contains_key(&offset),
+            },
+        };
+        let now = now_ms();
+        let mut headers = vec![
+            ("saguin-dlq-channel".to_string(), self.name.to_string()),
+            ("saguin-dlq-offset".into(), offset.to_string()),
+            ("saguin-dlq-attempts".into(), job.attempts.to_string()),
+        ];
+        // Left out when no delivery was ever received (gaps A-08).
+        headers.extend(
+            job.first_ms
+                .map(|t| ("saguin-dlq-first".into(), t.to_string())),
+        );
+        headers.extend(
+            job.last_ms
+                .map(|t| ("saguin-dlq-last".into(), t.to_string())),
+        );
+        headers.push(("saguin-dlq-at".into(), now.to_string()));
+        headers.push(("saguin-dlq-reason".into(), reason.as_str().into()));
+        let dead_topic = dlq_topic(&self.policy.filter, &topic);
+        let to = DeadLetter {
+            channel: dlq_name.to_string(),
+            topic: dead_topic,
+            timestamp_ms: now,
+            user_properties: headers,
+        };
+        let moved = self.provider.dead_letter(&self.name, offset, to).await;
+        match moved {
+            Ok(at) => {
+                log::info!(
+                    "queue {}: job {offset} dead-lettered ({}) to {dlq_name} at {at}",
+                    self.name,
+                    reason.as_str()
+                );
+                self.forget(offset);
+                self.count(|c| match reason {
+                    DeadReason::AttemptsExhausted => c.dead_lettered_attempts += 1,
+                    DeadReason::Expired => c.dead_lettered_expired += 1,
+                });
+                self.landed(dlq_id, &dlq_name, at).await;
+                true
+            }
+            Err(StorageError::NoSuchRecord { .. }) => {
+                self.forget(offset);
+                true
+            }
+            Err(e) => {
+                log::warn!(
+                    "queue {}: job {offset} could not be dead-lettered and is left as it was, to be tried again: {e}",
+                    self.name
+                );
+                false
+            }
+        }
+    }
+
+    /// Wakes the dead-letter channel's readers for its new record; a shared group is
+    /// handed the record itself, read back only when one exists.
+    async fn landed(&mut self, dlq_id: ChannelId, dlq_name: &str, at: u64) {
+        let mut message = None;
+        if self.shared.broker.borrow().has_shared_groups() {
+            let request = WindowRequest::new(at, 1, 1);
+            if let Ok(window) = self.provider.read_window(dlq_name, request).await {
+                message = window
+                    .records
+                    .into_iter()
+                    .find(|r| r.offset == at)
+                    .map(|r| Arc::new(records::from_record(r, QoS::AtLeastOnce, now_ms())));
+            }
+        }
+        self.shared.broker.borrow_mut().landed(dlq_id, message);
+    }
+
+    /// Drops a job that left the queue.
+    fn forget(&mut self, offset: u64) {
+        if let Some(job) = self.jobs.remove(&offset)
+            && let Some(worker) = job.holder()
+            && self.held.get(&worker.client) == Some(&offset)
+        {
+            self.held.remove(&worker.client);
+        }
+        if let Some(record) = self.bodies.remove(&offset) {
+            self.body_bytes = self.body_bytes.saturating_sub(record.size());
+        }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut crate::broker::metrics::QueueCounts)) {
+        self.shared.broker.borrow().metrics.queue(&self.name, f);
+    }
+
+    /// The depth gauges: jobs waiting, and jobs out with a worker.
+    fn gauge(&self) {
+        let held = self.held.len() as u64;
+        let waiting = self.jobs.len() as u64 - held.min(self.jobs.len() as u64);
+        self.count(|c| {
+            c.available = waiting;
+            c.held = held;
+        });
+    }
+}
+
+/// Whether a session still has an offer queued or on the wire.
+fn carries(session: &Session, queue: ChannelId, offset: u64, delivery: &DeliveryId) -> bool {
+    let is_it = |d: &Delivery| {
+        d.origin == Some((queue, offset))
+            && d.message.properties.correlation_data.as_deref() == Some(delivery.bytes())
+    };
+    session.queue.iter().any(is_it)
+        || session.inflight.values().any(|i| match i {
+            Inflight::Published(d) => is_it(d),
+            Inflight::Released(_) => false,
+        })
+}

@@ -1,0 +1,276 @@
+//! The MQTT side of queues (RFC 0002 "What each channel type admits", RFC 0003
+//! "queue"): the one subscription form `$saguin/queue/<name>`, answers on
+//! `$saguin/queue/<name>/response`, PUBACKs of offers, and a worker's connection
+//! ending. Each only tells the queue's owner what happened; the owner decides.
+
+use super::{Conn, End, Shared};
+use crate::broker::channels::{ChannelId, Kind};
+use crate::broker::queue::lease::{Verdict, Worker};
+use crate::broker::queue::{Event, FORM_PREFIX};
+use crate::broker::session::{Inflight, Subscription};
+use crate::broker::topic;
+use crate::codec::{
+    Ack, Packet, Properties, ProtocolVersion, Publish, QoS, SubscriptionOptions, reason,
+};
+use crate::storage::Record;
+
+/// A job was stored: its owner learns of it, and nobody else does - a queue's records
+/// leave only as offers (invariant 11). A retained publish is taken as work with the
+/// flag dropped, and counted.
+pub(crate) fn stored(shared: &Shared, id: ChannelId, record: Record, retain: bool) -> u8 {
+    let broker = shared.broker.borrow();
+    if retain {
+        let name = &broker.channels.get(id).name;
+        broker.metrics.queue(name, |c| c.retain_ignored += 1);
+    }
+    broker.queues.tell(id, Event::Stored(record));
+    reason::SUCCESS
+}
+
+impl Conn {
+    fn worker(&self) -> Worker {
+        Worker {
+            client: self.client_id.clone(),
+            link: self.link.id,
+        }
+    }
+
+    /// The queue called `name`, if there is one.
+    fn queue_named(&self, name: &str) -> Option<ChannelId> {
+        let broker = self.shared.broker.borrow();
+        broker
+            .channels
+            .by_name(name)
+            .filter(|id| broker.channels.get(*id).kind == Kind::Queue)
+    }
+
+    /// Decides a filter under `$saguin/queue/` (the SUBACK table): `None` for any other
+    /// filter, and for one the ordinary checks must refuse first (not a filter at all,
+    /// a reserved User Property).
+    pub(super) fn queue_subscription(
+        &mut self,
+        filter: &str,
+        options: SubscriptionOptions,
+        properties: &Properties,
+        identifier: Option<u32>,
+    ) -> Option<u8> {
+        let name = filter.strip_prefix(FORM_PREFIX)?;
+        if !topic::is_valid_filter(filter)
+            || properties
+                .user_properties
+                .iter()
+                .any(|(k, _)| k.starts_with("saguin-"))
+        {
+            return None;
+        }
+        let refuse = |code: u8, why: &str| {
+            log::info!(
+                "{}: {} refused {filter:?} 0x{code:02X}: {why}",
+                self.peer,
+                self.client_id
+            );
+            self.shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_subscription(code);
+            code
+        };
+        if self.protocol == ProtocolVersion::V311 {
+            // Recorded as 0x8F; 3.1.1 carries only 0x80.
+            refuse(
+                reason::TOPIC_FILTER_INVALID,
+                "a queue needs MQTT 5 to answer its jobs",
+            );
+            return Some(reason::v311::SUBACK_FAILURE);
+        }
+        let queue = (!name.contains(['/', '+', '#']))
+            .then(|| self.queue_named(name))
+            .flatten();
+        let Some(queue) = queue else {
+            return Some(refuse(
+                reason::TOPIC_FILTER_INVALID,
+                "not a queue's form: $saguin/queue/ and the name of a queue, nothing else",
+            ));
+        };
+        if options.no_local {
+            // The SUBACK's Reason String names the filter to change (C-044).
+            self.suback_reason = Some(format!(
+                "{filter}: No Local is refused on a queue's form, since it would withhold a job from the one worker that published it; subscribe without it"
+            ));
+            return Some(refuse(
+                reason::TOPIC_FILTER_INVALID,
+                "No Local would withhold a job from the one worker that published it",
+            ));
+        }
+        if options.qos == QoS::AtMostOnce {
+            return Some(refuse(
+                reason::IMPLEMENTATION_SPECIFIC_ERROR,
+                "QoS 0 has no PUBACK to start a visibility timeout from",
+            ));
+        }
+        let mut broker = self.shared.broker.borrow_mut();
+        let full =
+            broker.subscription_count(&self.client_id) >= self.shared.settings.max_subscriptions;
+        let exists = broker
+            .session(&self.client_id)
+            .is_some_and(|s| s.subscriptions.contains_key(filter));
+        if full && !exists {
+            broker.metrics.refuse_subscription(reason::QUOTA_EXCEEDED);
+            return Some(reason::QUOTA_EXCEEDED);
+        }
+        // Granted at 1: offers go at QoS 1.
+        let options = SubscriptionOptions {
+            qos: QoS::AtLeastOnce,
+            ..options
+        };
+        let sub = Subscription {
+            filter: filter.to_string(),
+            share: None,
+            options,
+            identifier,
+        };
+        broker.subscribe(&self.client_id, sub);
+        broker
+            .queues
+            .tell(queue, Event::Subscribed(self.client_id.clone()));
+        Some(QoS::AtLeastOnce as u8)
+    }
+
+    /// Answers a publish to `$saguin/queue/<name>/response`: `None` for any other
+    /// topic. A response naming a queue is acknowledged 0x00 whatever becomes of it
+    /// (C-082); one naming no queue is refused 0x90, saying so.
+    pub(super) fn queue_response(&mut self, publish: &Publish) -> Option<Result<(), End>> {
+        let name = publish
+            .topic
+            .strip_prefix(FORM_PREFIX)?
+            .strip_suffix("/response")?;
+        if name.is_empty() || name.contains('/') {
+            return None; // not the shape: refused with everything else under $saguin/
+        }
+        let Some(queue) = self.queue_named(name) else {
+            log::info!(
+                "{}: {} answered on {:?}, which names no queue (0x90)",
+                self.peer,
+                self.client_id,
+                publish.topic
+            );
+            return Some(self.answer_response(
+                publish,
+                reason::TOPIC_NAME_INVALID,
+                Some(format!("{name} is not a queue")),
+            ));
+        };
+        let verdict = Verdict::parse(&publish.payload);
+        let correlation = publish.properties.correlation_data.clone();
+        self.shared
+            .broker
+            .borrow()
+            .queues
+            .tell(queue, Event::Answer(self.worker(), correlation, verdict));
+        if publish.qos == QoS::ExactlyOnce
+            && let Some(id) = publish.packet_id
+        {
+            // Applied now; its PUBREL only completes the exchange.
+            self.with_session(|s| s.incoming.insert(id, None));
+        }
+        Some(self.answer_response(publish, reason::SUCCESS, None))
+    }
+
+    fn answer_response(
+        &mut self,
+        publish: &Publish,
+        code: u8,
+        why: Option<String>,
+    ) -> Result<(), End> {
+        if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
+            return Err(End::Close);
+        }
+        let Some(packet_id) = publish.packet_id else {
+            return Ok(());
+        };
+        let mut ack = Ack::new(packet_id, code);
+        if self.problem_info {
+            ack.properties.reason_string = why;
+        }
+        let packet = match publish.qos {
+            QoS::ExactlyOnce => Packet::PubRec(ack),
+            _ => Packet::PubAck(ack),
+        };
+        self.queue_packet(&packet);
+        Ok(())
+    }
+
+    /// Tells a queue's owner that the worker acknowledged the PUBLISH of an offer (call
+    /// before the exchange is settled).
+    pub(super) fn queue_puback(&self, packet_id: u16) {
+        let mut broker = self.shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            return;
+        };
+        let Some(Inflight::Published(delivery)) = session.inflight.get(&packet_id) else {
+            return;
+        };
+        let Some((channel, _)) = delivery.origin else {
+            return;
+        };
+        let correlation = delivery
+            .message
+            .properties
+            .correlation_data
+            .clone()
+            .unwrap_or_default();
+        if broker.channels.get(channel).kind == Kind::Queue {
+            broker
+                .queues
+                .tell(channel, Event::Puback(self.worker(), correlation));
+        }
+    }
+
+    /// The connection is ending: every job it held goes back at once, and a session
+    /// that outlives it keeps no offer to send again (gaps A-03). `kicked` says another
+    /// connection has the session now, which is left alone.
+    pub(super) fn queue_connection_ended(&self, kicked: bool) {
+        self.shared.broker.borrow().queues.ended(&self.worker());
+        if !kicked {
+            self.strip_queue_offers();
+        }
+    }
+
+    /// Takes every queue offer out of the session this connection holds: a resumed
+    /// session is never sent a stale offer again (gaps A-03); its job went back when
+    /// the connection that carried it ended.
+    pub(super) fn strip_queue_offers(&self) {
+        let mut broker = self.shared.broker.borrow_mut();
+        let queues: Vec<ChannelId> = broker
+            .channels
+            .iter()
+            .filter(|(_, c)| c.kind == Kind::Queue)
+            .map(|(id, _)| id)
+            .collect();
+        if queues.is_empty() {
+            return;
+        }
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            return;
+        };
+        let is_offer =
+            |origin: Option<(ChannelId, u64)>| origin.is_some_and(|(c, _)| queues.contains(&c));
+        let mut freed = 0;
+        session.queue.retain(|d| {
+            let offer = is_offer(d.origin);
+            if offer {
+                freed += d.message.charge();
+            }
+            !offer
+        });
+        session.inflight.retain(|_, i| match i {
+            Inflight::Published(d) if is_offer(d.origin) => {
+                freed += d.message.charge();
+                false
+            }
+            _ => true,
+        });
+        session.queued_bytes = session.queued_bytes.saturating_sub(freed);
+    }
+}

@@ -1,0 +1,342 @@
+//! Dead-lettering, expiry, backoff, the size bound and redriving, end to end (issue 6;
+//! RFC 0003 "queue - Backoff", "At a size bound", "Dead-lettering", "Putting
+//! dead-lettered work back"; RFC 0002 "The dead-letter channel").
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, opts, publish, user_property};
+use saguin::codec::{ProtocolVersion::V5, QoS};
+
+const CHANNELS: &str = "channels:
+  jobs:
+    type: queue
+    filter: jobs/#
+    retry:
+      max_attempts: 2
+  work:
+    type: queue
+    filter: iot/+/work/+
+    retry:
+      max_attempts: 1
+  stale:
+    type: queue
+    filter: stale/#
+    visibility_timeout: 1s
+    job_expires_after: 2s
+  slow:
+    type: queue
+    filter: slow/#
+    retry:
+      max_attempts: 5
+      backoff: linear
+      backoff_base: 1s
+  small:
+    type: queue
+    filter: small/#
+    max_bytes: 300B
+";
+
+fn start() -> Broker {
+    Broker::start(CHANNELS)
+}
+
+fn worker(broker: &Broker, id: &str, queue: &str) -> Raw {
+    let mut w = Raw::connected(broker.addr, V5, id);
+    assert_eq!(
+        w.subscribe(&format!("$saguin/queue/{queue}"), opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    w
+}
+
+fn put(broker: &Broker, topic: &str, payload: &[u8]) -> u8 {
+    let mut p = Raw::connected(broker.addr, V5, "producer");
+    p.publish(topic, payload, QoS::AtLeastOnce, false)
+        .expect("QoS 1")
+}
+
+fn prop<'a>(p: &'a saguin::codec::Publish, key: &str) -> &'a str {
+    user_property(p, key).unwrap_or_else(|| panic!("no {key} on {p:?}"))
+}
+
+/// C-088, C-118..C-132, A-216, A-218: the last return moves the job into jobs__dlq,
+/// topic `jobs/__dlq/j1`, id, payload and own properties kept, every header set.
+#[test]
+fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("jobs/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    let mut p = publish("jobs/j1", b"work", QoS::AtLeastOnce, false);
+    p.properties.user_properties = vec![
+        ("own".into(), "kept".into()),
+        ("saguin-id".into(), "job-1".into()),
+    ];
+    p.properties.content_type = Some("text/plain".into());
+    p.properties.correlation_data = Some(b"mine".to_vec());
+    assert_eq!(producer.publish_packet(p), Some(0));
+    let mut w = worker(&broker, "w", "jobs");
+    let before = now_ms();
+    for n in ["1", "2"] {
+        let offer = w.recv_offer();
+        assert_eq!(prop(&offer, "saguin-attempt"), n);
+        w.puback(&offer);
+        w.answer(&offer, b"return");
+    }
+    let dead = reader.recv_publish();
+    assert_eq!(&*dead.topic, "jobs/__dlq/j1");
+    assert_eq!(&*dead.payload, b"work");
+    assert_eq!(dead.properties.content_type.as_deref(), Some("text/plain"));
+    assert_eq!(prop(&dead, "own"), "kept");
+    // Gaps A-04: the publisher's Correlation Data rides into the dead letter.
+    assert_eq!(
+        dead.properties.correlation_data.as_deref(),
+        Some(&b"mine"[..])
+    );
+    assert_eq!(prop(&dead, "saguin-id"), "job-1");
+    assert_eq!(prop(&dead, "saguin-dlq-channel"), "jobs");
+    assert_eq!(prop(&dead, "saguin-dlq-offset"), "0");
+    assert_eq!(prop(&dead, "saguin-dlq-attempts"), "2");
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "attempts_exhausted");
+    let first: u64 = prop(&dead, "saguin-dlq-first").parse().expect("ms");
+    let last: u64 = prop(&dead, "saguin-dlq-last").parse().expect("ms");
+    let at: u64 = prop(&dead, "saguin-dlq-at").parse().expect("ms");
+    assert!(before <= first && first <= last && last <= at && at <= now_ms());
+    // Resolved out of the queue: nothing more is offered.
+    w.expect_nothing(Duration::from_millis(400));
+}
+
+/// C-121: with a filter carrying no `#` the level goes on the end; the dead letter is
+/// read through the derived filter.
+#[test]
+fn a_filter_without_hash_appends_the_level() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("iot/+/work/+/__dlq", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(put(&broker, "iot/site/work/j1", b"w"), 0);
+    let mut w = worker(&broker, "w", "work");
+    let offer = w.recv_offer();
+    w.answer(&offer, b"return");
+    let dead = reader.recv_publish();
+    assert_eq!(&*dead.topic, "iot/site/work/j1/__dlq");
+}
+
+/// C-135, C-136, C-140, A-08: a job nobody takes is dead-lettered `expired` by the
+/// sweep, with no attempt spent and no first/last delivery time.
+#[test]
+fn a_job_past_job_expires_after_is_dead_lettered_expired() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("stale/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(put(&broker, "stale/a", b"old"), 0);
+    let dead = reader.recv_publish();
+    assert_eq!(&*dead.topic, "stale/__dlq/a");
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "expired");
+    assert_eq!(prop(&dead, "saguin-dlq-attempts"), "0");
+    assert!(user_property(&dead, "saguin-dlq-first").is_none());
+    assert!(user_property(&dead, "saguin-dlq-last").is_none());
+    // A worker arriving later finds nothing.
+    let mut w = worker(&broker, "w", "stale");
+    w.expect_nothing(Duration::from_millis(400));
+}
+
+/// C-141: the sweep never takes a job that is out with a worker; it expires when handed
+/// back instead (C-139: checked at the offer).
+#[test]
+fn a_job_out_with_a_worker_is_not_expired_until_it_comes_back() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("stale/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut w = worker(&broker, "w", "stale");
+    assert_eq!(put(&broker, "stale/b", b"held"), 0);
+    let offer = w.recv_offer();
+    reader.expect_nothing(Duration::from_millis(2600));
+    w.answer(&offer, b"return");
+    let dead = reader.recv_publish();
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "expired");
+    assert_eq!(prop(&dead, "saguin-dlq-attempts"), "1");
+}
+
+/// C-093, C-096, C-105: a returned job waits its gap (1s after attempt 1) and the job
+/// behind it is offered meanwhile.
+#[test]
+fn a_job_in_its_backoff_gap_is_skipped_not_waited_on() {
+    let broker = start();
+    assert_eq!(put(&broker, "slow/a", b"a"), 0);
+    assert_eq!(put(&broker, "slow/b", b"b"), 0);
+    let mut w = worker(&broker, "w", "slow");
+    let a = w.recv_offer();
+    assert_eq!(&*a.payload, b"a");
+    w.puback(&a);
+    let returned = Instant::now();
+    w.answer(&a, b"return");
+    let b = w.recv_offer();
+    assert_eq!(&*b.payload, b"b");
+    w.puback(&b);
+    w.answer(&b, b"ack");
+    let again = w.recv_offer();
+    let waited = returned.elapsed();
+    assert_eq!(&*again.payload, b"a");
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_millis(2000),
+        "waited {waited:?}"
+    );
+}
+
+/// C-109, C-110, C-111: at max_bytes a publish is refused 0x97; an ack frees the room.
+#[test]
+fn a_full_queue_refuses_0x97_until_an_ack_frees_room() {
+    let broker = start();
+    let payload = [b'x'; 100];
+    let mut accepted = 0;
+    while put(&broker, &format!("small/{accepted}"), &payload) == 0 {
+        accepted += 1;
+        assert!(accepted < 10, "max_bytes never refused");
+    }
+    assert!(accepted >= 1);
+    let mut w = worker(&broker, "w", "small");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    w.answer(&offer, b"ack");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(put(&broker, "small/again", &payload), 0);
+}
+
+/// C-144, C-145, C-147, C-146: republishing a dead letter with its saguin-id to the
+/// job's own topic makes a new job with the same id, attempt 1, and no dlq headers.
+#[test]
+fn redriving_a_dead_letter_keeps_its_id() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("iot/+/work/+/__dlq", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(put(&broker, "iot/s/work/j9", b"again"), 0);
+    let mut w = worker(&broker, "w", "work");
+    let offer = w.recv_offer();
+    let id = prop(&offer, "saguin-id").to_string();
+    w.answer(&offer, b"return");
+    let dead = reader.recv_publish();
+    let mut redrive = Raw::connected(broker.addr, V5, "redriver");
+    let topic = dead
+        .topic
+        .strip_suffix("/__dlq")
+        .expect("the level is on the end");
+    let mut p = publish(topic, &dead.payload, QoS::AtLeastOnce, false);
+    p.properties.user_properties = dead.properties.user_properties.clone();
+    assert_eq!(redrive.publish_packet(p), Some(0));
+    let again = w.recv_offer();
+    assert_eq!(prop(&again, "saguin-id"), id);
+    assert_eq!(prop(&again, "saguin-attempt"), "1");
+    assert_ne!(prop(&again, "saguin-offset"), prop(&offer, "saguin-offset"));
+    assert!(user_property(&again, "saguin-dlq-reason").is_none());
+}
+
+/// C-134, C-143: the dead-letter channel is an append channel: a reader arriving later
+/// replays it from the floor, and `#` reads dead letters among everything else.
+#[test]
+fn dead_letters_replay_like_any_append_channel() {
+    let broker = start();
+    assert_eq!(put(&broker, "iot/s/work/j1", b"w"), 0);
+    let mut w = worker(&broker, "w", "work");
+    let offer = w.recv_offer();
+    w.answer(&offer, b"return");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut late = Raw::connected(broker.addr, V5, "late");
+    assert_eq!(late.subscribe("#", opts(QoS::AtLeastOnce)), [1]);
+    let dead = late.recv_publish();
+    assert_eq!(&*dead.topic, "iot/s/work/j1/__dlq");
+    assert_eq!(prop(&dead, "saguin-dlq-channel"), "work");
+}
+
+/// RFC 0002: the dead-letter channel refuses publishes 0x87.
+#[test]
+fn the_dead_letter_channel_refuses_publishes() {
+    let broker = start();
+    let mut p = Raw::connected(broker.addr, V5, "p");
+    assert_eq!(
+        p.publish("jobs/__dlq/x", b"forged", QoS::AtLeastOnce, false),
+        Some(0x87)
+    );
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// C-111..C-113, C-115 on a memory provider at its bound: publishes are refused 0x97,
+/// while counting an attempt, returning and the dead-letter move (which grows the
+/// record by its headers) go through on the reserve; an ack makes room again.
+#[test]
+fn a_provider_at_its_bound_still_dead_letters_and_frees_room_by_ack() {
+    let yaml = "broker:
+  id: reserve
+  log_level: debug
+  limits:
+    max_message_size: 1KiB
+    max_header_bytes: 512B
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: tight
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      tight:
+        type: memory
+        max_bytes: 4KiB
+        snapshot_dir: none
+channels:
+  jobs:
+    type: queue
+    filter: jobs/#
+    retry:
+      max_attempts: 1
+";
+    let broker = Broker::start_with(yaml);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("jobs/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let payload = [b'x'; 400];
+    let mut accepted = 0;
+    loop {
+        match put(&broker, &format!("jobs/{accepted}"), &payload) {
+            0 => accepted += 1,
+            0x97 => break,
+            other => panic!("unexpected 0x{other:02X}"),
+        }
+        assert!(accepted < 20, "the bound never refused");
+    }
+    let mut w = worker(&broker, "w", "jobs");
+    let first = w.recv_offer();
+    w.puback(&first);
+    w.answer(&first, b"return");
+    let dead = reader.recv_publish();
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "attempts_exhausted");
+    let second = w.recv_offer();
+    w.puback(&second);
+    w.answer(&second, b"ack");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(put(&broker, "jobs/again", &payload), 0);
+}

@@ -1,0 +1,399 @@
+//! Offers, answers and leases end to end (issue 6; RFC 0003 "queue - Delivery",
+//! "Acknowledgement and return", "Attempts, timeout, and redelivery").
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, opts, publish, user_property};
+use saguin::codec::{
+    Packet,
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
+
+const CHANNELS: &str = "channels:
+  jobs:
+    type: queue
+    filter: jobs/#
+    visibility_timeout: 1s
+  other:
+    type: queue
+    filter: other/#
+";
+
+const FORM: &str = "$saguin/queue/jobs";
+
+fn start() -> Broker {
+    Broker::start(CHANNELS)
+}
+
+fn worker(broker: &Broker, id: &str) -> Raw {
+    let mut w = Raw::connected(broker.addr, V5, id);
+    assert_eq!(w.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
+    w
+}
+
+fn put(broker: &Broker, topic: &str, payload: &[u8]) {
+    let mut p = Raw::connected(broker.addr, V311, "producer");
+    assert_eq!(p.publish(topic, payload, QoS::AtLeastOnce, false), Some(0));
+}
+
+fn attempt(offer: &saguin::codec::Publish) -> &str {
+    user_property(offer, "saguin-attempt").expect("saguin-attempt")
+}
+
+/// C-048..C-057, A-04: the publisher's topic, payload and properties, the queue's
+/// Response Topic and a Delivery ID of at most 32 bytes as Correlation Data (replacing
+/// the publisher's), and the saguin- properties.
+#[test]
+fn an_offer_is_the_original_message_plus_the_queues_properties() {
+    let broker = start();
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    let mut p = publish("jobs/resize/42", b"\x00payload", QoS::AtLeastOnce, false);
+    p.properties.content_type = Some("image/png".into());
+    p.properties.message_expiry_interval = Some(3600);
+    p.properties.correlation_data = Some(b"publisher's".to_vec());
+    p.properties.response_topic = Some("replies/x".into());
+    p.properties.user_properties = vec![("trace".into(), "t-1".into())];
+    assert_eq!(producer.publish_packet(p), Some(0));
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert_eq!(offer.qos, QoS::AtLeastOnce);
+    assert!(!offer.retain);
+    assert_eq!(&*offer.topic, "jobs/resize/42");
+    assert_eq!(&*offer.payload, b"\x00payload");
+    assert_eq!(offer.properties.content_type.as_deref(), Some("image/png"));
+    assert_eq!(
+        offer.properties.response_topic.as_deref(),
+        Some("$saguin/queue/jobs/response")
+    );
+    let id = offer
+        .properties
+        .correlation_data
+        .clone()
+        .expect("a Delivery ID");
+    assert!(!id.is_empty() && id.len() <= 32 && id != b"publisher's");
+    assert_eq!(user_property(&offer, "trace"), Some("t-1"));
+    assert!(user_property(&offer, "saguin-id").is_some_and(|v| !v.is_empty()));
+    assert_eq!(user_property(&offer, "saguin-offset"), Some("0"));
+    let ts: u64 = user_property(&offer, "saguin-timestamp")
+        .and_then(|v| v.parse().ok())
+        .expect("saguin-timestamp");
+    let expires: u64 = user_property(&offer, "saguin-expires")
+        .and_then(|v| v.parse().ok())
+        .expect("saguin-expires");
+    assert_eq!(expires, ts + 3_600_000);
+    assert_eq!(attempt(&offer), "1");
+}
+
+/// C-074, C-040, C-065, C-061: one job at a time; an ack resolves it and the next is
+/// offered at once; a resolved job never comes back.
+#[test]
+fn ack_resolves_and_the_next_job_follows_at_once() {
+    let broker = start();
+    put(&broker, "jobs/1", b"one");
+    put(&broker, "jobs/2", b"two");
+    let mut w = worker(&broker, "w");
+    let first = w.recv_offer();
+    assert_eq!(&*first.payload, b"one");
+    w.puback(&first);
+    // One job per worker per queue, whatever the Receive Maximum (C-063).
+    w.expect_nothing(Duration::from_millis(500));
+    let answered = Instant::now();
+    w.answer(&first, b"ack");
+    let second = w.recv_offer();
+    assert!(
+        answered.elapsed() < Duration::from_millis(190),
+        "offered at once, not on the next tick"
+    );
+    assert_eq!(&*second.payload, b"two");
+    w.puback(&second);
+    w.answer(&second, b"ack");
+    // Past the visibility timeout: nothing comes back.
+    w.expect_nothing(Duration::from_millis(1500));
+}
+
+/// C-046: offers go round robin over the workers that can take one.
+#[test]
+fn offers_take_turns_over_free_workers() {
+    let broker = start();
+    let mut a = worker(&broker, "a");
+    let mut b = worker(&broker, "b");
+    for i in 0..4 {
+        put(&broker, &format!("jobs/{i}"), format!("{i}").as_bytes());
+    }
+    let ja = a.recv_offer();
+    let jb = b.recv_offer();
+    assert_ne!(ja.payload, jb.payload);
+    a.puback(&ja);
+    b.puback(&jb);
+    a.answer(&ja, b"ack");
+    b.answer(&jb, b"ack");
+    let (na, nb) = (a.recv_offer(), b.recv_offer());
+    let mut got: Vec<Vec<u8>> = [&ja, &jb, &na, &nb]
+        .iter()
+        .map(|p| p.payload.to_vec())
+        .collect();
+    got.sort();
+    assert_eq!(got, [b"0", b"1", b"2", b"3"]);
+}
+
+/// C-062: a worker on two queues holds one job from each.
+#[test]
+fn a_worker_holds_one_job_from_each_queue() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    put(&broker, "other/1", b"o");
+    let mut w = Raw::connected(broker.addr, V5, "w");
+    w.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 1,
+        properties: Default::default(),
+        filters: vec![
+            (FORM.into(), opts(QoS::AtLeastOnce)),
+            ("$saguin/queue/other".into(), opts(QoS::AtLeastOnce)),
+        ],
+    }));
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        match w.recv() {
+            Packet::SubAck(ack) => assert_eq!(ack.codes, [1, 1]),
+            Packet::Publish(p) => got.push(p.payload.to_vec()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    got.sort();
+    assert_eq!(got, [b"j".to_vec(), b"o".to_vec()]);
+}
+
+/// C-084, C-078, C-071, C-089: an ack from another session is acknowledged and
+/// ignored; the job comes back as attempt 2 with a new Delivery ID once the visibility
+/// timeout (from the PUBACK) passes.
+#[test]
+fn an_ack_from_another_session_is_ignored_and_the_job_times_out() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    let mut stranger = Raw::connected(broker.addr, V5, "stranger");
+    let code = stranger.answer_qos1(
+        "$saguin/queue/jobs/response",
+        offer.properties.correlation_data.clone(),
+        b"ack",
+    );
+    assert_eq!(code, 0, "C-082: the PUBACK says nothing about the answer");
+    let again = w.recv_offer();
+    assert_eq!(&*again.payload, b"j");
+    assert_eq!(attempt(&again), "2");
+    assert_ne!(
+        again.properties.correlation_data,
+        offer.properties.correlation_data
+    );
+}
+
+/// C-092: after a redelivery to another worker, the first worker's late ack resolves
+/// nothing: the second still holds the job and can return it.
+#[test]
+fn a_late_ack_after_redelivery_changes_nothing() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut a = worker(&broker, "a");
+    let first = a.recv_offer();
+    a.puback(&first);
+    let mut b = worker(&broker, "b");
+    // a times out (1s); b is the free worker by then... or a again: take whichever.
+    std::thread::sleep(Duration::from_millis(1400));
+    let (mut holder, mut idle, second) = match b.try_recv() {
+        Ok(Packet::Publish(p)) => (b, a, p),
+        other => panic!("expected the job at b after a timed out, got {other:?}"),
+    };
+    holder.puback(&second);
+    idle.answer(&first, b"ack"); // stale Delivery ID, and not the holder
+    std::thread::sleep(Duration::from_millis(300));
+    holder.answer(&second, b"return");
+    let third = match idle.try_recv() {
+        Ok(Packet::Publish(p)) => p,
+        other => panic!("the returned job comes back, got {other:?}"),
+    };
+    assert_eq!(&*third.payload, b"j");
+    assert_eq!(attempt(&third), "3");
+}
+
+/// C-081: a payload that is neither `ack` nor `return` is ignored.
+#[test]
+fn a_payload_other_than_ack_or_return_is_ignored() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    put(&broker, "jobs/2", b"k");
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    for bad in [&b"ACK"[..], b"ack\n", b""] {
+        w.answer(&offer, bad);
+    }
+    w.expect_nothing(Duration::from_millis(500));
+    // Still held: it times out and is redelivered.
+    let again = w.recv_offer();
+    assert_eq!((&*again.payload, attempt(&again)), (&b"j"[..], "2"));
+}
+
+/// C-075, C-087: `return` before the PUBACK counts the attempt; the job comes back.
+#[test]
+fn return_before_puback_counts_and_the_job_comes_back() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.answer(&offer, b"return");
+    w.puback(&offer);
+    let again = w.recv_offer();
+    assert_eq!(attempt(&again), "2");
+}
+
+/// C-037, C-036: no deadline while DELIVERING: a worker that never PUBACKs keeps its job
+/// past the visibility timeout.
+#[test]
+fn a_job_without_puback_is_never_timed_out() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = worker(&broker, "w");
+    let mut other = worker(&broker, "other");
+    let offer = match (w.try_recv(), ()) {
+        (Ok(Packet::Publish(p)), ()) => p,
+        (got, ()) => panic!("expected the offer at w, got {got:?}"),
+    };
+    other.expect_nothing(Duration::from_millis(2500));
+    w.answer(&offer, b"ack");
+}
+
+/// C-090, C-038, A-01, A-03: a connection ending returns its job at once; one never
+/// acknowledged goes back with its attempt unspent.
+#[test]
+fn a_workers_connection_ending_returns_its_job_at_once() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut a = worker(&broker, "a");
+    let first = a.recv_offer();
+    assert_eq!(attempt(&first), "1");
+    let mut b = worker(&broker, "b");
+    a.disconnect();
+    let again = b.recv_offer();
+    assert_eq!(attempt(&again), "1", "no PUBACK: the attempt is unspent");
+    b.puback(&again);
+    drop(b); // a dropped socket, not a DISCONNECT
+    let mut c = worker(&broker, "c");
+    let third = c.recv_offer();
+    assert_eq!(attempt(&third), "2");
+}
+
+/// A-193: a retained publish into a queue is work, its flag dropped.
+#[test]
+fn a_retained_publish_into_a_queue_is_ordinary_work() {
+    let broker = start();
+    let mut p = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(p.publish("jobs/r", b"r", QoS::AtLeastOnce, true), Some(0));
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert!(!offer.retain);
+    let mut late = Raw::connected(broker.addr, V5, "late");
+    assert_eq!(late.subscribe("#", opts(QoS::AtLeastOnce)), [1]);
+    late.expect_nothing(Duration::from_millis(300));
+}
+
+/// A-13, A-207: a response naming no queue is refused 0x90.
+#[test]
+fn a_response_naming_no_queue_is_refused_0x90() {
+    let broker = start();
+    let mut c = Raw::connected(broker.addr, V5, "c");
+    assert_eq!(
+        c.answer_qos1("$saguin/queue/nothing/response", None, b"ack"),
+        0x90
+    );
+    assert_eq!(
+        c.answer_qos1("$saguin/queue/jobs/response", None, b"ack"),
+        0
+    );
+    assert_eq!(c.answer_qos1("$saguin/queue/jobs", None, b"ack"), 0x90);
+}
+
+/// C-065/C-066 with Receive Maximum 1: the PUBACK that reopens the window offers the
+/// next job, even when the answer came first.
+#[test]
+fn receive_maximum_1_drains_when_the_answer_precedes_the_puback() {
+    let broker = start();
+    for i in 0..5 {
+        put(&broker, &format!("jobs/{i}"), b"x");
+    }
+    let mut w = Raw::connected_with_receive_maximum(broker.addr, "w", Some(1));
+    assert_eq!(w.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
+    for _ in 0..5 {
+        let offer = w.recv_offer();
+        w.answer(&offer, b"ack");
+        w.puback(&offer);
+    }
+    w.expect_nothing(Duration::from_millis(1300));
+}
+
+/// Gaps A-03: a session taken over by a new connection is never sent the old offer
+/// again; the job went back when the old connection ended and is offered afresh,
+/// attempt unspent, with a new Delivery ID.
+#[test]
+fn a_resumed_worker_session_gets_a_fresh_offer_not_a_stale_one() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut c = common::connect(V5, "w", false);
+    c.properties.session_expiry_interval = Some(300);
+    let (mut old, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.code, 0);
+    assert_eq!(old.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
+    let stale = old.recv_offer();
+    let (mut new, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let fresh = new.recv_offer();
+    assert!(!fresh.dup, "the stale offer is not re-sent");
+    assert_eq!(attempt(&fresh), "1");
+    assert_ne!(
+        fresh.properties.correlation_data,
+        stale.properties.correlation_data
+    );
+    new.expect_nothing(Duration::from_millis(300));
+}
+
+/// MQTT-3.3.4-3: an offer carries the Subscription Identifier of the form's SUBSCRIBE.
+#[test]
+fn an_offer_carries_the_forms_subscription_identifier() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = Raw::connected(broker.addr, V5, "w");
+    let props = saguin::codec::Properties {
+        subscription_identifiers: vec![7],
+        ..Default::default()
+    };
+    assert_eq!(w.subscribe_with(FORM, opts(QoS::AtLeastOnce), props), [1]);
+    let offer = w.recv_offer();
+    assert_eq!(offer.properties.subscription_identifiers, [7]);
+}
+
+/// C-058, C-137: a job whose publisher-set expiry has passed is still offered, carrying
+/// `saguin-expires` in the past; the publisher's clock removes nothing.
+#[test]
+fn a_job_past_its_publishers_expiry_is_still_offered() {
+    let broker = start();
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    let mut p = publish("jobs/late", b"late", QoS::AtLeastOnce, false);
+    p.properties.message_expiry_interval = Some(1);
+    assert_eq!(producer.publish_packet(p), Some(0));
+    std::thread::sleep(Duration::from_millis(1300));
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert_eq!(&*offer.payload, b"late");
+    let expires: u64 = user_property(&offer, "saguin-expires")
+        .and_then(|v| v.parse().ok())
+        .expect("saguin-expires");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    assert!(expires < now, "the expiry has passed");
+    assert_eq!(offer.properties.message_expiry_interval, None);
+}

@@ -1,0 +1,202 @@
+//! A queue across a broker restart on sqlite (issue 6; RFC 0003 "queue - Restart",
+//! C-150..C-153).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Broker, Raw, opts, temp_dir, user_property};
+use saguin::codec::{
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
+
+const CONFIG: &str = "broker:
+  id: queue-restart
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: disk
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      disk:
+        type: sqlite
+        file_path: {dir}/saguin.db
+channels:
+  jobs:
+    type: queue
+    filter: jobs/#
+    retry:
+      max_attempts: 5
+  once:
+    type: queue
+    filter: once/#
+    retry:
+      max_attempts: 1
+";
+
+fn worker(broker: &Broker, id: &str) -> Raw {
+    let mut w = Raw::connected(broker.addr, V5, id);
+    assert_eq!(
+        w.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    w
+}
+
+fn attempt(p: &saguin::codec::Publish) -> &str {
+    user_property(p, "saguin-attempt").expect("saguin-attempt")
+}
+
+/// C-150, C-151, C-153: after a restart a held job is offered again with its attempts
+/// as counted, a Delivery ID from before is dead, and a job whose attempts were
+/// exhausted is dead-lettered rather than offered again.
+#[test]
+fn jobs_survive_a_restart_with_their_attempts() {
+    let dir = temp_dir("queue-restart");
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut producer = Raw::connected(broker.addr, V311, "producer");
+    for topic in ["jobs/a", "once/b"] {
+        assert_eq!(
+            producer.publish(topic, topic.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut w = worker(&broker, "w");
+    // jobs/a: returned once, then taken again and held across the restart.
+    let a1 = w.recv_offer();
+    w.puback(&a1);
+    w.answer(&a1, b"return");
+    let a2 = w.recv_offer();
+    assert_eq!((&*a2.payload, attempt(&a2)), (&b"jobs/a"[..], "2"));
+    w.puback(&a2);
+    // once/b: its one attempt spent and held.
+    assert_eq!(
+        w.subscribe("$saguin/queue/once", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let b1 = w.recv_offer();
+    assert_eq!(&*b1.payload, b"once/b");
+    w.puback(&b1);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(w);
+    drop(producer);
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("once/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let dead = reader.recv_publish();
+    assert_eq!(&*dead.payload, b"once/b");
+    assert_eq!(
+        user_property(&dead, "saguin-dlq-reason"),
+        Some("attempts_exhausted")
+    );
+    assert_eq!(user_property(&dead, "saguin-dlq-attempts"), Some("1"));
+    let mut w = worker(&broker, "w");
+    let a3 = w.recv_offer();
+    assert_eq!((&*a3.payload, attempt(&a3)), (&b"jobs/a"[..], "3"));
+    // A Delivery ID issued before the restart resolves nothing (C-151): the job is
+    // still held and comes back when returned.
+    w.puback(&a3);
+    w.answer(&a2, b"ack");
+    w.expect_nothing(Duration::from_millis(300));
+    w.answer(&a3, b"return");
+    let a4 = w.recv_offer();
+    assert_eq!(attempt(&a4), "4");
+}
+
+/// C-152: a job held (PUBACKed, attempt spent) when the broker stops is offered at once
+/// after it starts, not after a visibility timeout.
+#[test]
+fn a_held_job_is_offered_at_once_after_a_restart() {
+    let dir = temp_dir("queue-restart-held");
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut producer = Raw::connected(broker.addr, V311, "producer");
+    assert_eq!(
+        producer.publish("jobs/x", b"x", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CONFIG);
+    let started = std::time::Instant::now();
+    let mut w = worker(&broker, "w");
+    let again = w.recv_offer();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(&*again.payload, b"x");
+    assert_eq!(attempt(&again), "2");
+    assert_ne!(
+        again.properties.correlation_data,
+        offer.properties.correlation_data
+    );
+}
+
+/// C-150, C-153 after a crash: the attempt counted at PUBACK was committed before the
+/// broker died, and the job is offered again at once as the next attempt.
+#[test]
+fn attempt_counts_survive_a_crash() {
+    let dir = temp_dir("queue-crash");
+    let mut broker = Broker::start_in(dir.clone(), CONFIG);
+    let mut producer = Raw::connected(broker.addr, V311, "producer");
+    assert_eq!(
+        producer.publish("jobs/c", b"c", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    std::thread::sleep(Duration::from_millis(300));
+    broker.signal("KILL");
+    let _ = broker.wait_exit();
+    broker.dir = std::path::PathBuf::new(); // keep the directory for the restart
+    drop(broker);
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut w = worker(&broker, "w");
+    let again = w.recv_offer();
+    assert_eq!((&*again.payload, attempt(&again)), (&b"c"[..], "2"));
+}
+
+/// The same on a memory provider with snapshots: a graceful stop keeps the jobs and
+/// their attempts, and they are offered again at once.
+#[test]
+fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
+    let config = CONFIG.replace(
+        "      disk:\n        type: sqlite\n        file_path: {dir}/saguin.db\n",
+        "      disk:\n        type: memory\n        max_bytes: 16MiB\n        snapshot_dir: {dir}/snapshots\n",
+    );
+    let dir = temp_dir("queue-restart-memory");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, &config);
+    let mut producer = Raw::connected(broker.addr, V311, "producer");
+    for topic in ["jobs/m1", "jobs/m2"] {
+        assert_eq!(
+            producer.publish(topic, topic.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert_eq!(&*offer.payload, b"jobs/m1");
+    w.puback(&offer);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(w);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &config);
+    let mut w = worker(&broker, "w");
+    let first = w.recv_offer();
+    assert_eq!((&*first.payload, attempt(&first)), (&b"jobs/m1"[..], "2"));
+    w.answer(&first, b"ack");
+    let second = w.recv_offer();
+    assert_eq!((&*second.payload, attempt(&second)), (&b"jobs/m2"[..], "1"));
+}
