@@ -82,29 +82,8 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     let mut list = Vec::new();
     let mut all_settings = Vec::new();
     for channel in &config.channels {
-        let provider = match providers.get(channel.storage.as_str()) {
-            Some(p) => p.clone(),
-            None => {
-                let Some(declared) = config.broker.storage.providers.get(&channel.storage) else {
-                    return Err(format!(
-                        "channel {}: no storage provider called {}",
-                        channel.name, channel.storage
-                    ));
-                };
-                let settings = provider_settings(config, declared);
-                make_parent(&settings)?;
-                let opened = Provider::open(&settings)
-                    .map_err(|e| format!("storage provider {}: {e}", declared.name))?;
-                log::info!(
-                    "storage provider {} ({}) opened",
-                    declared.name,
-                    describe(&settings)
-                );
-                let opened = Arc::new(opened);
-                providers.insert(channel.storage.as_str(), opened.clone());
-                opened
-            }
-        };
+        let provider = provider_named(config, &mut providers, &channel.storage)
+            .map_err(|e| format!("channel {}: {e}", channel.name))?;
         let settings = channel_settings(channel);
         all_settings.push(settings.clone());
         provider
@@ -131,7 +110,39 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     // The retained store's period is a deadline too (gaps A-06).
     let extra = config.broker.retained.retention_period;
     let schedule = RetentionSchedule::for_channels(&all_settings, extra);
-    Ok((Channels::new(Router::new(config), list), schedule))
+    let mut channels = Channels::new(Router::new(config), list);
+    let retained = &config.broker.retained;
+    let provider = provider_named(config, &mut providers, &retained.storage)
+        .map_err(|e| format!("broker.retained.storage: {e}"))?;
+    channels.retained =
+        Some(crate::broker::retained::Durable::open(provider, retained.retention_period).await?);
+    Ok((channels, schedule))
+}
+
+/// The provider called `name`, opened at its first use.
+fn provider_named<'c>(
+    config: &'c Config,
+    providers: &mut HashMap<&'c str, Arc<Provider>>,
+    name: &'c str,
+) -> Result<Arc<Provider>, String> {
+    if let Some(p) = providers.get(name) {
+        return Ok(p.clone());
+    }
+    let Some(declared) = config.broker.storage.providers.get(name) else {
+        return Err(format!("no storage provider called {name}"));
+    };
+    let settings = provider_settings(config, declared);
+    make_parent(&settings)?;
+    let opened = Provider::open(&settings)
+        .map_err(|e| format!("storage provider {}: {e}", declared.name))?;
+    log::info!(
+        "storage provider {} ({}) opened",
+        declared.name,
+        describe(&settings)
+    );
+    let opened = Arc::new(opened);
+    providers.insert(name, opened.clone());
+    Ok(opened)
 }
 
 /// A queue's settings as its owner runs them (RFC 0002 queue keys).
@@ -194,8 +205,38 @@ fn describe(settings: &ProviderSettings) -> String {
 /// A door that cannot be bound, named; and a door of a kind this build does not serve
 /// yet (TLS, WebSocket), refused rather than silently left closed.
 pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
-    let listen = &config.broker.mqtt.listen;
+    let mqtt = &config.broker.mqtt;
+    let listen = &mqtt.listen;
     let unserved = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
+    // A credential the broker would not check is worse than none: refuse to start.
+    let door_files = listen
+        .tcp
+        .iter()
+        .map(|d| (&d.name, &d.password_file, d.allow_anonymous));
+    let door_files = door_files.chain(
+        listen
+            .unix
+            .iter()
+            .map(|d| (&d.name, &d.password_file, d.allow_anonymous)),
+    );
+    for (name, password_file, allow_anonymous) in door_files {
+        if password_file.is_some() || allow_anonymous == Some(false) {
+            return Err(unserved(format!(
+                "broker.mqtt.listen {name}: this build does not check passwords; remove password_file \
+                 and allow_anonymous: false, and keep the port on a trusted network"
+            )));
+        }
+    }
+    if mqtt.password_file.is_some()
+        || mqtt.allow_anonymous == Some(false)
+        || mqtt.acl_file.is_some()
+    {
+        return Err(unserved(
+            "broker.mqtt: this build does not check passwords or an acl_file; remove password_file, \
+             allow_anonymous: false and acl_file, and keep the port on a trusted network"
+                .to_string(),
+        ));
+    }
     if let Some(door) = listen.tcp.iter().find(|d| d.tls.is_some()) {
         return Err(unserved(format!(
             "broker.mqtt.listen.tcp {}: TLS is not served by this build; remove the tls block and put a \

@@ -114,3 +114,35 @@ fn a_memory_channel_survives_sigterm_through_its_snapshot() {
     got.sort();
     assert_eq!(got, ["state/a", "state/b"]);
 }
+
+#[test]
+fn retained_broadcast_values_survive_a_restart_and_a_deletion_stays_deleted() {
+    let dir = temp_dir("retained-restart");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, CHANNELS);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let mut p = common::publish("plain/kept", b"value", QoS::AtLeastOnce, true);
+    p.properties.content_type = Some("text/plain".into());
+    assert_eq!(publisher.publish_packet(p), Some(0));
+    assert_eq!(
+        publisher.publish("plain/gone", b"x", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    assert_eq!(
+        publisher.publish("plain/gone", b"", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    drop(publisher);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CHANNELS);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("plain/#", opts(QoS::AtLeastOnce));
+    let got = reader.recv_publish();
+    assert_eq!(
+        (&*got.topic, &*got.payload, got.retain, got.qos),
+        ("plain/kept", &b"value"[..], true, QoS::AtLeastOnce)
+    );
+    assert_eq!(got.properties.content_type.as_deref(), Some("text/plain"));
+    assert!(user_property(&got, "saguin-retained-qos").is_none());
+    reader.expect_nothing(Duration::from_millis(300));
+}

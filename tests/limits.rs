@@ -92,3 +92,66 @@ fn connections_over_max_connect_rate_wait_in_the_accept_queue_rather_than_being_
     assert!(took >= Duration::from_millis(700), "{took:?}");
     drop(TcpStream::connect(broker.addr));
 }
+
+#[test]
+fn a_subscriber_that_stops_reading_is_hung_up_at_write_timeout_and_the_publisher_never_waits() {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: 1s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
+    );
+    let mut deaf = Raw::connected(broker.addr, V5, "deaf");
+    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+    // From here on `deaf` reads nothing, so its socket buffers fill.
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let payload = vec![b'x'; 200 * 1024];
+    let started = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(
+            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let took = started.elapsed();
+    broker.wait_log("write_timeout passed");
+    assert!(
+        took < Duration::from_secs(10),
+        "the publisher was held: {took:?}"
+    );
+    drop(deaf);
+}
+
+#[test]
+fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refused() {
+    let broker = Broker::start(
+        "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n",
+    );
+    let mut c = connect(V5, "slow", true);
+    c.properties.receive_maximum = Some(1);
+    let (mut slow, _) = Raw::handshake(broker.addr, c);
+    slow.subscribe("full/#", opts(QoS::AtLeastOnce));
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    for i in 0..30u8 {
+        let mut payload = vec![b'x'; 100 * 1024];
+        payload[0] = i;
+        assert_eq!(
+            publisher.publish("full/x", &payload, QoS::AtLeastOnce, false),
+            Some(0),
+            "never refused"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let mut got = Vec::new();
+    while let Ok(saguin::codec::Packet::Publish(p)) =
+        slow.expect_nothing_or_packet(Duration::from_millis(500))
+    {
+        got.push(p.payload[0]);
+        if let Some(id) = p.packet_id {
+            slow.send(&saguin::codec::Packet::PubAck(saguin::codec::Ack::new(
+                id, 0,
+            )));
+        }
+    }
+    assert_eq!(got.first(), Some(&0), "the one on the wire stays: {got:?}");
+    assert_eq!(got.last(), Some(&29), "the newest are kept: {got:?}");
+    assert!(got.len() < 30 && got.len() >= 5, "{got:?}");
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+}

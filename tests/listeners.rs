@@ -57,15 +57,20 @@ fn a_tls_door_is_refused_at_startup_naming_it() {
             dir.display()
         ),
     );
-    let path = dir.join("saguin.yaml");
-    std::fs::write(&path, yaml).expect("config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run saguin");
-    assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    let text = common::refused_at_startup(&dir, &yaml);
     assert!(text.contains("TLS is not served by this build"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_password_file_is_refused_at_startup_rather_than_left_unchecked() {
+    let dir = temp_dir("passwd");
+    std::fs::write(dir.join("clients.passwd"), "").expect("password file");
+    let yaml = common::config(&format!(
+        "    password_file: {}/clients.passwd\n",
+        dir.display()
+    ));
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(text.contains("does not check passwords"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -81,15 +81,7 @@ fn a_second_broker_on_the_same_operations_socket_is_refused_naming_the_lock() {
     );
     let _first = Broker::start_in(dir.clone(), &common::config(&ops));
     let second_dir = temp_dir("ops-lock-2");
-    let path = second_dir.join("saguin.yaml");
-    std::fs::write(&path, common::config(&ops)).expect("config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run a second broker");
-    assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    let text = common::refused_at_startup(&second_dir, &common::config(&ops));
     assert!(text.contains("ops.sock.lock"), "{text}");
 }
 

@@ -62,6 +62,8 @@ pub struct Channel {
 /// Every channel and the routing table over their filters.
 #[derive(Debug)]
 pub struct Channels {
+    /// Where retained broadcast values are kept (`broker.retained.storage`).
+    pub retained: Option<super::retained::Durable>,
     router: Router,
     list: Vec<Channel>,
     by_name: HashMap<Arc<str>, ChannelId>,
@@ -81,6 +83,7 @@ impl Channels {
             .map(|(i, c)| (c.name.clone(), i))
             .collect();
         Channels {
+            retained: None,
             router,
             list,
             by_name,
@@ -132,9 +135,10 @@ impl Channels {
     /// Every distinct provider.
     pub fn providers(&self) -> Vec<Arc<Provider>> {
         let mut seen: Vec<Arc<Provider>> = Vec::new();
-        for c in &self.list {
-            if !seen.iter().any(|p| Arc::ptr_eq(p, &c.provider)) {
-                seen.push(c.provider.clone());
+        let retained = self.retained.iter().map(|r| &r.provider);
+        for provider in self.list.iter().map(|c| &c.provider).chain(retained) {
+            if !seen.iter().any(|p| Arc::ptr_eq(p, provider)) {
+                seen.push(provider.clone());
             }
         }
         seen

@@ -82,10 +82,21 @@ pub struct Broker {
 
 impl Broker {
     /// A broker with no sessions, serving `channels`.
-    pub fn new(settings: Settings, channels: Channels) -> Broker {
+    pub fn new(settings: Settings, mut channels: Channels) -> Broker {
+        let mut retained = RetainedStore::new(settings.retained_max_bytes);
+        if let Some(durable) = &mut channels.retained {
+            for message in std::mem::take(&mut durable.loaded) {
+                if !retained.store(&message) {
+                    log::warn!(
+                        "retained value of {} does not fit retained_max_bytes; not served",
+                        message.topic
+                    );
+                }
+            }
+        }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
         Broker {
-            retained: RetainedStore::new(settings.retained_max_bytes),
+            retained,
             settings,
             metrics: Metrics::default(),
             queues: queue::Queues::new(&channels),
@@ -138,6 +149,11 @@ impl Broker {
                     bytes + s.queued_bytes,
                 )
             })
+    }
+
+    /// The connection holding `client_id`'s session, if one does.
+    pub fn holder(&self, client_id: &str) -> Option<Rc<ConnLink>> {
+        self.sessions.get(client_id).and_then(|s| s.link.clone())
     }
 
     /// How many sessions exist.

@@ -17,7 +17,6 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use smol::LocalExecutor;
-use smol::net::TcpListener;
 
 use crate::broker::{Broker, Settings};
 use crate::codec::reason;
@@ -70,7 +69,7 @@ impl Drop for ActiveGuard {
 pub fn bind_doors(tcp: &[SocketAddr], unix: &[(std::path::PathBuf, u32)]) -> io::Result<Vec<Door>> {
     let mut doors = Vec::new();
     for listener in bind(tcp)? {
-        doors.push(Door::Tcp(TcpListener::try_from(listener)?));
+        doors.push(Door::Tcp(smol::Async::new(listener)?));
     }
     for (path, mode) in unix {
         let door = crate::ops::bind_unix(path, *mode)?;

@@ -5,18 +5,19 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+
 use smol::Async;
 use smol::io::{AsyncRead, AsyncWrite};
-use smol::net::TcpStream;
-use smol::net::unix::UnixStream;
 
 /// A connected client socket.
 #[derive(Debug)]
 pub enum Socket {
     /// A TCP connection.
-    Tcp(TcpStream),
+    Tcp(Async<TcpStream>),
     /// A Unix-socket connection.
-    Unix(UnixStream),
+    Unix(Async<UnixStream>),
 }
 
 impl Socket {
@@ -24,9 +25,33 @@ impl Socket {
     /// written.
     pub fn close_write(&self) {
         let _ = match self {
-            Socket::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
-            Socket::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+            Socket::Tcp(s) => s.get_ref().shutdown(std::net::Shutdown::Write),
+            Socket::Unix(s) => s.get_ref().shutdown(std::net::Shutdown::Write),
         };
+    }
+
+    /// Reads what the kernel already holds, without waiting: `Ok(None)` when nothing
+    /// is there.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        use std::io::Read;
+        let read = match self {
+            Socket::Tcp(s) => (&*s.get_ref()).read(buf),
+            Socket::Unix(s) => (&*s.get_ref()).read(buf),
+        };
+        match read {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until there is something to read, holding no buffer meanwhile: this is
+    /// how an idle connection costs nothing but its task.
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.readable().await,
+            Socket::Unix(s) => s.readable().await,
+        }
     }
 }
 
@@ -71,7 +96,7 @@ impl AsyncWrite for Socket {
 #[derive(Debug)]
 pub enum Door {
     /// A TCP listener.
-    Tcp(smol::net::TcpListener),
+    Tcp(Async<std::net::TcpListener>),
     /// A Unix-socket listener, with the lock that keeps a second broker off its path.
     Unix(
         Async<std::os::unix::net::UnixListener>,
@@ -85,15 +110,12 @@ impl Door {
         match self {
             Door::Tcp(listener) => {
                 let (stream, peer) = listener.accept().await?;
-                let _ = stream.set_nodelay(true);
+                let _ = stream.get_ref().set_nodelay(true);
                 Ok((Socket::Tcp(stream), peer.to_string()))
             }
             Door::Unix(listener, door) => {
                 let (stream, _) = listener.accept().await?;
-                Ok((
-                    Socket::Unix(UnixStream::from(stream)),
-                    door.path().display().to_string(),
-                ))
+                Ok((Socket::Unix(stream), door.path().display().to_string()))
             }
         }
     }
@@ -102,6 +124,7 @@ impl Door {
     pub fn describe(&self) -> String {
         match self {
             Door::Tcp(listener) => listener
+                .get_ref()
                 .local_addr()
                 .map_or_else(|e| e.to_string(), |a| a.to_string()),
             Door::Unix(_, door) => door.path().display().to_string(),

@@ -188,6 +188,28 @@ impl Drop for Broker {
     }
 }
 
+/// Runs the broker on `yaml` (written into `dir`) expecting it to refuse to start;
+/// returns everything it printed.
+pub fn refused_at_startup(dir: &std::path::Path, yaml: &str) -> String {
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, yaml).expect("write the configuration");
+    let out = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run saguin");
+    assert!(
+        !out.status.success(),
+        "the broker started: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// A client speaking raw bytes, decoding what comes back with the crate's codec.
 pub struct Raw {
     stream: TcpStream,
@@ -269,6 +291,18 @@ impl Raw {
     pub fn expect_closed_silently(&mut self) {
         let rest = self.read_to_close();
         assert!(rest.is_empty(), "expected a silent close, got {rest:02X?}");
+    }
+
+    /// The next packet within `wait`, or why there was none.
+    pub fn expect_nothing_or_packet(&mut self, wait: Duration) -> Result<Packet, String> {
+        self.stream
+            .set_read_timeout(Some(wait))
+            .expect("read timeout");
+        let got = self.try_recv();
+        self.stream
+            .set_read_timeout(Some(WAIT))
+            .expect("read timeout");
+        got
     }
 
     /// Asserts nothing arrives within `wait`.

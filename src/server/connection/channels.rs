@@ -28,8 +28,48 @@ const WINDOW_RECORDS: usize = 64;
 pub(super) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
     let destination = shared.broker.borrow().destination(&message.topic);
     match destination {
-        Destination::Broadcast => shared.broker.borrow_mut().publish(message),
+        Destination::Broadcast => {
+            if message.retain
+                && let Some(code) = write_retained(shared, &message).await
+            {
+                return code;
+            }
+            shared.broker.borrow_mut().publish(message)
+        }
         Destination::Channel(id) => store(shared, id, message).await,
+    }
+}
+
+/// Writes a retained broadcast through to `broker.retained.storage` before it is
+/// acknowledged; `Some(code)` refuses the publish (0x97 for room, 0x83 otherwise).
+async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
+    let provider = shared
+        .broker
+        .borrow()
+        .channels
+        .retained
+        .as_ref()
+        .map(|d| d.provider.clone())?;
+    match crate::broker::retained::write_through(&provider, message).await {
+        Ok(()) => None,
+        Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
+            log::info!("retained value of {:?} refused 0x97: {e}", message.topic);
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_publish("quota exceeded");
+            Some(reason::QUOTA_EXCEEDED)
+        }
+        Err(e) => {
+            log::error!("retained value of {:?} not stored: {e}", message.topic);
+            let broker = shared.broker.borrow();
+            broker
+                .metrics
+                .storage_errors
+                .set(broker.metrics.storage_errors.get() + 1);
+            Some(reason::IMPLEMENTATION_SPECIFIC_ERROR)
+        }
     }
 }
 

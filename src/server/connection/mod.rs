@@ -89,6 +89,7 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
             return;
         }
     };
+    reader.connected();
     let protocol = connect.protocol;
     let refusal = if over_limit {
         Some(reason::SERVER_BUSY)
@@ -126,6 +127,9 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
             }
         }
     }
+    if !connect.client_id.is_empty() {
+        Box::pin(take_over(&shared, &connect.client_id)).await;
+    }
     let accepted = shared
         .broker
         .borrow_mut()
@@ -157,6 +161,28 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
     drop(connect);
     let end = conn.serve().await;
     Box::pin(conn.finish(end)).await;
+}
+
+/// Takes a session over from the connection holding it: that connection is told to end
+/// (0x8E), finishes what it has already read and hands the session back, and only then
+/// does the new one resume it, so nothing the client sent before reconnecting is lost.
+/// One that does not finish within `TAKEOVER_WAIT` is taken over regardless.
+async fn take_over(shared: &Shared, client_id: &str) {
+    const TAKEOVER_WAIT: Duration = Duration::from_secs(1);
+    let Some(old) = shared.broker.borrow().holder(client_id) else {
+        return;
+    };
+    old.kick(reason::SESSION_TAKEN_OVER);
+    let deadline = Instant::now() + TAKEOVER_WAIT;
+    while Instant::now() < deadline
+        && shared
+            .broker
+            .borrow()
+            .holder(client_id)
+            .is_some_and(|h| h.id == old.id)
+    {
+        smol::Timer::after(Duration::from_millis(2)).await;
+    }
 }
 
 /// Reads the CONNECT within `connect_timeout`. On failure, returns the bytes to send
@@ -521,19 +547,30 @@ impl Conn {
     async fn serve(&mut self) -> End {
         loop {
             if let Some(code) = self.link.kicked() {
-                return End::Kicked(code);
+                // What the client sent before it was told to go still counts: its
+                // acknowledgements, or the DISCONNECT that ends it on its own terms.
+                loop {
+                    if let Err(end) = Box::pin(self.handle_buffered()).await {
+                        return end;
+                    }
+                    if !matches!(self.reader.try_fill(&self.stream), Ok(n) if n > 0) {
+                        return End::Kicked(code);
+                    }
+                }
             }
-            if let Err(end) = self.handle_buffered().await {
+            // Boxed: what handling a packet awaits (storage, cursors) is large, and
+            // inline it would be paid by every idle connection's task.
+            if let Err(end) = Box::pin(self.handle_buffered()).await {
                 return end;
             }
-            self.pump_channels().await;
+            Box::pin(self.pump_channels()).await;
             if let Err(end) = self.write_owed() {
                 return end;
             }
             if let Err(end) = self.flush().await {
                 return end;
             }
-            self.store_positions(false).await;
+            Box::pin(self.store_positions(false)).await;
             let deadline = self.keep_alive.map(|k| Instant::now() + k);
             let Conn {
                 stream,
@@ -1135,18 +1172,18 @@ impl Conn {
             End::Client { will } => (will, None),
             End::Broker(code) => (true, Some(code)),
             End::Close => (true, None),
-            End::Kicked(code) => (false, Some(code)),
+            // Taken over or stopped: the session is handed back as at any other end
+            // (if a new connection has not taken it already), its Will owed.
+            End::Kicked(code) => (true, Some(code)),
         };
-        self.queue_connection_ended(matches!(end, End::Kicked(_)));
-        if !matches!(end, End::Kicked(_)) {
-            Box::pin(self.store_positions(true)).await;
-            self.shared.broker.borrow_mut().disconnect(
-                &self.client_id,
-                self.link.id,
-                will_due,
-                Instant::now(),
-            );
-        }
+        self.queue_connection_ended();
+        Box::pin(self.store_positions(true)).await;
+        self.shared.broker.borrow_mut().disconnect(
+            &self.client_id,
+            self.link.id,
+            will_due,
+            Instant::now(),
+        );
         if let (Some(code), ProtocolVersion::V5) = (code, self.protocol) {
             let mut disconnect = Disconnect::new(code);
             if self.problem_info {
