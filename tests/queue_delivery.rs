@@ -397,3 +397,40 @@ fn a_job_past_its_publishers_expiry_is_still_offered() {
     assert!(expires < now, "the expiry has passed");
     assert_eq!(offer.properties.message_expiry_interval, None);
 }
+
+/// Gaps A-13: an answer at QoS 2 is applied, and its exchange completes (PUBREC 0x00,
+/// PUBCOMP 0x00).
+#[test]
+fn an_answer_at_qos_2_is_applied() {
+    let broker = start();
+    put(&broker, "jobs/1", b"one");
+    put(&broker, "jobs/2", b"two");
+    let mut w = worker(&broker, "w");
+    let first = w.recv_offer();
+    w.puback(&first);
+    let mut answer = publish(
+        "$saguin/queue/jobs/response",
+        b"ack",
+        QoS::ExactlyOnce,
+        false,
+    );
+    answer.properties.correlation_data = first.properties.correlation_data.clone();
+    w.send(&Packet::Publish(answer));
+    let mut next = None;
+    let mut completed = false;
+    while next.is_none() || !completed {
+        match w.recv() {
+            Packet::PubRec(ack) => {
+                assert_eq!(ack.code, 0);
+                w.send(&Packet::PubRel(saguin::codec::Ack::new(ack.packet_id, 0)));
+            }
+            Packet::PubComp(ack) => {
+                assert_eq!(ack.code, 0);
+                completed = true;
+            }
+            Packet::Publish(p) => next = Some(p),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(next.map(|p| p.payload.to_vec()), Some(b"two".to_vec()));
+}

@@ -1176,9 +1176,8 @@ impl Conn {
             // (if a new connection has not taken it already), its Will owed.
             End::Kicked(code) => (true, Some(code)),
         };
-        // The session is still this connection's unless a takeover gave up waiting:
-        // its queue jobs go back, and it keeps no offer to send again.
-        self.queue_connection_ended(false);
+        // Its queue jobs go back, and the session keeps no offer to send again.
+        self.queue_connection_ended();
         Box::pin(self.store_positions(true)).await;
         self.shared.broker.borrow_mut().disconnect(
             &self.client_id,

@@ -228,13 +228,11 @@ impl Conn {
     }
 
     /// The connection is ending: every job it held goes back at once, and a session
-    /// that outlives it keeps no offer to send again (gaps A-03). `kicked` says another
-    /// connection has the session now, which is left alone.
-    pub(super) fn queue_connection_ended(&self, kicked: bool) {
+    /// that outlives it keeps no offer to send again (gaps A-03). A session another
+    /// connection holds already is left alone.
+    pub(super) fn queue_connection_ended(&self) {
         self.shared.broker.borrow().queues.ended(&self.worker());
-        if !kicked {
-            self.strip_queue_offers();
-        }
+        self.strip_queue_offers();
     }
 
     /// Takes every queue offer out of the session this connection holds: a resumed
