@@ -154,6 +154,14 @@ impl DeliveryId {
 pub enum Event {
     /// A job was stored (the publisher is being acknowledged).
     Stored(Record),
+    /// A job was stored while the mailbox was long: its offset, receive time and
+    /// attempts, without its body, which the owner reads back when it offers the job.
+    Known {
+        /// The job's offset.
+        offset: u64,
+        /// When the broker received it.
+        timestamp_ms: u64,
+    },
     /// A worker subscribed to the form.
     Subscribed(Arc<str>),
     /// A worker acknowledged the PUBLISH of an offer.
@@ -164,6 +172,9 @@ pub enum Event {
     /// A connection ended: every job it held comes back at once.
     Ended(Worker),
 }
+
+/// Events past which a stored job's body is left in storage (see [`Queues::stored`]).
+const MAILBOX_BODIES: usize = 256;
 
 /// The owners' mailboxes, by queue.
 #[derive(Debug, Default)]
@@ -193,6 +204,25 @@ impl Queues {
             // Unbounded: a send fails only once the owner is gone (the broker stopping).
             let _ = tx.try_send(event);
         }
+    }
+
+    /// Tells a queue's owner that a job was stored. Past `MAILBOX_BODIES` waiting
+    /// events the body stays in storage and only the job's place travels, so a burst
+    /// of publishes faster than the owner can take them costs memory by the event, not
+    /// by the payload.
+    pub fn stored(&self, queue: ChannelId, record: Record) {
+        let Some(tx) = self.senders.get(&queue) else {
+            return;
+        };
+        let event = if tx.len() < MAILBOX_BODIES {
+            Event::Stored(record)
+        } else {
+            Event::Known {
+                offset: record.offset,
+                timestamp_ms: record.timestamp_ms,
+            }
+        };
+        let _ = tx.try_send(event);
     }
 
     /// Tells every owner that a worker's connection ended.

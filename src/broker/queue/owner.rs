@@ -188,6 +188,14 @@ impl Owner {
     async fn handle(&mut self, event: Event) {
         match event {
             Event::Stored(record) => self.learn(record),
+            Event::Known {
+                offset,
+                timestamp_ms,
+            } => {
+                self.jobs
+                    .entry(offset)
+                    .or_insert_with(|| Job::new(timestamp_ms, 0));
+            }
             Event::Subscribed(client) => {
                 if !self.workers.contains(&client) {
                     self.workers.push(client);

@@ -23,7 +23,7 @@ pub(crate) fn stored(shared: &Shared, id: ChannelId, record: Record, retain: boo
         let name = &broker.channels.get(id).name;
         broker.metrics.queue(name, |c| c.retain_ignored += 1);
     }
-    broker.queues.tell(id, Event::Stored(record));
+    broker.queues.stored(id, record);
     reason::SUCCESS
 }
 
