@@ -107,6 +107,13 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
             queue: queue_policy(channel),
         });
     }
+    let memory_total = config.broker.storage.memory_total();
+    if memory_total > 0 {
+        log::info!(
+            "memory providers declare {} in all",
+            config::format_size(memory_total)
+        );
+    }
     // The retained store's period is a deadline too (gaps A-06).
     let extra = config.broker.retained.retention_period;
     let schedule = RetentionSchedule::for_channels(&all_settings, extra);
@@ -187,7 +194,14 @@ fn make_parent(settings: &ProviderSettings) -> Result<(), String> {
 
 fn describe(settings: &ProviderSettings) -> String {
     match settings {
-        ProviderSettings::Sqlite(s) => format!("sqlite, {}", s.file_path.display()),
+        ProviderSettings::Sqlite(s) if s.max_bytes == u64::MAX => {
+            format!("sqlite, {}, no max_bytes", s.file_path.display())
+        }
+        ProviderSettings::Sqlite(s) => format!(
+            "sqlite, {}, max_bytes {}",
+            s.file_path.display(),
+            s.max_bytes
+        ),
         ProviderSettings::Memory(m) => match &m.snapshot_dir {
             Some(dir) => format!(
                 "memory, max_bytes {}, snapshots in {}",

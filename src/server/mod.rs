@@ -126,11 +126,10 @@ pub fn serve(
         stopping: Cell::new(false),
     });
     smol::block_on(executor.run(async {
+        let mut accepting = Vec::with_capacity(doors.len());
         for door in doors {
             log::info!("listening on {}", door.describe());
-            executor
-                .spawn(accept_loop(door, shared.clone(), executor.clone()))
-                .detach();
+            accepting.push(executor.spawn(accept_loop(door, shared.clone(), executor.clone())));
         }
         if let Some(ops) = operations {
             crate::ops::spawn(&executor, &shared, &ops.settings, ops.tcp, ops.unix)?;
@@ -146,6 +145,9 @@ pub fn serve(
         ));
         crate::broker::queue::owner::spawn(&executor, &shared);
         stop.await;
+        // Dropping the accept tasks closes the listeners: a stopping broker admits
+        // nothing more.
+        drop(accepting);
         let _ = stop_sweeps.try_send(());
         sweeping.await;
         shutdown(&shared).await;
