@@ -14,6 +14,9 @@ pub struct Metrics {
     pub wills_published: Cell<u64>,
     /// Deliveries given up because a session's queue was full.
     pub dropped_queue_full: Cell<u64>,
+    /// QoS 2 deliveries refused because a session held its bound and nothing it could
+    /// give up.
+    pub deliveries_refused: Cell<u64>,
     /// Shared-group messages no member could take.
     pub dropped_no_shared_member: Cell<u64>,
     /// Storage operations that failed.

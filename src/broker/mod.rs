@@ -520,12 +520,12 @@ impl Broker {
         if session.link.is_none() && delivery.qos == QoS::AtMostOnce {
             return; // QoS 0 is not kept for a client that is away (MQTT-3.1.2-5 allows it)
         }
-        let dropped = session.enqueue(delivery);
-        if dropped > 0 {
-            self.metrics
-                .dropped_queue_full
-                .set(self.metrics.dropped_queue_full.get() + dropped as u64);
-        }
+        let enqueued = session.enqueue(delivery);
+        let m = &self.metrics;
+        m.dropped_queue_full
+            .set(m.dropped_queue_full.get() + enqueued.dropped as u64);
+        m.deliveries_refused
+            .set(m.deliveries_refused.get() + u64::from(enqueued.refused));
         session.wake();
     }
 

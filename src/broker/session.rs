@@ -143,13 +143,13 @@ pub struct Session {
     next_packet_id: u16,
 }
 
-/// Why a delivery was not queued.
+/// What queueing one delivery cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dropped {
-    /// The message had expired.
-    Expired,
-    /// The queue was full and this (or an older) delivery was given up.
-    QueueFull,
+pub struct Enqueued {
+    /// Older broadcasts given up to make room.
+    pub dropped: usize,
+    /// The delivery itself was refused (QoS 2, nothing left to give up).
+    pub refused: bool,
 }
 
 impl Session {
@@ -177,27 +177,41 @@ impl Session {
 
     /// Queues a delivery, giving up the oldest not on the wire while over the bound.
     /// Returns how many deliveries were given up.
-    pub fn enqueue(&mut self, delivery: Delivery) -> usize {
+    pub fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
         let charge = delivery.message.charge();
         let mut dropped = 0;
+        // Only a broadcast not yet on the wire is given up: a channel's record or a
+        // queue's offer is tracked under its offset, and a cursor or a lease would be
+        // left pointing at nothing (RFC 0002 "How much a session may hold").
         while self.queued_bytes + charge > self.queue_bound {
-            let Some(oldest) = self.queue.pop_front() else {
+            let Some(oldest) = self.queue.iter().position(|d| d.origin.is_none()) else {
+                break;
+            };
+            let Some(oldest) = self.queue.remove(oldest) else {
                 break;
             };
             self.queued_bytes -= oldest.message.charge();
             dropped += 1;
         }
-        if self.queued_bytes + charge > self.queue_bound
+        let over = self.queued_bytes + charge > self.queue_bound;
+        if over
             && delivery.qos == QoS::ExactlyOnce
+            && delivery.origin.is_none()
             && !self.inflight.is_empty()
         {
             // Nothing left to give up and the bound is still passed: a QoS 2 delivery
             // is refused rather than over-run the bound.
-            return dropped + 1;
+            return Enqueued {
+                dropped,
+                refused: true,
+            };
         }
         self.queued_bytes += charge;
         self.queue.push_back(delivery);
-        dropped
+        Enqueued {
+            dropped,
+            refused: false,
+        }
     }
 
     /// Whether a QoS > 0 delivery may be put on the wire now.

@@ -172,6 +172,18 @@ pub fn render(
         ],
     );
     f.one(
+        "saguin_deliveries_dropped_total",
+        "counter",
+        "Broadcast deliveries a full session gave up, oldest first.",
+        m.dropped_queue_full.get(),
+    );
+    f.one(
+        "saguin_deliveries_refused_total",
+        "counter",
+        "QoS 2 deliveries refused to a session at its bound with nothing to give up.",
+        m.deliveries_refused.get(),
+    );
+    f.one(
         "saguin_wills_waiting",
         "gauge",
         "Wills waiting out their delay.",
