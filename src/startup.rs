@@ -293,6 +293,29 @@ pub fn operations(config: &Config) -> std::io::Result<Option<OpsDoors>> {
     let Some(ops) = &config.broker.operations else {
         return Ok(None);
     };
+    // Credentials the listener would not check are refused, as on the MQTT doors.
+    let door_files = ops
+        .listen
+        .tcp
+        .iter()
+        .map(|d| (&d.name, d.password_file.is_some() || d.tls.is_some()));
+    let door_files = door_files.chain(
+        ops.listen
+            .unix
+            .iter()
+            .map(|d| (&d.name, d.password_file.is_some())),
+    );
+    for (name, guarded) in door_files {
+        if guarded || ops.password_file.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "broker.operations.listen {name}: this build serves the operations listener on loopback or \
+                     its Unix socket only, checking no password and no certificate; remove password_file and tls"
+                ),
+            ));
+        }
+    }
     let tcp_addrs: Vec<_> = ops
         .listen
         .tcp

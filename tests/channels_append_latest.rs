@@ -284,3 +284,43 @@ fn a_durable_consumer_resumes_mid_read_across_a_restart_on_sqlite() {
 fn a_durable_consumer_resumes_mid_read_across_a_restart_on_memory() {
     resume_after_restart_mid_read("memlog");
 }
+
+#[test]
+fn retained_on_a_channels_topic_is_just_a_record_and_not_kept_twice() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("events/r", b"once", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("events/r", opts(QoS::AtLeastOnce));
+    let got = reader.recv_publish();
+    assert_eq!(&*got.payload, b"once");
+    assert!(
+        user_property(&got, "saguin-offset").is_some(),
+        "served from the channel"
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
+fn shared_groups_on_a_latest_channel_get_changes_only_and_a_filter_over_two_channels_gets_both() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/old", b"before", QoS::AtLeastOnce, false);
+    let mut member = Raw::connected(broker.addr, V5, "member");
+    member.subscribe("$share/g/state/#", opts(QoS::AtLeastOnce));
+    member.expect_nothing(Duration::from_millis(300));
+    publisher.publish("state/new", b"after", QoS::AtLeastOnce, false);
+    assert_eq!(&*member.recv_publish().payload, b"after");
+    // `#` touches every append and latest channel; each serves it on its own.
+    publisher.publish("events/e", b"E", QoS::AtLeastOnce, false);
+    let mut wide = Raw::connected(broker.addr, V5, "wide");
+    wide.subscribe("#", opts(QoS::AtLeastOnce));
+    let mut got: Vec<Vec<u8>> = (0..3)
+        .map(|_| wide.recv_publish().payload.to_vec())
+        .collect();
+    got.sort();
+    assert_eq!(got, [b"E".to_vec(), b"after".to_vec(), b"before".to_vec()]);
+}

@@ -560,7 +560,7 @@ pub const CHANNELS: &str = "broker:
         file_path: {dir}/saguin.db
       volatile:
         type: memory
-        max_bytes: 16MiB
+        max_bytes: 64MiB
         snapshot_dir: {dir}/snapshots
 channels:
   events:
