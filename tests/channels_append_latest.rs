@@ -324,3 +324,45 @@ fn shared_groups_on_a_latest_channel_get_changes_only_and_a_filter_over_two_chan
     got.sort();
     assert_eq!(got, [b"E".to_vec(), b"after".to_vec(), b"before".to_vec()]);
 }
+
+#[test]
+fn a_reconnecting_durable_latest_consumer_is_sent_only_what_changed() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/a", b"a1", QoS::AtLeastOnce, false);
+    publisher.publish("state/b", b"b1", QoS::AtLeastOnce, false);
+    let mut c = connect(V5, "dashboard", false);
+    c.properties.session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("state/#", opts(QoS::AtLeastOnce));
+    reader.recv_publish();
+    reader.recv_publish();
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(100));
+    publisher.publish("state/b", b"b2", QoS::AtLeastOnce, false);
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let got = reader.recv_publish();
+    assert_eq!((&*got.topic, &*got.payload), ("state/b", &b"b2"[..]));
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
+fn a_qos2_publish_into_a_channel_is_stored_once_at_its_pubrel() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let p = common::publish("events/q2", b"exactly", QoS::ExactlyOnce, false);
+    publisher.send(&Packet::Publish(p.clone()));
+    assert!(matches!(publisher.recv(), Packet::PubRec(a) if a.code == 0));
+    let mut dup = p;
+    dup.dup = true;
+    publisher.send(&Packet::Publish(dup));
+    assert!(matches!(publisher.recv(), Packet::PubRec(a) if a.code == 0));
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    reader.expect_nothing(Duration::from_millis(300));
+    publisher.send(&Packet::PubRel(saguin::codec::Ack::new(1, 0)));
+    assert!(matches!(publisher.recv(), Packet::PubComp(a) if a.code == 0));
+    assert_eq!(&*reader.recv_publish().payload, b"exactly");
+    reader.expect_nothing(Duration::from_millis(300));
+}

@@ -146,3 +146,46 @@ fn retained_broadcast_values_survive_a_restart_and_a_deletion_stays_deleted() {
     assert!(user_property(&got, "saguin-retained-qos").is_none());
     reader.expect_nothing(Duration::from_millis(300));
 }
+
+#[test]
+fn a_failing_disk_answers_0x83_and_the_broker_keeps_serving() {
+    if std::process::Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("prlimit not installed; skipped");
+        return;
+    }
+    let dir = temp_dir("failing-disk");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    // Files may not grow past 2 MB, and SIGXFSZ is ignored so the write fails instead.
+    let wrapper = r#"trap "" XFSZ; exec prlimit --fsize=2000000 "$@""#;
+    let broker = Broker::start_under(dir, CHANNELS, Some(wrapper));
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let payload = vec![b'x'; 64 * 1024];
+    let mut refused = None;
+    for i in 0..200 {
+        match publisher.publish(&format!("events/{i}"), &payload, QoS::AtLeastOnce, false) {
+            Some(0) => {}
+            code => {
+                refused = code;
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(0x83),
+        "a write the disk refused is 0x83, not success and not 0x97"
+    );
+    assert_eq!(
+        publisher.publish("plain/still", b"up", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut other = Raw::connected(broker.addr, V5, "other");
+    assert_eq!(
+        other.publish("plain/also", b"up", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+}

@@ -74,10 +74,24 @@ impl Broker {
     /// Starts the broker with its configuration in `dir`; `{dir}` in `yaml` is
     /// replaced by the directory, for storage paths.
     pub fn start_in(dir: PathBuf, yaml: &str) -> Broker {
+        Broker::start_under(dir, yaml, None)
+    }
+
+    /// Starts the broker through `bash -c WRAPPER`, where the wrapper ends with
+    /// `exec ... "$@"` (a resource limit, say); `None` starts it directly.
+    pub fn start_under(dir: PathBuf, yaml: &str, wrapper: Option<&str>) -> Broker {
         let yaml = yaml.replace("{dir}", &dir.display().to_string());
         let path = dir.join("saguin.yaml");
         std::fs::write(&path, yaml).expect("write the configuration");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        let mut command = match wrapper {
+            Some(wrapper) => {
+                let mut c = Command::new("bash");
+                c.args(["-c", wrapper, "saguin", env!("CARGO_BIN_EXE_saguin")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_saguin")),
+        };
+        let mut child = command
             .arg("--config")
             .arg(&path)
             .stdout(Stdio::piped())
