@@ -366,3 +366,25 @@ fn a_qos2_publish_into_a_channel_is_stored_once_at_its_pubrel() {
     assert_eq!(&*reader.recv_publish().payload, b"exactly");
     reader.expect_nothing(Duration::from_millis(300));
 }
+
+#[test]
+fn no_local_withholds_a_clients_own_records_from_its_channel_subscription() {
+    let broker = start();
+    let mut me = Raw::connected(broker.addr, V5, "self-publisher");
+    let mut o = opts(QoS::AtLeastOnce);
+    o.no_local = true;
+    me.subscribe("events/#", o);
+    assert_eq!(
+        me.publish("events/mine", b"mine", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    me.expect_nothing(Duration::from_millis(300));
+    let mut other = Raw::connected(broker.addr, V5, "other-publisher");
+    other.publish("events/theirs", b"theirs", QoS::AtLeastOnce, false);
+    let got = me.recv_publish();
+    assert_eq!(&*got.payload, b"theirs");
+    assert!(
+        user_property(&got, "saguin-origin").is_none(),
+        "the origin is kept, never delivered"
+    );
+}

@@ -11,6 +11,20 @@ use super::session::Message;
 
 /// The reserved prefix of User Properties.
 pub const RESERVED_PREFIX: &str = "saguin-";
+/// Where a record keeps the client id that published it, for No Local (gaps G-15).
+/// Stored with the record, never delivered.
+const ORIGIN: &str = "saguin-origin";
+
+/// The client id that published a stored record (empty for one published by the
+/// broker itself or read from before origins were kept).
+pub fn origin(record: &Record) -> &str {
+    record
+        .properties
+        .user_properties
+        .iter()
+        .find(|(k, _)| k == ORIGIN)
+        .map_or("", |(_, v)| v.as_str())
+}
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
@@ -32,6 +46,9 @@ pub fn to_record(message: &Message, received_ms: u64) -> NewRecord {
         } else if !k.starts_with(RESERVED_PREFIX) {
             user_properties.push((k.clone(), v.clone()));
         }
+    }
+    if !message.publisher.is_empty() {
+        user_properties.push((ORIGIN.into(), message.publisher.to_string()));
     }
     NewRecord {
         message_id: message_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
@@ -55,7 +72,11 @@ pub fn to_record(message: &Message, received_ms: u64) -> NewRecord {
 /// receive time; once it has run out the record is still delivered, without it.
 pub fn from_record(record: Record, qos: QoS, now_ms: u64) -> Message {
     let p = record.properties;
+    let mut publisher = String::new();
     let mut user_properties = p.user_properties;
+    if let Some(at) = user_properties.iter().position(|(k, _)| k == ORIGIN) {
+        publisher = user_properties.remove(at).1;
+    }
     user_properties.push(("saguin-id".into(), record.message_id));
     user_properties.push(("saguin-offset".into(), record.offset.to_string()));
     user_properties.push(("saguin-timestamp".into(), record.timestamp_ms.to_string()));
@@ -82,7 +103,7 @@ pub fn from_record(record: Record, qos: QoS, now_ms: u64) -> Message {
             user_properties,
             ..Properties::default()
         },
-        publisher: Arc::from(""),
+        publisher: Arc::from(publisher),
         expires_at,
     }
 }

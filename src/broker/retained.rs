@@ -184,7 +184,8 @@ fn from_stored(record: crate::storage::Record, now_ms: u64) -> Option<Arc<Messag
                 .ok()
                 .and_then(QoS::from_bits)
                 .unwrap_or(QoS::AtMostOnce);
-        } else {
+        } else if !k.starts_with(super::records::RESERVED_PREFIX) {
+            // A publisher's own `saguin-` properties never reach storage; these are ours.
             user_properties.push((k, v));
         }
     }

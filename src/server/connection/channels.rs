@@ -290,8 +290,9 @@ impl Conn {
                     continue;
                 }
                 cursor.next = record.offset + 1;
+                let own = records::origin(&record) == &*client;
                 let Some((qos, identifiers, retain_as_published)) =
-                    select(&cursor.subs, &record.topic)
+                    select(&cursor.subs, &record.topic, own)
                 else {
                     continue; // no filter of this session takes it: settled at once
                 };
@@ -388,11 +389,13 @@ impl Conn {
 
 /// Which of a cursor's subscriptions take a record on `topic`: the highest QoS among
 /// them, every Subscription Identifier, and whether any keeps RETAIN as published.
-fn select(subs: &[ChannelSub], topic_name: &str) -> Option<(QoS, Vec<u32>, bool)> {
+/// `own` says the session's own client published it, which a No Local subscription
+/// never takes (gaps G-15).
+fn select(subs: &[ChannelSub], topic_name: &str, own: bool) -> Option<(QoS, Vec<u32>, bool)> {
     let mut taken = None::<(QoS, Vec<u32>, bool)>;
     for sub in subs
         .iter()
-        .filter(|s| topic::matches(&s.filter, topic_name))
+        .filter(|s| !(own && s.options.no_local) && topic::matches(&s.filter, topic_name))
     {
         let (qos, ids, rap) = taken.get_or_insert((QoS::AtMostOnce, Vec::new(), false));
         *qos = (*qos).max(sub.options.qos);
