@@ -388,3 +388,38 @@ fn no_local_withholds_a_clients_own_records_from_its_channel_subscription() {
         "the origin is kept, never delivered"
     );
 }
+
+#[test]
+fn a_subscription_asking_saguin_deletions_is_told_of_a_deletion_and_others_are_not() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/gone-before", b"x", QoS::AtLeastOnce, false);
+    publisher.publish("state/gone-before", b"", QoS::AtLeastOnce, false);
+    let mut asks = Raw::connected(broker.addr, V5, "asks");
+    let props = saguin::codec::Properties {
+        user_properties: vec![("saguin-deletions".into(), "true".into())],
+        ..saguin::codec::Properties::default()
+    };
+    assert_eq!(
+        asks.subscribe_with("state/#", opts(QoS::AtLeastOnce), props),
+        [1]
+    );
+    let mut plain = Raw::connected(broker.addr, V5, "plain");
+    plain.subscribe("state/#", opts(QoS::AtLeastOnce));
+    asks.expect_nothing(Duration::from_millis(200));
+    publisher.publish("state/x", b"on", QoS::AtLeastOnce, false);
+    publisher.publish("state/x", b"", QoS::AtLeastOnce, false);
+    assert_eq!(&*asks.recv_publish().payload, b"on");
+    let deletion = asks.recv_publish();
+    assert_eq!((&*deletion.topic, deletion.payload.len()), ("state/x", 0));
+    assert_eq!(&*plain.recv_publish().payload, b"on");
+    plain.expect_nothing(Duration::from_millis(300));
+    let bad = saguin::codec::Properties {
+        user_properties: vec![("saguin-deletions".into(), "yes".into())],
+        ..saguin::codec::Properties::default()
+    };
+    assert_eq!(
+        plain.subscribe_with("state/y", opts(QoS::AtLeastOnce), bad),
+        [0x83]
+    );
+}

@@ -15,6 +15,8 @@ pub struct ChannelSub {
     pub options: SubscriptionOptions,
     /// Its Subscription Identifier.
     pub identifier: Option<u32>,
+    /// It asked to be told of deletions on latest channels (`saguin-deletions`).
+    pub deletions: bool,
 }
 
 /// A session's cursor on one channel.

@@ -165,11 +165,13 @@ impl Conn {
         filter: &str,
         options: SubscriptionOptions,
         identifier: Option<u32>,
+        deletions: bool,
     ) {
         let sub = ChannelSub {
             filter: filter.to_string(),
             options,
             identifier,
+            deletions,
         };
         let touched = self.shared.broker.borrow().channels.reach(filter).0;
         for id in touched {
@@ -291,13 +293,16 @@ impl Conn {
                 }
                 cursor.next = record.offset + 1;
                 let own = records::origin(&record) == &*client;
+                let deletion = matches!(record.state, RecordState::Deleted);
                 let Some((qos, identifiers, retain_as_published)) =
-                    select(&cursor.subs, &record.topic, own)
+                    select(&cursor.subs, &record.topic, own, deletion)
                 else {
                     continue; // no filter of this session takes it: settled at once
                 };
-                if !matches!(record.state, RecordState::Stored) {
-                    continue; // a deletion is shown to no reader here (gaps G-19)
+                if !matches!(record.state, RecordState::Stored | RecordState::Deleted)
+                    || (deletion && record.offset < cursor.pass_until)
+                {
+                    continue;
                 }
                 let retain = record.offset < cursor.pass_until || retain_as_published;
                 cursor.unsettled.insert(record.offset);
@@ -391,12 +396,22 @@ impl Conn {
 /// them, every Subscription Identifier, and whether any keeps RETAIN as published.
 /// `own` says the session's own client published it, which a No Local subscription
 /// never takes (gaps G-15).
-fn select(subs: &[ChannelSub], topic_name: &str, own: bool) -> Option<(QoS, Vec<u32>, bool)> {
+/// A deletion on a latest channel goes only to a subscription that asked for deletions
+/// (`saguin-deletions`), as a zero-length publish, and never in the current-state pass
+/// (gaps G-19).
+fn select(
+    subs: &[ChannelSub],
+    topic_name: &str,
+    own: bool,
+    deletion: bool,
+) -> Option<(QoS, Vec<u32>, bool)> {
     let mut taken = None::<(QoS, Vec<u32>, bool)>;
-    for sub in subs
-        .iter()
-        .filter(|s| !(own && s.options.no_local) && topic::matches(&s.filter, topic_name))
-    {
+    let wanted = |s: &&ChannelSub| {
+        !(own && s.options.no_local)
+            && (!deletion || s.deletions)
+            && topic::matches(&s.filter, topic_name)
+    };
+    for sub in subs.iter().filter(wanted) {
         let (qos, ids, rap) = taken.get_or_insert((QoS::AtMostOnce, Vec::new(), false));
         *qos = (*qos).max(sub.options.qos);
         ids.extend(sub.identifier);

@@ -31,6 +31,9 @@ use crate::codec::{
     Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 
+/// The SUBSCRIBE property asking to be told of deletions on latest channels.
+const DELETIONS: &str = "saguin-deletions";
+
 /// Why a connection ends.
 #[derive(Debug)]
 enum End {
@@ -936,7 +939,13 @@ impl Conn {
                     }
                     Ok(share) => {
                         if share.is_none() {
-                            self.open_cursors(filter, *options, identifier).await;
+                            let deletions = subscribe
+                                .properties
+                                .user_properties
+                                .iter()
+                                .any(|(k, _)| k == DELETIONS);
+                            self.open_cursors(filter, *options, identifier, deletions)
+                                .await;
                         }
                         let mut broker = self.shared.broker.borrow_mut();
                         let full = broker.subscription_count(&self.client_id)
@@ -1025,11 +1034,12 @@ impl Conn {
                 Err(End::Close)
             };
         }
-        if properties
-            .user_properties
-            .iter()
-            .any(|(k, _)| k.starts_with("saguin-"))
-        {
+        // The one saguin- property a SUBSCRIBE may carry here is `saguin-deletions:
+        // true` (gaps G-19); any other, or another value, refuses every filter.
+        let unread = |(k, v): &(String, String)| {
+            k.starts_with("saguin-") && !(k == DELETIONS && v == "true")
+        };
+        if properties.user_properties.iter().any(unread) {
             return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
         }
         let mut inner = filter;
