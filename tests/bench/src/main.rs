@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! saguin-bench --target saguin=127.0.0.1:18830,PID --target mosquitto=127.0.0.1:18831,PID
-//!              [--duration 3] [--latency-secs 2] [--idle 1000] [--rounds 1] [--only SUBSTR] [--out FILE]
+//!              [--duration 3] [--latency-secs 2] [--idle 1000] [--rounds 1] [--jobs 3000] [--only SUBSTR] [--out FILE]
 //! ```
 //!
 //! Each scenario has two phases on the same connections:
@@ -23,6 +23,19 @@
 //!
 //! Broker RSS is sampled from /proc/PID/status every 50 ms; the peak per
 //! scenario is reported, and once idle and with `--idle` idle connections.
+//!
+//! Channels, measured on a target whose name starts with `saguin` only (mosquitto
+//! has none; its columns print n/a). The broker must declare an append channel on
+//! `bench/log/#` (sqlite) and a queue `bench-jobs` on `bench/jobs/#`, as
+//! tests/bench/run's generated saguin.yaml does:
+//! * `append-qos1-sqlite-{1,8}pub-128B`: QoS 1 publishers, 32 unacknowledged each,
+//!   for `--duration` seconds: PUBACKs per second (sent after the commit); then one
+//!   new QoS 1 subscriber to `bench/log/#` is replayed everything written: records/s;
+//! * `queue-drain-{1,4}worker(s)`: `--jobs` jobs published at QoS 1 to
+//!   `bench/jobs/x`, then MQTT 5 workers subscribed to `$saguin/queue/bench-jobs`
+//!   answer each offer (`ack` on its Response Topic with its Correlation Data, QoS 0)
+//!   and PUBACK it: jobs/s from their SUBSCRIBE to the last offer answered. This is
+//!   the only MQTT 5 the client speaks.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -96,6 +109,130 @@ fn put_publish(buf: &mut Vec<u8>, topic: &str, qos: u8, pid: u16, payload: &[u8]
     buf.extend_from_slice(payload);
 }
 
+// ---------------------------------------------------------------- MQTT 5: what a queue worker needs
+
+/// CONNECT at protocol level 5, clean start, no properties.
+fn connect_packet_v5(client_id: &str, keepalive: u16) -> Vec<u8> {
+    let mut body = Vec::new();
+    put_str(&mut body, "MQTT");
+    body.push(5);
+    body.push(0x02); // clean start
+    body.extend_from_slice(&keepalive.to_be_bytes());
+    body.push(0); // properties
+    put_str(&mut body, client_id);
+    let mut p = vec![0x10];
+    put_varint(&mut p, body.len());
+    p.extend_from_slice(&body);
+    p
+}
+
+/// SUBSCRIBE at level 5: no properties, options byte = maximum QoS.
+fn subscribe_packet_v5(pid: u16, filter: &str, qos: u8) -> Vec<u8> {
+    let mut body = pid.to_be_bytes().to_vec();
+    body.push(0); // properties
+    put_str(&mut body, filter);
+    body.push(qos);
+    let mut p = vec![0x82];
+    put_varint(&mut p, body.len());
+    p.extend_from_slice(&body);
+    p
+}
+
+/// PUBLISH at level 5 carrying only Correlation Data (0x09) among its properties.
+fn put_publish_v5(buf: &mut Vec<u8>, topic: &str, qos: u8, pid: u16, correlation: &[u8], payload: &[u8]) {
+    let mut props = Vec::with_capacity(3 + correlation.len());
+    if !correlation.is_empty() {
+        props.push(0x09);
+        props.extend_from_slice(&(correlation.len() as u16).to_be_bytes());
+        props.extend_from_slice(correlation);
+    }
+    let mut plen = Vec::new();
+    put_varint(&mut plen, props.len());
+    buf.push(0x30 | (qos << 1));
+    let len = 2 + topic.len() + if qos > 0 { 2 } else { 0 } + plen.len() + props.len() + payload.len();
+    put_varint(buf, len);
+    put_str(buf, topic);
+    if qos > 0 {
+        buf.extend_from_slice(&pid.to_be_bytes());
+    }
+    buf.extend_from_slice(&plen);
+    buf.extend_from_slice(&props);
+    buf.extend_from_slice(payload);
+}
+
+/// A variable byte integer at `b[i..]`: (value, bytes used).
+fn get_varint(b: &[u8], mut i: usize) -> Option<(usize, usize)> {
+    let (mut v, mut mult, start) = (0usize, 1usize, i);
+    loop {
+        let x = *b.get(i)?;
+        v += (x & 0x7f) as usize * mult;
+        mult *= 128;
+        i += 1;
+        if x & 0x80 == 0 {
+            return Some((v, i - start));
+        }
+        if i - start >= 4 {
+            return None;
+        }
+    }
+}
+
+/// What a queue worker reads off an MQTT 5 PUBLISH body: packet id, Response Topic, Correlation Data.
+#[derive(Default)]
+struct Offer {
+    pid: Option<u16>,
+    response_topic: Option<String>,
+    correlation: Vec<u8>,
+}
+
+/// Parses an MQTT 5 PUBLISH (`h` its first byte, `b` its body), skipping properties other
+/// than Response Topic (0x08) and Correlation Data (0x09).
+fn parse_publish_v5(h: u8, b: &[u8]) -> Option<Offer> {
+    let q = (h >> 1) & 3;
+    let tlen = u16::from_be_bytes([*b.first()?, *b.get(1)?]) as usize;
+    let mut i = 2 + tlen;
+    let mut o = Offer::default();
+    if q > 0 {
+        o.pid = Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]));
+        i += 2;
+    }
+    let (plen, n) = get_varint(b, i)?;
+    i += n;
+    let end = i + plen;
+    if end > b.len() {
+        return None;
+    }
+    let two = |i: usize| -> Option<usize> { Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]) as usize) };
+    while i < end {
+        let id = b[i];
+        i += 1;
+        match id {
+            0x01 => i += 1,                      // payload format indicator
+            0x02 => i += 4,                      // message expiry interval
+            0x23 => i += 2,                      // topic alias
+            0x0b => i += get_varint(b, i)?.1,    // subscription identifier
+            0x03 => i += 2 + two(i)?,            // content type
+            0x08 => {
+                let l = two(i)?;
+                o.response_topic = Some(String::from_utf8_lossy(b.get(i + 2..i + 2 + l)?).into_owned());
+                i += 2 + l;
+            }
+            0x09 => {
+                let l = two(i)?;
+                o.correlation = b.get(i + 2..i + 2 + l)?.to_vec();
+                i += 2 + l;
+            }
+            0x26 => {
+                // user property: two strings
+                i += 2 + two(i)?;
+                i += 2 + two(i)?;
+            }
+            _ => return None,
+        }
+    }
+    Some(o)
+}
+
 /// Reads whole MQTT packets from one socket.
 struct Rd {
     r: OwnedReadHalf,
@@ -167,16 +304,28 @@ impl Rd {
 type Wr = BufWriter<OwnedWriteHalf>;
 
 async fn connect(addr: &str, id: &str, keepalive: u16) -> io::Result<(Rd, Wr)> {
-    let s = TcpStream::connect(addr).await?;
+    connect_level(addr, id, keepalive, 4).await
+}
+
+/// CONNECT at protocol level 4 (3.1.1) or 5, waiting at most 10 s for the CONNACK.
+async fn connect_level(addr: &str, id: &str, keepalive: u16, level: u8) -> io::Result<(Rd, Wr)> {
+    let s = timeout(Duration::from_secs(10), TcpStream::connect(addr))
+        .await
+        .map_err(|_| io::Error::other("TCP connect timed out"))??;
     s.set_nodelay(true)?;
     let (r, w) = s.into_split();
     let mut w = BufWriter::with_capacity(64 * 1024, w);
-    w.write_all(&connect_packet(id, keepalive)).await?;
+    let pkt = if level == 5 { connect_packet_v5(id, keepalive) } else { connect_packet(id, keepalive) };
+    w.write_all(&pkt).await?;
     w.flush().await?;
     let mut rd = Rd::new(r);
-    let (h, s, e) = rd.next().await?;
-    if h != 0x20 || e - s != 2 || rd.buf[s + 1] != 0 {
-        return Err(io::Error::other(format!("CONNECT refused: {:02x?}", &rd.buf[s - 2..e])));
+    let (h, s, e) = timeout(Duration::from_secs(10), rd.next())
+        .await
+        .map_err(|_| io::Error::other("no CONNACK within 10 s"))??;
+    // 3.1.1: flags, return code. 5: flags, reason code, properties.
+    let ok = h == 0x20 && e - s >= 2 && rd.buf[s + 1] == 0 && (level == 5 || e - s == 2);
+    if !ok {
+        return Err(io::Error::other(format!("CONNECT refused: {:02x?}", &rd.buf[s.saturating_sub(2)..e])));
     }
     Ok((rd, w))
 }
@@ -205,6 +354,8 @@ struct Scenario {
     pubs: usize,
     subs: usize,
     payload: usize,
+    /// the topic publishers send to (bench/NAME for the broadcast scenarios)
+    topic: String,
     /// total publishes per second across publishers in the latency phase
     paced_rate: f64,
 }
@@ -213,6 +364,8 @@ struct Scenario {
 struct Shared {
     sent: AtomicU64,
     delivered: AtomicU64,
+    /// PUBACKs received by QoS 1 publishers
+    acked: AtomicU64,
     forgiven: AtomicU64,
     stop_subs: AtomicBool,
 }
@@ -293,11 +446,15 @@ async fn publisher(
     // QoS 1: a reader task returns a permit per PUBACK.
     let acker = if sc.qos > 0 {
         let sem = inflight.clone();
+        let sh = sh.clone();
         let mut rd = rd;
         Some(tokio::spawn(async move {
             loop {
                 match rd.next().await {
-                    Ok((h, _, _)) if h & 0xf0 == 0x40 => sem.add_permits(1),
+                    Ok((h, _, _)) if h & 0xf0 == 0x40 => {
+                        sh.acked.fetch_add(1, Relaxed);
+                        sem.add_permits(1)
+                    }
                     Ok(_) => {}
                     Err(_) => return,
                 }
@@ -306,7 +463,7 @@ async fn publisher(
     } else {
         None
     };
-    let topic = format!("bench/{}", sc.name);
+    let topic = sc.topic.clone();
     let mut payload = vec![0x5au8; sc.payload.max(9)];
     let mut pkt = Vec::with_capacity(sc.payload + 64);
     let mut pid: u16 = 0;
@@ -359,7 +516,10 @@ async fn publisher(
                 Ok(p) => p.forget(),
                 Err(_) => {
                     w.flush().await?;
-                    inflight.acquire().await.unwrap().forget();
+                    match timeout(Duration::from_secs(10), inflight.acquire()).await {
+                        Ok(p) => p.unwrap().forget(),
+                        Err(_) => return Err(io::Error::other("no PUBACK for 10 s")),
+                    }
                 }
             }
             pid = if pid == u16::MAX { 1 } else { pid + 1 };
@@ -430,7 +590,7 @@ async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io
             }
         });
     }
-    let topic = format!("bench/{}", sc.name);
+    let topic = sc.topic.clone();
     let mut sub_tasks = Vec::new();
     for i in 0..sc.subs {
         let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-s{i}"), 0).await?;
@@ -501,6 +661,321 @@ async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io
     })
 }
 
+// ---------------------------------------------------------------- channels (Sagüin only)
+
+/// The append channel the generated saguin.yaml declares (type append, sqlite provider).
+const LOG_FILTER: &str = "bench/log/#";
+/// The queue channel the generated saguin.yaml declares, its filter bench/jobs/#.
+const JOBS_QUEUE: &str = "bench-jobs";
+
+/// One figure of a channel scenario.
+#[derive(Default, Clone)]
+struct ChanOutcome {
+    rate: f64,
+    /// what was sent and never acknowledged, or never delivered, in %
+    lost_pct: f64,
+    peak_rss_kib: Option<u64>,
+    /// how many records or jobs the figure is over
+    count: u64,
+    error: Option<String>,
+}
+
+/// Samples the broker's VmRSS every 50 ms until the returned flag is cleared.
+fn rss_sampler(pid: Option<u32>) -> (Arc<AtomicU64>, Arc<AtomicBool>) {
+    let peak = Arc::new(AtomicU64::new(0));
+    let on = Arc::new(AtomicBool::new(true));
+    if let Some(pid) = pid {
+        let (peak, on) = (peak.clone(), on.clone());
+        tokio::spawn(async move {
+            while on.load(Relaxed) {
+                if let Some(r) = rss_kib(pid) {
+                    peak.fetch_max(r, Relaxed);
+                }
+                sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+    (peak, on)
+}
+
+/// `pubs` QoS 1 publishers into the append channel for `--duration` seconds, at most 32
+/// unacknowledged each: PUBACKs per second (Sagüin sends one after the record is committed).
+async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io::Result<ChanOutcome> {
+    let (peak, on) = rss_sampler(t.pid);
+    let sh = Arc::new(Shared::default());
+    let sc = Scenario {
+        name: format!("append-{pubs}"),
+        qos: 1,
+        pubs,
+        subs: 0, // no subscriber: no window, only the 32 in flight
+        payload: 128,
+        topic: format!("bench/log/r{tag}"),
+        paced_rate: 0.0,
+    };
+    let mut conns = Vec::new();
+    for i in 0..pubs {
+        conns.push(connect(&t.addr, &format!("sb{tag}-a{i}"), 0).await?);
+    }
+    let t0 = Instant::now();
+    let until = t0 + Duration::from_secs_f64(cfg.duration);
+    let mut handles = Vec::new();
+    for (rd, w) in conns {
+        let mode = Mode::Flood { until, window: 500 };
+        handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
+    }
+    for h in handles {
+        h.await.map_err(io::Error::other)??;
+    }
+    let took = t0.elapsed();
+    on.store(false, Relaxed);
+    let (sent, acked) = (sh.sent.load(Relaxed), sh.acked.load(Relaxed));
+    t.appended.fetch_add(acked, Relaxed);
+    Ok(ChanOutcome {
+        rate: acked as f64 / took.as_secs_f64(),
+        lost_pct: if sent > 0 { 100.0 * sent.saturating_sub(acked) as f64 / sent as f64 } else { 0.0 },
+        peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
+        count: acked,
+        error: (acked < sent).then(|| format!("{} of {sent} publishes never acknowledged", sent - acked)),
+    })
+}
+
+/// A new QoS 1 subscriber (3.1.1, clean session) to the whole append channel is replayed
+/// everything in it from the retention floor: records per second, from SUBSCRIBE to the
+/// last record. Stops at `expected` records, or after 3 s without one.
+async fn append_replay(t: &Target, expected: u64, tag: usize) -> io::Result<ChanOutcome> {
+    let (peak, on) = rss_sampler(t.pid);
+    let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-replay"), 0).await?;
+    let t0 = Instant::now();
+    w.write_all(&subscribe_packet(1, LOG_FILTER, 1)).await?;
+    w.flush().await?;
+    let (mut count, mut last, mut acks, mut granted) = (0u64, t0, Vec::new(), false);
+    let cap = Instant::now() + Duration::from_secs(300);
+    'read: loop {
+        while let Some((h, s, e)) = rd.parse() {
+            match h & 0xf0 {
+                0x90 => {
+                    if rd.buf[e - 1] & 0x80 != 0 {
+                        return Err(io::Error::other(format!("SUBSCRIBE {LOG_FILTER} refused")));
+                    }
+                    granted = true;
+                }
+                0x30 => {
+                    if (h >> 1) & 3 > 0 {
+                        let tlen = u16::from_be_bytes([rd.buf[s], rd.buf[s + 1]]) as usize;
+                        let p = s + 2 + tlen;
+                        acks.extend_from_slice(&[0x40, 2, rd.buf[p], rd.buf[p + 1]]);
+                    }
+                    count += 1;
+                    last = Instant::now();
+                }
+                _ => {}
+            }
+        }
+        if !acks.is_empty() {
+            w.write_all(&acks).await?;
+            w.flush().await?;
+            acks.clear();
+        }
+        if count >= expected && granted {
+            break;
+        }
+        if Instant::now() >= cap {
+            break;
+        }
+        match timeout(Duration::from_secs(3), rd.fill()).await {
+            Ok(r) => r?,
+            Err(_) => break 'read,
+        }
+    }
+    on.store(false, Relaxed);
+    let _ = w.write_all(&[0xe0, 0]).await;
+    let _ = w.flush().await;
+    if !granted {
+        return Err(io::Error::other("no SUBACK"));
+    }
+    Ok(ChanOutcome {
+        rate: count as f64 / (last - t0).as_secs_f64().max(1e-6),
+        lost_pct: if expected > 0 { 100.0 * expected.saturating_sub(count) as f64 / expected as f64 } else { 0.0 },
+        peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
+        count,
+        error: (count < expected).then(|| format!("replayed {count} of {expected} records")),
+    })
+}
+
+/// Publishes `jobs` jobs to the queue at QoS 1 (3.1.1, at most 32 unacknowledged),
+/// returning when every one is acknowledged, i.e. stored.
+async fn enqueue(t: &Target, jobs: u64, tag: usize) -> io::Result<()> {
+    let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-producer"), 0).await?;
+    let (mut sent, mut acked, mut pkt) = (0u64, 0u64, Vec::new());
+    while acked < jobs {
+        while sent < jobs && sent - acked < 32 {
+            sent += 1;
+            pkt.clear();
+            put_publish(&mut pkt, "bench/jobs/x", 1, (sent % 65535 + 1) as u16, b"job");
+            w.write_all(&pkt).await?;
+        }
+        w.flush().await?;
+        let (h, _, _) = timeout(Duration::from_secs(10), rd.next())
+            .await
+            .map_err(|_| io::Error::other(format!("enqueue: no PUBACK for 10 s ({acked} of {jobs})")))??;
+        if h & 0xf0 == 0x40 {
+            acked += 1;
+        }
+    }
+    let _ = w.write_all(&[0xe0, 0]).await;
+    let _ = w.flush().await;
+    Ok(())
+}
+
+/// One MQTT 5 queue worker doing no work: for each offer, `ack` on its Response Topic with
+/// its Correlation Data (QoS 0), then the PUBACK. Stops when `done` reaches `jobs`, or after
+/// 10 s without an offer.
+async fn worker(mut rd: Rd, mut w: Wr, done: Arc<AtomicU64>, end_ns: Arc<AtomicU64>, jobs: u64) -> io::Result<()> {
+    let mut out = Vec::new();
+    let mut idle_since = Instant::now();
+    loop {
+        while let Some((h, s, e)) = rd.parse() {
+            if h & 0xf0 != 0x30 {
+                continue;
+            }
+            let o = parse_publish_v5(h, &rd.buf[s..e]).ok_or_else(|| io::Error::other("malformed MQTT 5 PUBLISH"))?;
+            let rt = o.response_topic.ok_or_else(|| io::Error::other("an offer without a Response Topic"))?;
+            put_publish_v5(&mut out, &rt, 0, 0, &o.correlation, b"ack");
+            if let Some(pid) = o.pid {
+                out.extend_from_slice(&[0x40, 2]);
+                out.extend_from_slice(&pid.to_be_bytes());
+            }
+            if done.fetch_add(1, Relaxed) + 1 >= jobs {
+                end_ns.fetch_max(now_ns(), Relaxed);
+            }
+            idle_since = Instant::now();
+        }
+        if !out.is_empty() {
+            w.write_all(&out).await?;
+            w.flush().await?;
+            out.clear();
+        }
+        if done.load(Relaxed) >= jobs {
+            break;
+        }
+        if idle_since.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        if let Ok(r) = timeout(Duration::from_millis(100), rd.fill()).await {
+            r?;
+        }
+    }
+    let _ = w.write_all(&[0xe0, 0]).await;
+    let _ = w.flush().await;
+    Ok(())
+}
+
+/// `jobs` jobs stored in the queue, then `workers` MQTT 5 workers drain them: jobs per
+/// second from the workers' SUBSCRIBE to the last offer answered.
+async fn queue_drain(t: &Target, workers: usize, jobs: u64, tag: usize) -> io::Result<ChanOutcome> {
+    let (peak, on) = rss_sampler(t.pid);
+    enqueue(t, jobs, tag).await?;
+    let mut conns = Vec::new();
+    for i in 0..workers {
+        conns.push(connect_level(&t.addr, &format!("sb{tag}-w{i}"), 0, 5).await?);
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let end_ns = Arc::new(AtomicU64::new(0));
+    let t0 = now_ns();
+    let mut handles = Vec::new();
+    for (mut rd, mut w) in conns {
+        w.write_all(&subscribe_packet_v5(1, &format!("$saguin/queue/{JOBS_QUEUE}"), 1)).await?;
+        w.flush().await?;
+        // The SUBACK (MQTT 5: packet id, properties, reason codes) comes before any offer.
+        let (h, _, e) = timeout(Duration::from_secs(10), rd.next())
+            .await
+            .map_err(|_| io::Error::other("no SUBACK within 10 s"))??;
+        if h != 0x90 || rd.buf[e - 1] != 1 {
+            return Err(io::Error::other(format!("SUBSCRIBE $saguin/queue/{JOBS_QUEUE} not granted at QoS 1")));
+        }
+        handles.push(tokio::spawn(worker(rd, w, done.clone(), end_ns.clone(), jobs)));
+    }
+    for h in handles {
+        h.await.map_err(io::Error::other)??;
+    }
+    on.store(false, Relaxed);
+    let n = done.load(Relaxed);
+    let end = if n >= jobs { end_ns.load(Relaxed) } else { now_ns() };
+    let left = if n >= jobs { leftover(t, tag).await? } else { 0 };
+    Ok(ChanOutcome {
+        rate: n.min(jobs) as f64 / ((end - t0) as f64 / 1e9),
+        lost_pct: 100.0 * jobs.saturating_sub(n) as f64 / jobs as f64,
+        peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
+        count: n,
+        error: if n < jobs {
+            Some(format!("{n} of {jobs} jobs offered, then 10 s without an offer"))
+        } else if left > 0 {
+            Some(format!("{left} jobs offered again after the drain: answers not taken"))
+        } else {
+            None
+        },
+    })
+}
+
+/// After a drain the queue must be empty: a fresh worker is offered nothing within 500 ms.
+/// (A job whose `ack` the broker had not taken would come back when its worker left.)
+/// Whatever it is offered it answers, so the next run starts from an empty queue.
+async fn leftover(t: &Target, tag: usize) -> io::Result<u64> {
+    let (mut rd, mut w) = connect_level(&t.addr, &format!("sb{tag}-check"), 0, 5).await?;
+    w.write_all(&subscribe_packet_v5(1, &format!("$saguin/queue/{JOBS_QUEUE}"), 1)).await?;
+    w.flush().await?;
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(500);
+    let mut out = Vec::new();
+    let mut last = Instant::now();
+    loop {
+        while let Some((h, s, e)) = rd.parse() {
+            if h & 0xf0 == 0x90 && rd.buf[e - 1] != 1 {
+                return Err(io::Error::other("check worker's SUBSCRIBE not granted at QoS 1"));
+            }
+            if h & 0xf0 != 0x30 {
+                continue;
+            }
+            let o = parse_publish_v5(h, &rd.buf[s..e]).ok_or_else(|| io::Error::other("malformed MQTT 5 PUBLISH"))?;
+            if let Some(rt) = o.response_topic {
+                put_publish_v5(&mut out, &rt, 0, 0, &o.correlation, b"ack");
+            }
+            if let Some(pid) = o.pid {
+                out.extend_from_slice(&[0x40, 2]);
+                out.extend_from_slice(&pid.to_be_bytes());
+            }
+            done.fetch_add(1, Relaxed);
+            last = Instant::now();
+        }
+        if !out.is_empty() {
+            w.write_all(&out).await?;
+            w.flush().await?;
+            out.clear();
+        }
+        // 500 ms of nothing at the start; once something arrived, until 500 ms of quiet (at most 30 s).
+        let quiet = Instant::now() >= deadline && last.elapsed() > Duration::from_millis(500);
+        if quiet || start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        if let Ok(r) = timeout(Duration::from_millis(100), rd.fill()).await {
+            r?;
+        }
+    }
+    let _ = w.write_all(&[0xe0, 0]).await;
+    let _ = w.flush().await;
+    Ok(done.load(Relaxed))
+}
+
+fn median_chan(runs: &[ChanOutcome]) -> ChanOutcome {
+    if let Some(e) = runs.iter().find(|o| o.error.is_some()) {
+        return e.clone();
+    }
+    let mut v = runs.to_vec();
+    v.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+    v[v.len() / 2].clone()
+}
+
 async fn idle_connections(t: &Target, n: usize, tag: usize) -> (Option<u64>, Option<u64>, f64, Option<String>) {
     let before = t.pid.and_then(rss_kib);
     let start = Instant::now();
@@ -543,6 +1018,8 @@ struct Target {
     name: String,
     addr: String,
     pid: Option<u32>,
+    /// records acknowledged into the append channel so far (what a replay should return)
+    appended: AtomicU64,
 }
 
 struct Config {
@@ -551,6 +1028,8 @@ struct Config {
     latency_secs: f64,
     idle: usize,
     rounds: usize,
+    /// jobs per queue-drain run
+    jobs: u64,
     only: Option<String>,
     out: Option<String>,
 }
@@ -558,14 +1037,14 @@ struct Config {
 fn usage() -> ! {
     eprintln!(
         "usage: saguin-bench --target NAME=HOST:PORT[,PID] --target NAME=HOST:PORT[,PID]\n\
-         \x20      [--duration SECS] [--latency-secs SECS] [--idle N] [--rounds N] [--only SUBSTR] [--out FILE]\n\
+         \x20      [--duration SECS] [--latency-secs SECS] [--idle N] [--rounds N] [--jobs N] [--only SUBSTR] [--out FILE]\n\
          Ratios are first target / second target. Loopback addresses only."
     );
     std::process::exit(2)
 }
 
 fn parse_args() -> Config {
-    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 2.0, idle: 1000, rounds: 1, only: None, out: None };
+    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 2.0, idle: 1000, rounds: 1, jobs: 3000, only: None, out: None };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
         let mut v = || a.next().unwrap_or_else(|| usage());
@@ -582,12 +1061,13 @@ fn parse_args() -> Config {
                     eprintln!("saguin-bench: {addr} is not a loopback address");
                     std::process::exit(2);
                 }
-                c.targets.push(Target { name: name.into(), addr: addr.into(), pid });
+                c.targets.push(Target { name: name.into(), addr: addr.into(), pid, appended: AtomicU64::new(0) });
             }
             "--duration" => c.duration = v().parse().unwrap_or_else(|_| usage()),
             "--latency-secs" => c.latency_secs = v().parse().unwrap_or_else(|_| usage()),
             "--idle" => c.idle = v().parse().unwrap_or_else(|_| usage()),
             "--rounds" => c.rounds = v().parse::<usize>().unwrap_or_else(|_| usage()).max(1),
+            "--jobs" => c.jobs = v().parse::<u64>().unwrap_or_else(|_| usage()).max(1),
             "--only" => c.only = Some(v()),
             "--out" => c.out = Some(v()),
             _ => usage(),
@@ -610,6 +1090,7 @@ fn scenarios() -> Vec<Scenario> {
                     pubs,
                     subs,
                     payload,
+                    topic: format!("bench/qos{qos}-{shape}-{plabel}"),
                     paced_rate: rate,
                 });
             }
@@ -666,8 +1147,11 @@ async fn main() {
     md.push_str(&format!(
         "Ratios are {} / {}; each figure is the median of {} round(s). Throughput: deliveries/s summed over subscribers, publishers at most a window ahead \
          ({}s). Latency: one-way publish→delivery at a paced rate (1,000 msgs/s in all for 1to1 and 8to1, 100 msgs/s \
-         for 1to100; {}s). RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY.\n\n",
-        a.name, b.name, cfg.rounds, cfg.duration, cfg.latency_secs
+         for 1to100; {}s). RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY. \
+         Channel rows (Sagüin only): append = QoS 1 publishers, 32 unacknowledged each, into an append channel on sqlite \
+         ({}s), then one new QoS 1 subscriber replayed all of it; queue = {} jobs stored, then MQTT 5 workers answer `ack` \
+         and PUBACK each offer, from SUBSCRIBE to the last answer; the lost column there is unacknowledged or undelivered %.\n\n",
+        a.name, b.name, cfg.rounds, cfg.duration, cfg.latency_secs, cfg.duration, cfg.jobs
     ));
     md.push_str(&format!(
         "| scenario | {a} msgs/s | {b} msgs/s | ratio | {a} p50 µs | {b} p50 µs | ratio | {a} p99 µs | {b} p99 µs | ratio | {a} RSS MiB | {b} RSS MiB | ratio | lost % ({a}/{b}) |\n",
@@ -740,8 +1224,89 @@ async fn main() {
         ));
         results.insert(i, (oa, ob));
     }
-    for name in ["append-qos1-sqlite", "queue-drain"] {
-        md.push_str(&format!("| {name} (channels not implemented yet) | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |\n"));
+    // Channels: Sagüin only (mosquitto has none), so a target not named saguin… is n/a.
+    // --only: a substring of a row's name, or a row name of which the family is a prefix.
+    let wanted = |name: &str| cfg.only.as_ref().is_none_or(|o| name.contains(o.as_str()) || o.starts_with(name));
+    let is_saguin = |t: &Target| t.name.starts_with("saguin");
+    let why = if is_saguin(a) || is_saguin(b) { "Sagüin only: mosquitto has no channels" } else { "Sagüin only: not measured in a self-check" };
+    let mut chan_failed = false;
+    let chan_row = |md: &mut String, label: String, unit: &str, o: [Option<ChanOutcome>; 2]| {
+        let cell = |o: &Option<ChanOutcome>| match o {
+            None => "n/a".to_string(),
+            Some(o) if o.error.is_some() => "error".to_string(),
+            Some(o) => fmt_num(o.rate),
+        };
+        let rss = |o: &Option<ChanOutcome>| fmt_num(mib(o.as_ref().and_then(|o| o.peak_rss_kib)));
+        let lost = |o: &Option<ChanOutcome>| o.as_ref().map(|o| format!("{:.2}", o.lost_pct)).unwrap_or("n/a".into());
+        md.push_str(&format!(
+            "| {label}, {unit} ({why}) | {} | {} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | {} | {} | n/a | {}/{} |\n",
+            cell(&o[0]),
+            cell(&o[1]),
+            rss(&o[0]),
+            rss(&o[1]),
+            lost(&o[0]),
+            lost(&o[1])
+        ));
+    };
+    let chan_timeout = Duration::from_secs_f64(cfg.duration + 120.0);
+    // Runs `f` on each saguin target, `rounds` times, the median kept; errors reported.
+    macro_rules! per_target {
+        ($name:expr, |$t:ident, $tag:ident| $body:expr) => {{
+            let mut out: [Option<ChanOutcome>; 2] = [None, None];
+            for (ti, $t) in cfg.targets.iter().enumerate() {
+                if !is_saguin($t) {
+                    continue;
+                }
+                let mut runs = Vec::new();
+                for _ in 0..cfg.rounds {
+                    tag += 1;
+                    let $tag = tag;
+                    let o = match timeout(chan_timeout, $body).await {
+                        Ok(Ok(o)) => o,
+                        Ok(Err(e)) => ChanOutcome { error: Some(e.to_string()), ..Default::default() },
+                        Err(_) => ChanOutcome { error: Some("timed out".into()), ..Default::default() },
+                    };
+                    eprintln!(
+                        "{:<22} {:<12} {:>10.0} /s over {} (lost {:.2}%, peak RSS {:.1} MiB){}",
+                        $name,
+                        $t.name,
+                        o.rate,
+                        o.count,
+                        o.lost_pct,
+                        mib(o.peak_rss_kib),
+                        o.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
+                    );
+                    runs.push(o);
+                    sleep(Duration::from_millis(300)).await;
+                }
+                let m = median_chan(&runs);
+                chan_failed |= m.error.is_some();
+                out[ti] = Some(m);
+            }
+            out
+        }};
+    }
+    if wanted("append-qos1-sqlite") {
+        for pubs in [1usize, 8] {
+            let name = format!("append-qos1-sqlite-{pubs}pub-128B");
+            let o = per_target!(name, |t, tg| append_publish(t, pubs, &cfg, tg));
+            chan_row(&mut md, name, "PUBACKs/s (acknowledged after commit)", o);
+        }
+        // Everything acknowledged above, on every round, is in the log (retention none).
+        let o = per_target!("append-qos1-sqlite-replay", |t, tg| append_replay(t, t.appended.load(Relaxed), tg));
+        let n = o.iter().flatten().map(|o| o.count).max().unwrap_or(0);
+        let what = if n > 0 { format!("{n} records") } else { "the records written".into() };
+        chan_row(&mut md, format!("append-qos1-sqlite-replay of {what} to 1 QoS 1 subscriber"), "records/s", o);
+    }
+    if wanted("queue-drain") {
+        for workers in [1usize, 4] {
+            let name = format!("queue-drain-{workers}worker{}", if workers > 1 { "s" } else { "" });
+            if !wanted(&name) {
+                continue;
+            }
+            let o = per_target!(name, |t, tg| queue_drain(t, workers, cfg.jobs, tg));
+            chan_row(&mut md, format!("{name} of {} jobs", cfg.jobs), "jobs/s", o);
+        }
     }
 
     md.push_str(&format!(
@@ -781,6 +1346,6 @@ async fn main() {
     if let Some(path) = &cfg.out {
         std::fs::write(path, &md).expect("write --out");
     }
-    let failed = results.values().any(|(x, y)| x.error.is_some() || y.error.is_some());
+    let failed = chan_failed || results.values().any(|(x, y)| x.error.is_some() || y.error.is_some());
     std::process::exit(if failed { 1 } else { 0 });
 }
