@@ -199,15 +199,12 @@ impl Broker {
         let resumed = !connect.clean_start && self.sessions.contains_key(&client_id);
         if !resumed {
             self.end_session(&client_id);
-            let bound = self.settings.session_queue_bytes;
-            self.sessions.insert(
-                client_id.clone(),
-                Box::new(Session::new(client_id.clone(), connect.protocol, bound)),
-            );
         }
-        let Some(session) = self.sessions.get_mut(&client_id) else {
-            unreachable!("the session was inserted above");
-        };
+        let bound = self.settings.session_queue_bytes;
+        let session = self
+            .sessions
+            .entry(client_id.clone())
+            .or_insert_with(|| Box::new(Session::new(client_id.clone(), connect.protocol, bound)));
         session.protocol = connect.protocol;
         session.expiry = expiry;
         session.generation += 1;
