@@ -284,8 +284,7 @@ impl Gates {
                 None,
             )?);
         }
-        let mut gates: Vec<Rc<Gate>> = tcp.iter().chain(&unix).cloned().collect();
-        gates.dedup_by(|a, b| Rc::ptr_eq(a, b));
+        let gates: Vec<Rc<Gate>> = tcp.iter().chain(&unix).cloned().collect();
         Ok(Gates {
             tcp,
             unix,
