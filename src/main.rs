@@ -63,7 +63,15 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let listeners = match saguin::startup::mqtt_doors(&config) {
+    let gates = match saguin::auth::Gates::from_config(&config) {
+        Ok(gates) => gates,
+        Err(e) => {
+            log::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    saguin::auth::warn_closed_doors(&gates);
+    let listeners = match saguin::startup::mqtt_doors(&config, &gates) {
         Ok(doors) => doors,
         Err(e) => {
             log::error!("{e}");
@@ -111,7 +119,7 @@ fn main() -> ExitCode {
         channels,
         sweeps,
         operations,
-        stop_signal(signals, path, config.broker.log_level),
+        stop_signal(signals, path, config.broker.log_level, gates.reloader),
     );
     if let Some(pid_file) = &pid_file {
         let _ = std::fs::remove_file(pid_file);
@@ -189,18 +197,23 @@ fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode 
 }
 
 /// Resolves at SIGTERM or SIGINT. SIGHUP is logged and ignored: the configuration is
-/// not reloaded in place.
+/// not reloaded in place. SIGUSR1 re-reads the log level, and every password file and
+/// certificate from the paths the broker started with.
 async fn stop_signal(
     mut signals: async_signal::Signals,
     config: PathBuf,
     mut level: saguin::config::LogLevel,
+    secrets: saguin::auth::Reloader,
 ) {
     while let Some(signal) = signals.next().await {
         match signal {
             Ok(async_signal::Signal::Hup) => {
                 log::warn!("SIGHUP ignored: restart the broker to apply a changed configuration");
             }
-            Ok(async_signal::Signal::Usr1) => level = reload_log_level(&config, level),
+            Ok(async_signal::Signal::Usr1) => {
+                level = reload_log_level(&config, level);
+                secrets.reload();
+            }
             Ok(signal) => {
                 log::info!("{signal:?} received");
                 return;

@@ -213,50 +213,23 @@ fn describe(settings: &ProviderSettings) -> String {
     }
 }
 
-/// Binds the MQTT doors `broker.mqtt.listen` names.
+/// Binds the MQTT doors `broker.mqtt.listen` names, each with its gate (`gates`
+/// comes from [`crate::auth::Gates::from_config`] on the same configuration).
 ///
 /// # Errors
-/// A door that cannot be bound, named; and a door of a kind this build does not serve
-/// yet (TLS, WebSocket), refused rather than silently left closed.
-pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
+/// A door that cannot be bound, named; and what this build does not serve yet (an
+/// `acl_file`, WebSocket), refused rather than silently left unchecked or closed.
+pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Result<Vec<Door>> {
     let mqtt = &config.broker.mqtt;
     let listen = &mqtt.listen;
     let unserved = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
-    // A credential the broker would not check is worse than none: refuse to start.
-    let door_files = listen
-        .tcp
-        .iter()
-        .map(|d| (&d.name, &d.password_file, d.allow_anonymous));
-    let door_files = door_files.chain(
-        listen
-            .unix
-            .iter()
-            .map(|d| (&d.name, &d.password_file, d.allow_anonymous)),
-    );
-    for (name, password_file, allow_anonymous) in door_files {
-        if password_file.is_some() || allow_anonymous == Some(false) {
-            return Err(unserved(format!(
-                "broker.mqtt.listen {name}: this build does not check passwords; remove password_file \
-                 and allow_anonymous: false, and keep the port on a trusted network"
-            )));
-        }
-    }
-    if mqtt.password_file.is_some()
-        || mqtt.allow_anonymous == Some(false)
-        || mqtt.acl_file.is_some()
-    {
+    // A rule the broker would not enforce is worse than none: refuse to start.
+    if mqtt.acl_file.is_some() {
         return Err(unserved(
-            "broker.mqtt: this build does not check passwords or an acl_file; remove password_file, \
-             allow_anonymous: false and acl_file, and keep the port on a trusted network"
+            "broker.mqtt.acl_file: this build does not enforce an acl_file; remove it (every \
+             authenticated client may then do everything)"
                 .to_string(),
         ));
-    }
-    if let Some(door) = listen.tcp.iter().find(|d| d.tls.is_some()) {
-        return Err(unserved(format!(
-            "broker.mqtt.listen.tcp {}: TLS is not served by this build; remove the tls block and put a \
-             TLS-terminating proxy in front, or serve plain TCP on loopback",
-            door.name
-        )));
     }
     if let Some(door) = listen.ws.first() {
         return Err(unserved(format!(
@@ -265,9 +238,9 @@ pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
         )));
     }
     let mut tcp = Vec::new();
-    for door in &listen.tcp {
+    for (door, gate) in listen.tcp.iter().zip(&gates.tcp) {
         match door.address.socket_addr() {
-            Some(addr) => tcp.push(addr),
+            Some(addr) => tcp.push((addr, gate.clone())),
             None => {
                 return Err(unserved(format!(
                     "broker.mqtt.listen.tcp {}: {} names a host; write an IP address (0.0.0.0 for every interface)",
@@ -280,7 +253,8 @@ pub fn mqtt_doors(config: &Config) -> std::io::Result<Vec<Door>> {
     let unix: Vec<_> = listen
         .unix
         .iter()
-        .map(|d| (d.path.clone(), d.mode))
+        .zip(&gates.unix)
+        .map(|(d, gate)| (d.path.clone(), d.mode, gate.clone()))
         .collect();
     crate::server::bind_doors(&tcp, &unix)
 }

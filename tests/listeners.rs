@@ -1,6 +1,6 @@
 //! The MQTT doors: a Unix socket serves MQTT like TCP, its lock refuses a second
-//! broker, and a door this build cannot serve is refused at startup rather than left
-//! silently closed.
+//! broker, and what this build cannot serve is refused at startup rather than left
+//! silently closed or unchecked.
 
 mod common;
 
@@ -45,8 +45,9 @@ fn a_unix_socket_door_serves_mqtt_beside_tcp() {
     assert_eq!((&*got.topic, &*got.payload), ("door/unix", &b"hello"[..]));
 }
 
+/// B-187: a certificate that cannot be read stops the broker naming the door.
 #[test]
-fn a_tls_door_is_refused_at_startup_naming_it() {
+fn a_tls_door_with_an_unreadable_certificate_is_refused_at_startup_naming_it() {
     let dir = temp_dir("tls-door");
     std::fs::write(dir.join("cert.pem"), "x").expect("cert");
     std::fs::write(dir.join("key.pem"), "x").expect("key");
@@ -58,19 +59,20 @@ fn a_tls_door_is_refused_at_startup_naming_it() {
         ),
     );
     let text = common::refused_at_startup(&dir, &yaml);
-    assert!(text.contains("TLS is not served by this build"), "{text}");
+    assert!(text.contains("broker.mqtt.listen.tcp: cert_file"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
-fn a_password_file_is_refused_at_startup_rather_than_left_unchecked() {
-    let dir = temp_dir("passwd");
+fn an_acl_file_is_refused_at_startup_rather_than_left_unchecked() {
+    let dir = temp_dir("acl");
     std::fs::write(dir.join("clients.passwd"), "").expect("password file");
+    std::fs::write(dir.join("acl.yaml"), "").expect("acl file");
     let yaml = common::config(&format!(
-        "    password_file: {}/clients.passwd\n",
+        "    password_file: {0}/clients.passwd\n    acl_file: {0}/acl.yaml\n",
         dir.display()
     ));
     let text = common::refused_at_startup(&dir, &yaml);
-    assert!(text.contains("does not check passwords"), "{text}");
+    assert!(text.contains("does not enforce an acl_file"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -118,13 +118,16 @@ impl FrameReader {
     ///
     /// # Errors
     /// The socket's.
-    pub fn try_fill(&mut self, stream: &Socket) -> io::Result<usize> {
+    pub async fn try_fill(&mut self, stream: &mut Socket) -> io::Result<usize> {
         let want = READ_CHUNK;
         if self.buf.len() < self.filled + want {
             self.buf.resize(self.filled + want, 0);
         }
-        let n = stream
-            .try_read(&mut self.buf[self.filled..self.filled + want])?
+        // One poll: a read that would wait is dropped unstarted (reads are cancel-safe).
+        let read = stream.read(&mut self.buf[self.filled..self.filled + want]);
+        let n = futures_lite::future::poll_once(read)
+            .await
+            .transpose()?
             .unwrap_or(0);
         self.filled += n;
         Ok(n)

@@ -7,8 +7,10 @@
 mod connection;
 mod frame;
 mod socket;
+mod tls;
 
 pub use socket::Door;
+pub use tls::{TlsAcceptor, certificate_name};
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -62,19 +64,23 @@ impl Drop for ActiveGuard {
 }
 
 /// Binds the MQTT doors: TCP addresses and Unix sockets (`(path, mode)`, each with its
-/// `<path>.lock`).
+/// `<path>.lock`), each with its gate.
 ///
 /// # Errors
 /// The first door that cannot be bound, named.
-pub fn bind_doors(tcp: &[SocketAddr], unix: &[(std::path::PathBuf, u32)]) -> io::Result<Vec<Door>> {
+pub fn bind_doors(
+    tcp: &[(SocketAddr, Rc<crate::auth::Gate>)],
+    unix: &[(std::path::PathBuf, u32, Rc<crate::auth::Gate>)],
+) -> io::Result<Vec<Door>> {
     let mut doors = Vec::new();
-    for listener in bind(tcp)? {
-        doors.push(Door::Tcp(smol::Async::new(listener)?));
+    let addrs: Vec<SocketAddr> = tcp.iter().map(|(addr, _)| *addr).collect();
+    for (listener, (_, gate)) in bind(&addrs)?.into_iter().zip(tcp) {
+        doors.push(Door::Tcp(smol::Async::new(listener)?, gate.clone()));
     }
-    for (path, mode) in unix {
+    for (path, mode, gate) in unix {
         let door = crate::ops::bind_unix(path, *mode)?;
         let listener = smol::Async::new(door.listener()?)?;
-        doors.push(Door::Unix(listener, door));
+        doors.push(Door::Unix(listener, door, gate.clone()));
     }
     Ok(doors)
 }
@@ -195,9 +201,10 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<
         }
         let over_limit = shared.active.get() > max;
         let task_shared = shared.clone();
+        let gate = door.gate().clone();
         executor
             .spawn(async move {
-                connection::run(stream, peer, task_shared, over_limit).await;
+                connection::run(stream, peer, task_shared, over_limit, gate).await;
                 drop(guard);
             })
             .detach();

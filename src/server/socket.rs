@@ -3,6 +3,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use std::net::TcpStream;
@@ -11,6 +12,8 @@ use std::os::unix::net::UnixStream;
 use smol::Async;
 use smol::io::{AsyncRead, AsyncWrite};
 
+use crate::auth::Gate;
+
 /// A connected client socket.
 #[derive(Debug)]
 pub enum Socket {
@@ -18,39 +21,39 @@ pub enum Socket {
     Tcp(Async<TcpStream>),
     /// A Unix-socket connection.
     Unix(Async<UnixStream>),
+    /// A TCP connection carrying TLS, past its handshake. Boxed: rustls's state is
+    /// large, and only a TLS door's connections should pay for it.
+    Tls(Box<futures_rustls::server::TlsStream<Async<TcpStream>>>),
 }
 
 impl Socket {
     /// Closes our sending half, so the peer reads the end of the stream after what was
     /// written.
-    pub fn close_write(&self) {
+    pub fn close_write(&mut self) {
         let _ = match self {
             Socket::Tcp(s) => s.get_ref().shutdown(std::net::Shutdown::Write),
             Socket::Unix(s) => s.get_ref().shutdown(std::net::Shutdown::Write),
+            Socket::Tls(s) => {
+                let (io, conn) = s.get_mut();
+                super::tls::close_notify(io, conn);
+                io.get_ref().shutdown(std::net::Shutdown::Write)
+            }
         };
-    }
-
-    /// Reads what the kernel already holds, without waiting: `Ok(None)` when nothing
-    /// is there.
-    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        use std::io::Read;
-        let read = match self {
-            Socket::Tcp(s) => s.get_ref().read(buf),
-            Socket::Unix(s) => s.get_ref().read(buf),
-        };
-        match read {
-            Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
-        }
     }
 
     /// Waits until there is something to read, holding no buffer meanwhile: this is
     /// how an idle connection costs nothing but its task.
-    pub async fn readable(&self) -> io::Result<()> {
+    pub async fn readable(&mut self) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.readable().await,
             Socket::Unix(s) => s.readable().await,
+            Socket::Tls(s) => {
+                let (io, conn) = s.get_mut();
+                if super::tls::has_plaintext(conn) {
+                    return Ok(());
+                }
+                io.readable().await
+            }
         }
     }
 }
@@ -60,6 +63,7 @@ macro_rules! each {
         match $self.get_mut() {
             Socket::Tcp($s) => $e,
             Socket::Unix($s) => $e,
+            Socket::Tls($s) => $e,
         }
     };
 }
@@ -92,15 +96,16 @@ impl AsyncWrite for Socket {
     }
 }
 
-/// A bound MQTT door.
+/// A bound MQTT door, with the gate its connections pass (`crate::auth`).
 #[derive(Debug)]
 pub enum Door {
     /// A TCP listener.
-    Tcp(Async<std::net::TcpListener>),
+    Tcp(Async<std::net::TcpListener>, Rc<Gate>),
     /// A Unix-socket listener, with the lock that keeps a second broker off its path.
     Unix(
         Async<std::os::unix::net::UnixListener>,
         crate::ops::UnixDoor,
+        Rc<Gate>,
     ),
 }
 
@@ -108,12 +113,12 @@ impl Door {
     /// Takes the next connection, with a label for the logs.
     pub async fn accept(&self) -> io::Result<(Socket, String)> {
         match self {
-            Door::Tcp(listener) => {
+            Door::Tcp(listener, _) => {
                 let (stream, peer) = listener.accept().await?;
                 let _ = stream.get_ref().set_nodelay(true);
                 Ok((Socket::Tcp(stream), peer.to_string()))
             }
-            Door::Unix(listener, door) => {
+            Door::Unix(listener, door, _) => {
                 let (stream, _) = listener.accept().await?;
                 Ok((Socket::Unix(stream), door.path().display().to_string()))
             }
@@ -123,11 +128,18 @@ impl Door {
     /// Where it listens.
     pub fn describe(&self) -> String {
         match self {
-            Door::Tcp(listener) => listener
+            Door::Tcp(listener, _) => listener
                 .get_ref()
                 .local_addr()
                 .map_or_else(|e| e.to_string(), |a| a.to_string()),
-            Door::Unix(_, door) => door.path().display().to_string(),
+            Door::Unix(_, door, _) => door.path().display().to_string(),
+        }
+    }
+
+    /// What its connections must pass to be admitted.
+    pub fn gate(&self) -> &Rc<Gate> {
+        match self {
+            Door::Tcp(_, gate) | Door::Unix(_, _, gate) => gate,
         }
     }
 }

@@ -71,13 +71,26 @@ struct Conn {
     suback_reason: Option<String>,
 }
 
-/// Runs a connection to its end. `over_limit` says the broker is at max_connections.
-pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_limit: bool) {
+/// Runs a connection to its end. `over_limit` says the broker is at max_connections;
+/// `gate` is its door's TLS and credentials (`crate::auth`).
+pub(crate) async fn run(
+    stream: Socket,
+    peer: String,
+    shared: Rc<Shared>,
+    over_limit: bool,
+    gate: Rc<crate::auth::Gate>,
+) {
     let mut reader = FrameReader::default();
-    let mut stream = stream;
+    // One deadline for the TLS handshake and the CONNECT together (B-062).
+    let deadline = Instant::now() + shared.settings.connect_timeout;
+    let Some((mut stream, certificate)) =
+        Box::pin(super::tls::admit_socket(&gate, stream, deadline, &peer)).await
+    else {
+        return;
+    };
     // The handshake and the ending are boxed so their state does not enlarge the
     // future every idle connection keeps (see ARCHITECTURE.md, memory).
-    let connect = match Box::pin(read_connect(&mut stream, &mut reader, &shared)).await {
+    let connect = match Box::pin(read_connect(&mut stream, &mut reader, &shared, deadline)).await {
         Ok(connect) => connect,
         Err(reply) => {
             shared
@@ -98,7 +111,9 @@ pub(crate) async fn run(stream: Socket, peer: String, shared: Rc<Shared>, over_l
         Some(reason::SERVER_BUSY)
     } else {
         check_connect(&connect, &shared)
+            .or_else(|| crate::auth::check_connect(&gate, &connect, certificate, &peer))
     };
+    drop(gate);
     if let Some(code) = refusal {
         log::info!(
             "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
@@ -188,14 +203,15 @@ async fn take_over(shared: &Shared, client_id: &str) {
     }
 }
 
-/// Reads the CONNECT within `connect_timeout`. On failure, returns the bytes to send
+/// Reads the CONNECT by `deadline` (accept + `connect_timeout`). On failure, returns
+/// the bytes to send
 /// before closing, if the refused protocol has a way to say it.
 async fn read_connect(
     stream: &mut Socket,
     reader: &mut FrameReader,
     shared: &Shared,
+    deadline: Instant,
 ) -> Result<Box<Connect>, Option<Vec<u8>>> {
-    let deadline = Instant::now() + shared.settings.connect_timeout;
     loop {
         match reader.next_frame(shared.settings.max_connect_size) {
             Ok(Some(frame)) => {
@@ -556,7 +572,7 @@ impl Conn {
                     if let Err(end) = Box::pin(self.handle_buffered()).await {
                         return end;
                     }
-                    if !matches!(self.reader.try_fill(&self.stream), Ok(n) if n > 0) {
+                    if !matches!(self.reader.try_fill(&mut self.stream).await, Ok(n) if n > 0) {
                         return End::Kicked(code);
                     }
                 }

@@ -1,0 +1,453 @@
+//! Who may connect: each MQTT door's [`Gate`] (its password file, whether it admits
+//! clients with no user name, its TLS), and the SIGUSR1 re-read of every file a gate
+//! reads ([`Reloader`]).
+//!
+//! The decision at CONNECT is [`Gate::admit`] (RFC 0002 "Who may connect",
+//! "Client certificates"):
+//! 1. a verified client certificate that names somebody is the client's user name,
+//!    and the password file is not consulted;
+//! 2. a user name is checked against the door's password file; a wrong password and
+//!    an unknown user are both refused, with 0x86 (3.1.1: 0x04), and only the log
+//!    says which;
+//! 3. a client with no user name, or one on a door with no file to check it against,
+//!    is admitted only where the door admits anonymous clients.
+//!
+//! **Architecture invariant:** the files are read at startup and on SIGUSR1 only,
+//! never at CONNECT; a connection checks against the copy the gate holds. A reload
+//! is all-or-nothing across every password file and every certificate.
+
+mod password;
+
+pub use password::{FileError, PasswordFile, Verdict};
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use crate::config::{self, Config};
+use crate::server::TlsAcceptor;
+
+/// What a door asks of a connection before it is admitted.
+#[derive(Debug)]
+pub struct Gate {
+    /// The door's name as log lines and certificate errors give it
+    /// (`broker.mqtt.listen.tcp`, `broker.mqtt.listen.tcp[fleet]`).
+    pub door: String,
+    /// The password file that applies here: the door's own, else the broker's.
+    pub passwords: Option<Rc<RefCell<PasswordFile>>>,
+    /// Whether a client offering no user name is admitted.
+    pub anonymous: bool,
+    /// The door's TLS, when it carries a `tls` block.
+    pub tls: Option<Rc<TlsAcceptor>>,
+}
+
+/// Who an admitted client is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// Nobody: no user name, or none this door checks.
+    Anonymous,
+    /// A user the password file names, whose password matched.
+    User(String),
+    /// The name of a verified client certificate.
+    Certificate(String),
+}
+
+/// Why a client is refused 0x86: what the log says and the wire does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No user name, on a door that admits nobody anonymous.
+    Missing,
+    /// A user name on a door with no password file, where anonymous clients are
+    /// not admitted either: nothing could check it.
+    Unchecked(String),
+    /// A user name the password file does not hold.
+    UnknownUser(String),
+    /// A user the file holds, with the wrong password (or none).
+    WrongPassword(String),
+    /// A certificate name holding U+0000 or a control character.
+    ControlCharacter,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Missing => f.write_str(
+                "no user name, and this door does not admit anonymous clients (allow_anonymous)",
+            ),
+            Refusal::Unchecked(u) => write!(
+                f,
+                "user name {u:?} on a door with no password file, which admits nobody anonymous"
+            ),
+            Refusal::UnknownUser(u) => write!(f, "user {u:?} is not in the password file"),
+            Refusal::WrongPassword(u) => write!(f, "wrong password for user {u:?}"),
+            Refusal::ControlCharacter => f.write_str(
+                "the certificate's name holds a control character, which could rewrite a log line or pass for another name",
+            ),
+        }
+    }
+}
+
+/// U+0000, U+0001-U+001F and U+007F-U+009F: a name holding one is nobody's.
+pub fn has_control(name: &str) -> bool {
+    name.chars()
+        .any(|c| matches!(c, '\0'..='\u{1F}' | '\u{7F}'..='\u{9F}'))
+}
+
+impl Gate {
+    /// Decides whether a CONNECT with this user name and password, over a connection
+    /// whose verified certificate names `certificate`, is admitted.
+    ///
+    /// # Errors
+    /// The [`Refusal`], every one of which is answered 0x86 (3.1.1: 0x04).
+    pub fn admit(
+        &self,
+        username: Option<&str>,
+        password: Option<&[u8]>,
+        certificate: Option<&str>,
+    ) -> Result<Identity, Refusal> {
+        if let Some(name) = certificate {
+            if has_control(name) {
+                return Err(Refusal::ControlCharacter);
+            }
+            return Ok(Identity::Certificate(name.to_string()));
+        }
+        let Some(user) = username else {
+            return if self.anonymous {
+                Ok(Identity::Anonymous)
+            } else {
+                Err(Refusal::Missing)
+            };
+        };
+        let Some(file) = &self.passwords else {
+            // Nothing to authenticate against: the name is not an identity.
+            return if self.anonymous {
+                Ok(Identity::Anonymous)
+            } else {
+                Err(Refusal::Unchecked(user.to_string()))
+            };
+        };
+        match file.borrow().check(user, password.unwrap_or_default()) {
+            Verdict::Good => Ok(Identity::User(user.to_string())),
+            Verdict::WrongPassword => Err(Refusal::WrongPassword(user.to_string())),
+            Verdict::UnknownUser => Err(Refusal::UnknownUser(user.to_string())),
+        }
+    }
+
+    /// Whether a client with no certificate and no password file entry may still
+    /// get in: anonymous clients, or named ones a file can admit.
+    fn admits_somebody_without_a_certificate(&self) -> bool {
+        self.anonymous
+            || self
+                .passwords
+                .as_ref()
+                .is_some_and(|f| !f.borrow().is_empty())
+    }
+}
+
+/// The CONNACK refusal a decoded CONNECT earns at `gate`, if any: 0x86 for every
+/// [`Refusal`] (the connection maps it to 0x04 for 3.1.1). The log says which it
+/// was; the wire never does (B-226).
+pub fn check_connect(
+    gate: &Gate,
+    connect: &crate::codec::Connect,
+    certificate: Option<String>,
+    peer: &str,
+) -> Option<u8> {
+    let verdict = gate.admit(
+        connect.username.as_deref(),
+        connect.password.as_deref(),
+        certificate.as_deref(),
+    );
+    match verdict {
+        Ok(Identity::Anonymous) => None,
+        Ok(Identity::User(user)) => {
+            log::debug!(
+                "{peer}: {:?} authenticated as {user:?} on {}",
+                connect.client_id,
+                gate.door
+            );
+            None
+        }
+        Ok(Identity::Certificate(name)) => {
+            log::debug!(
+                "{peer}: {:?} named {name:?} by its client certificate on {}",
+                connect.client_id,
+                gate.door
+            );
+            None
+        }
+        Err(refusal @ Refusal::ControlCharacter) => {
+            log::warn!("{peer}: refused on {}: {refusal}", gate.door);
+            Some(crate::codec::reason::BAD_USER_NAME_OR_PASSWORD)
+        }
+        Err(refusal) => {
+            log::info!(
+                "{peer}: {:?} refused on {}: {refusal}",
+                connect.client_id,
+                gate.door
+            );
+            Some(crate::codec::reason::BAD_USER_NAME_OR_PASSWORD)
+        }
+    }
+}
+
+/// The gates of the MQTT doors, in the order `broker.mqtt.listen` lists them, and
+/// what re-reads their files.
+#[derive(Debug)]
+pub struct Gates {
+    /// One per `tcp` door.
+    pub tcp: Vec<Rc<Gate>>,
+    /// One per `unix` door.
+    pub unix: Vec<Rc<Gate>>,
+    /// What SIGUSR1 re-reads.
+    pub reloader: Reloader,
+}
+
+/// The name B-175 gives a door: its kind alone for the mapping form, the kind and
+/// the name in brackets for one of several.
+fn door_name(kind: &str, name: &str) -> String {
+    if name == kind {
+        format!("broker.mqtt.listen.{kind}")
+    } else {
+        format!("broker.mqtt.listen.{kind}[{name}]")
+    }
+}
+
+impl Gates {
+    /// Reads every password file and certificate the MQTT doors name.
+    ///
+    /// # Errors
+    /// The first file that cannot be read or understood, naming the file and line
+    /// (a password file) or the door (a certificate).
+    pub fn from_config(config: &Config) -> Result<Gates, String> {
+        let mqtt = &config.broker.mqtt;
+        let mut files: Vec<Rc<RefCell<PasswordFile>>> = Vec::new();
+        let mut file_at = |path: &PathBuf| -> Result<Rc<RefCell<PasswordFile>>, String> {
+            if let Some(f) = files.iter().find(|f| f.borrow().path() == path) {
+                return Ok(f.clone());
+            }
+            let loaded = PasswordFile::load(path).map_err(|e| e.to_string())?;
+            log::info!("password file {}: {} users", path.display(), loaded.len());
+            let f = Rc::new(RefCell::new(loaded));
+            files.push(f.clone());
+            Ok(f)
+        };
+        let mut gate = |kind: &str,
+                        name: &str,
+                        own_file: &Option<PathBuf>,
+                        own_anonymous: Option<bool>,
+                        tls: Option<Rc<TlsAcceptor>>|
+         -> Result<Rc<Gate>, String> {
+            let path = own_file.as_ref().or(mqtt.password_file.as_ref());
+            // A door naming its own file does not inherit the broker's answer (B-222).
+            let anonymous = if own_file.is_some() {
+                own_anonymous.unwrap_or(false)
+            } else {
+                own_anonymous
+                    .or(mqtt.allow_anonymous)
+                    .unwrap_or(path.is_none())
+            };
+            Ok(Rc::new(Gate {
+                door: door_name(kind, name),
+                passwords: path.map(&mut file_at).transpose()?,
+                anonymous,
+                tls,
+            }))
+        };
+        let mut tcp = Vec::new();
+        let mut certificates = Vec::new();
+        for d in &mqtt.listen.tcp {
+            let door = door_name("tcp", &d.name);
+            let tls = match &d.tls {
+                Some(t) => {
+                    let acceptor = Rc::new(TlsAcceptor::load(&door, t)?);
+                    certificates.push((t.clone(), acceptor.clone()));
+                    Some(acceptor)
+                }
+                None => None,
+            };
+            tcp.push(gate(
+                "tcp",
+                &d.name,
+                &d.password_file,
+                d.allow_anonymous,
+                tls,
+            )?);
+        }
+        let mut unix = Vec::new();
+        for d in &mqtt.listen.unix {
+            unix.push(gate(
+                "unix",
+                &d.name,
+                &d.password_file,
+                d.allow_anonymous,
+                None,
+            )?);
+        }
+        let gates: Vec<Rc<Gate>> = tcp.iter().chain(&unix).cloned().collect();
+        Ok(Gates {
+            tcp,
+            unix,
+            reloader: Reloader {
+                files,
+                certificates,
+                gates,
+            },
+        })
+    }
+}
+
+/// Re-reads, on SIGUSR1, every password file and certificate the broker started
+/// with, from the same paths (B-228, B-188).
+#[derive(Debug)]
+pub struct Reloader {
+    files: Vec<Rc<RefCell<PasswordFile>>>,
+    certificates: Vec<(config::Tls, Rc<TlsAcceptor>)>,
+    gates: Vec<Rc<Gate>>,
+}
+
+impl Reloader {
+    /// Reads everything again and swaps it in only if every file loaded (B-229,
+    /// B-190); otherwise logs at error and keeps what was held.
+    pub fn reload(&self) {
+        match self.try_reload() {
+            Ok(users) => log::warn!(
+                "SIGUSR1: {} password files re-read ({users} users), {} certificates re-read",
+                self.files.len(),
+                self.certificates.len()
+            ),
+            Err(e) => {
+                log::error!("SIGUSR1: {e}; every password file and certificate kept as it was")
+            }
+        }
+    }
+
+    fn try_reload(&self) -> Result<usize, String> {
+        let mut fresh = Vec::new();
+        for f in &self.files {
+            let path = f.borrow().path().to_path_buf();
+            fresh.push(PasswordFile::load(&path).map_err(|e| e.to_string())?);
+        }
+        let mut configs = Vec::new();
+        for (tls, acceptor) in &self.certificates {
+            configs.push(acceptor.read(tls)?);
+        }
+        // A file naming nobody on a door admitting nobody else would lock it shut.
+        for gate in &self.gates {
+            let Some(file) = &gate.passwords else {
+                continue;
+            };
+            let index = self.files.iter().position(|f| Rc::ptr_eq(f, file));
+            let empty = index.is_some_and(|i| fresh[i].is_empty());
+            let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
+            if empty && !gate.anonymous && !certificates {
+                return Err(format!(
+                    "password file {} names nobody, and {} admits nobody else",
+                    file.borrow().path().display(),
+                    gate.door
+                ));
+            }
+        }
+        let mut users = 0;
+        for (slot, loaded) in self.files.iter().zip(fresh) {
+            users += loaded.len();
+            *slot.borrow_mut() = loaded;
+        }
+        for ((_, acceptor), config) in self.certificates.iter().zip(configs) {
+            acceptor.replace(config);
+        }
+        Ok(users)
+    }
+}
+
+/// Logs a gate that admits nobody, which the configuration check cannot see
+/// (an empty password file): at startup this is a warning, not a refusal.
+pub fn warn_closed_doors(gates: &Gates) {
+    for gate in gates.tcp.iter().chain(&gates.unix) {
+        let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
+        if !gate.admits_somebody_without_a_certificate() && !certificates {
+            log::warn!(
+                "{}: its password file names nobody and it admits nobody anonymous, so nobody can connect there",
+                gate.door
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn gate(file: Option<&str>, anonymous: bool) -> Gate {
+        Gate {
+            door: "broker.mqtt.listen.tcp".into(),
+            passwords: file.map(|text| {
+                Rc::new(RefCell::new(
+                    PasswordFile::parse(Path::new("/p"), text).unwrap(),
+                ))
+            }),
+            anonymous,
+            tls: None,
+        }
+    }
+
+    const ALICE: &str = "alice:$7$101$d8lzYk/jadQqomzf$FEzKg7gLzq43vLjcHPUO7hyj5F44Z8cOJkGBj/sIhYVM88tXKUnhEcTBeFkRu+kIAwf9Iy+GU/FTQRexYWYH5w==";
+
+    /// B-226: a wrong credential and a missing one are both refused; the refusal
+    /// says which.
+    #[test]
+    fn wrong_and_missing_are_both_refused() {
+        let g = gate(Some(ALICE), false);
+        assert_eq!(
+            g.admit(Some("alice"), Some(b"secret"), None),
+            Ok(Identity::User("alice".into()))
+        );
+        assert_eq!(
+            g.admit(Some("alice"), Some(b"nope"), None),
+            Err(Refusal::WrongPassword("alice".into()))
+        );
+        assert_eq!(
+            g.admit(Some("alice"), None, None),
+            Err(Refusal::WrongPassword("alice".into()))
+        );
+        assert_eq!(
+            g.admit(Some("mallory"), Some(b"secret"), None),
+            Err(Refusal::UnknownUser("mallory".into()))
+        );
+        assert_eq!(g.admit(None, None, None), Err(Refusal::Missing));
+    }
+
+    /// B-224: allow_anonymous true beside a file still checks named clients.
+    #[test]
+    fn mixed_mode_checks_names_and_admits_the_rest() {
+        let g = gate(Some(ALICE), true);
+        assert_eq!(g.admit(None, None, None), Ok(Identity::Anonymous));
+        assert!(g.admit(Some("alice"), Some(b"nope"), None).is_err());
+    }
+
+    /// B-197, B-200: a certificate's name is the user name, the file unconsulted;
+    /// one holding a control character is nobody's.
+    #[test]
+    fn certificate_names_the_client() {
+        let g = gate(Some(ALICE), false);
+        assert_eq!(
+            g.admit(Some("alice"), Some(b"nope"), Some("device-7")),
+            Ok(Identity::Certificate("device-7".into()))
+        );
+        assert_eq!(
+            g.admit(None, None, Some("dev\u{1b}[2J")),
+            Err(Refusal::ControlCharacter)
+        );
+        assert_eq!(
+            g.admit(None, None, Some("dev\u{85}")),
+            Err(Refusal::ControlCharacter)
+        );
+    }
+
+    #[test]
+    fn names_of_doors() {
+        assert_eq!(door_name("tcp", "tcp"), "broker.mqtt.listen.tcp");
+        assert_eq!(door_name("tcp", "fleet"), "broker.mqtt.listen.tcp[fleet]");
+    }
+}

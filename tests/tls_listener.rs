@@ -1,0 +1,403 @@
+//! TLS on an MQTT tcp door against the real binary: a client trusting the test
+//! authority connects, a plain client does not, `min_version` is a floor, and with
+//! `client_ca_file` a certificate's name is the client's user name (RFC 0002 "TLS on
+//! a listener", "Client certificates"). Certificates are made per test with rcgen.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::{Broker, WAIT};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use saguin::codec::{self, Packet, ProtocolVersion, ProtocolVersion::V5, ProtocolVersion::V311};
+
+/// An authority and what it signed, written as PEM files into a directory.
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    der: CertificateDer<'static>,
+}
+
+/// A certificate and its key, as a client presents them.
+struct Pair {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("self-signed CA");
+        Ca {
+            der: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    fn pem(&self) -> String {
+        pem("CERTIFICATE", &self.der)
+    }
+
+    /// Signs a leaf with these SANs and, when given, this Common Name.
+    fn sign(&self, sans: &[&str], cn: Option<&str>) -> (Pair, String, String) {
+        let key = KeyPair::generate().expect("key");
+        let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(sans).expect("params");
+        params.distinguished_name = DistinguishedName::new();
+        if let Some(cn) = cn {
+            params.distinguished_name.push(DnType::CommonName, cn);
+        }
+        let cert = params.signed_by(&key, &self.issuer).expect("signed");
+        let pair = Pair {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        };
+        (pair, cert.pem(), key.serialize_pem())
+    }
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("ascii"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// A directory with `ca.pem`, `server.pem` and `server-key.pem` (the server's names:
+/// localhost and 127.0.0.1).
+fn tls_dir(name: &str, ca: &Ca) -> PathBuf {
+    let dir = common::temp_dir(name);
+    let (_, cert, key) = ca.sign(&["localhost", "127.0.0.1"], Some("broker"));
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("ca.pem");
+    std::fs::write(dir.join("server.pem"), cert).expect("server.pem");
+    std::fs::write(dir.join("server-key.pem"), key).expect("server-key.pem");
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/auth/clients.passwd"
+        ),
+        dir.join("clients.passwd"),
+    )
+    .expect("password file");
+    dir
+}
+
+/// The door's `tls` block (and `extra` door keys), for `common::config`.
+fn door(tls_extra: &str, door_extra: &str) -> String {
+    format!(
+        "        tls:\n          cert_file: {{dir}}/server.pem\n          key_file: {{dir}}/server-key.pem\n{tls_extra}{door_extra}"
+    )
+}
+
+/// A TLS client's configuration trusting `ca`, presenting `pair` if given.
+fn client(
+    ca: &Ca,
+    pair: Option<&Pair>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der.clone()).expect("trust the CA");
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .expect("versions")
+    .with_root_certificates(roots);
+    let config = match pair {
+        Some(p) => builder
+            .with_client_auth_cert(p.chain.clone(), p.key.clone_key())
+            .expect("client certificate"),
+        None => builder.with_no_client_auth(),
+    };
+    Arc::new(config)
+}
+
+const BOTH: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+fn open(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Tls {
+    let sock = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+    sock.set_read_timeout(Some(WAIT)).expect("timeout");
+    let conn = rustls::ClientConnection::new(config, ServerName::try_from("localhost").unwrap())
+        .expect("client connection");
+    rustls::StreamOwned::new(conn, sock)
+}
+
+fn send(tls: &mut Tls, packets: &[Packet], protocol: ProtocolVersion) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    for p in packets {
+        codec::encode(p, protocol, &mut out);
+    }
+    tls.write_all(&out)?;
+    tls.flush()
+}
+
+fn recv(tls: &mut Tls, protocol: ProtocolVersion) -> Result<Packet, String> {
+    let mut head = [0u8; 2];
+    tls.read_exact(&mut head).map_err(|e| e.to_string())?;
+    assert!(head[1] < 128, "short packets only");
+    let mut body = vec![0u8; usize::from(head[1])];
+    tls.read_exact(&mut body).map_err(|e| e.to_string())?;
+    codec::decode(head[0], &body, protocol).map_err(|e| e.to_string())
+}
+
+/// Handshakes and sends CONNECT; the CONNACK code, or why there was none.
+fn connack(
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    protocol: ProtocolVersion,
+    user: Option<(&str, &str)>,
+) -> Result<u8, String> {
+    let mut tls = open(addr, config);
+    let mut connect = common::connect(protocol, "tls-test", true);
+    if let Some((u, p)) = user {
+        connect.username = Some(u.into());
+        connect.password = Some(p.as_bytes().to_vec());
+    }
+    send(&mut tls, &[Packet::Connect(Box::new(connect))], protocol).map_err(|e| e.to_string())?;
+    match recv(&mut tls, protocol)? {
+        Packet::ConnAck(ack) => Ok(ack.code),
+        other => Err(format!("expected CONNACK, got {other:?}")),
+    }
+}
+
+/// B-169: a tcp door with a tls block serves MQTT 5 and 3.1.1 to a client trusting
+/// the authority that signed its certificate.
+#[test]
+fn a_tls_door_serves_a_client_that_trusts_its_authority_b169() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(tls_dir("tls-ok", &ca), &common::config(&door("", "")));
+    assert_eq!(
+        connack(broker.addr, client(&ca, None, BOTH), V5, None),
+        Ok(0)
+    );
+    assert_eq!(
+        connack(broker.addr, client(&ca, None, BOTH), V311, None),
+        Ok(0)
+    );
+    let tls12 = client(&ca, None, &[&rustls::version::TLS12]);
+    assert_eq!(connack(broker.addr, tls12, V5, None), Ok(0));
+}
+
+/// Packets rustls has already decrypted are read without waiting for the socket: a
+/// large PUBLISH and a PINGREQ written together are both answered.
+#[test]
+fn bytes_rustls_holds_are_read_without_waiting_for_the_socket() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(tls_dir("tls-buffered", &ca), &common::config(&door("", "")));
+    let mut tls = open(broker.addr, client(&ca, None, BOTH));
+    let connect = common::connect(V5, "buffered", true);
+    send(&mut tls, &[Packet::Connect(Box::new(connect))], V5).expect("CONNECT");
+    assert!(matches!(recv(&mut tls, V5), Ok(Packet::ConnAck(a)) if a.code == 0));
+    let big = common::publish("big/one", &[7u8; 10_000], codec::QoS::AtMostOnce, false);
+    send(&mut tls, &[Packet::Publish(big), Packet::PingReq], V5).expect("write");
+    assert!(matches!(recv(&mut tls, V5), Ok(Packet::PingResp)));
+}
+
+/// B-169, B-187: a client speaking plain MQTT to a TLS door gets no CONNACK.
+#[test]
+fn a_plain_client_on_a_tls_door_gets_no_connack() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(tls_dir("tls-plain", &ca), &common::config(&door("", "")));
+    let mut raw = common::Raw::open(broker.addr, V5);
+    raw.send(&Packet::Connect(Box::new(common::connect(
+        V5, "plain", true,
+    ))));
+    let got = raw.read_to_close();
+    assert!(
+        got.first() != Some(&0x20),
+        "a plain client was answered CONNACK: {got:02X?}"
+    );
+    broker.wait_log("TLS handshake on broker.mqtt.listen.tcp failed");
+}
+
+/// B-193: min_version 1.3 refuses a TLS 1.2-only client and serves a 1.3 one.
+#[test]
+fn min_version_is_a_floor_b193() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(
+        tls_dir("tls-13", &ca),
+        &common::config(&door("          min_version: 1.3\n", "")),
+    );
+    let tls12 = client(&ca, None, &[&rustls::version::TLS12]);
+    assert!(connack(broker.addr, tls12, V5, None).is_err());
+    assert_eq!(
+        connack(broker.addr, client(&ca, None, BOTH), V5, None),
+        Ok(0)
+    );
+}
+
+/// B-195, B-197, B-198: with client_ca_file a certificate is required, and its
+/// Common Name (or, with none, its first DNS name) is the user name: the password
+/// file is not consulted, though the door admits nobody anonymous.
+#[test]
+fn mutual_tls_names_the_client_by_its_certificate_b195_b197_b198() {
+    let ca = Ca::new("test-ca");
+    let dir = tls_dir("mtls", &ca);
+    let broker = Broker::start_in(
+        dir,
+        &common::config(&door(
+            "          client_ca_file: {dir}/ca.pem\n",
+            "        password_file: {dir}/clients.passwd\n",
+        )),
+    );
+    let (device, _, _) = ca.sign(&[], Some("device-7"));
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&device), BOTH), V5, None),
+        Ok(0)
+    );
+    broker.wait_log("named \"device-7\" by its client certificate");
+    // A wrong password beside the certificate does not matter: the file is not asked.
+    assert_eq!(
+        connack(
+            broker.addr,
+            client(&ca, Some(&device), BOTH),
+            V311,
+            Some(("alice", "nope"))
+        ),
+        Ok(0)
+    );
+    let (sensor, _, _) = ca.sign(&["sensor-9.fleet.example"], None);
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&sensor), BOTH), V5, None),
+        Ok(0)
+    );
+    broker.wait_log("named \"sensor-9.fleet.example\"");
+
+    // No certificate, or one another authority signed: no handshake.
+    assert!(connack(broker.addr, client(&ca, None, BOTH), V5, None).is_err());
+    let other = Ca::new("other-ca");
+    let (stranger, _, _) = other.sign(&[], Some("device-7"));
+    assert!(connack(broker.addr, client(&ca, Some(&stranger), BOTH), V5, None).is_err());
+}
+
+/// B-200: a certificate whose name holds a control character is refused 0x86 (3.1.1:
+/// 0x04) with a warning saying why.
+#[test]
+fn a_certificate_name_with_a_control_character_is_0x86_b200() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(
+        tls_dir("mtls-control", &ca),
+        &common::config(&door("          client_ca_file: {dir}/ca.pem\n", "")),
+    );
+    let (evil, _, _) = ca.sign(&[], Some("device-7\u{1b}[2J"));
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&evil), BOTH), V5, None),
+        Ok(0x86)
+    );
+    broker.wait_log("holds a control character");
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&evil), BOTH), V311, None),
+        Ok(0x04)
+    );
+}
+
+/// B-196: require_certificate: false lets a client without a certificate through
+/// the handshake, to the password file.
+#[test]
+fn without_a_required_certificate_the_password_file_answers_b196() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(
+        tls_dir("mtls-optional", &ca),
+        &common::config(&door(
+            "          client_ca_file: {dir}/ca.pem\n          require_certificate: false\n",
+            "        password_file: {dir}/clients.passwd\n",
+        )),
+    );
+    let plain = || client(&ca, None, BOTH);
+    assert_eq!(connack(broker.addr, plain(), V5, None), Ok(0x86));
+    assert_eq!(
+        connack(broker.addr, plain(), V5, Some(("alice", "secret"))),
+        Ok(0)
+    );
+    assert_eq!(
+        connack(broker.addr, plain(), V311, Some(("alice", "nope"))),
+        Ok(0x04)
+    );
+    let (device, _, _) = ca.sign(&[], Some("device-7"));
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&device), BOTH), V5, None),
+        Ok(0)
+    );
+}
+
+/// B-187, B-190: a key that does not match its certificate stops the broker naming
+/// the door.
+#[test]
+fn a_key_not_matching_its_certificate_stops_the_broker_b187() {
+    let ca = Ca::new("test-ca");
+    let dir = tls_dir("tls-mismatch", &ca);
+    let (_, _, other_key) = ca.sign(&["localhost"], None);
+    std::fs::write(dir.join("server-key.pem"), other_key).expect("write");
+    let yaml = common::config(&door("", "")).replace("{dir}", &dir.display().to_string());
+    let out = common::refused_at_startup(&dir, &yaml);
+    assert!(out.contains("broker.mqtt.listen.tcp: key_file"), "{out}");
+}
+
+/// B-188: SIGUSR1 serves a renewed certificate to the next handshake.
+#[test]
+fn sigusr1_serves_a_renewed_certificate_b188() {
+    let old = Ca::new("old-ca");
+    let dir = tls_dir("tls-renew", &old);
+    let broker = Broker::start_in(dir.clone(), &common::config(&door("", "")));
+    let new = Ca::new("new-ca");
+    assert!(connack(broker.addr, client(&new, None, BOTH), V5, None).is_err());
+    let (_, cert, key) = new.sign(&["localhost", "127.0.0.1"], Some("broker"));
+    std::fs::write(dir.join("server.pem"), cert).expect("write");
+    std::fs::write(dir.join("server-key.pem"), key).expect("write");
+    broker.signal("USR1");
+    broker.wait_log("certificates re-read");
+    assert_eq!(
+        connack(broker.addr, client(&new, None, BOTH), V5, None),
+        Ok(0)
+    );
+}
+
+/// Interoperability: Debian's mosquitto_pub publishes over the TLS door with
+/// `--cafile`, and with `--cert`/`--key` where the door asks for a certificate.
+#[test]
+fn mosquitto_pub_publishes_over_tls_with_cafile() {
+    let tool = Path::new("/usr/bin/mosquitto_pub");
+    if !tool.exists() {
+        eprintln!("skipped: /usr/bin/mosquitto_pub is not installed");
+        return;
+    }
+    let ca = Ca::new("test-ca");
+    let dir = tls_dir("tls-mosquitto", &ca);
+    let (_, cert, key) = ca.sign(&[], Some("device-7"));
+    std::fs::write(dir.join("device.pem"), cert).expect("write");
+    std::fs::write(dir.join("device-key.pem"), key).expect("write");
+    let broker = Broker::start_in(
+        dir.clone(),
+        &common::config(&door("          client_ca_file: {dir}/ca.pem\n", "")),
+    );
+    let port = broker.addr.port().to_string();
+    let status = std::process::Command::new(tool)
+        .args(["-h", "localhost", "-p", &port, "-V", "mqttv5", "-q", "1"])
+        .args(["-t", "tls/hello", "-m", "hi", "-i", "mosq-tls"])
+        .arg("--cafile")
+        .arg(dir.join("ca.pem"))
+        .arg("--cert")
+        .arg(dir.join("device.pem"))
+        .arg("--key")
+        .arg(dir.join("device-key.pem"))
+        .status()
+        .expect("run mosquitto_pub");
+    assert!(status.success(), "mosquitto_pub over TLS: {status}");
+    broker.wait_log("named \"device-7\" by its client certificate");
+}
