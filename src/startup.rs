@@ -231,6 +231,18 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
                 .to_string(),
         ));
     }
+    if let Some(bridge) = config.bridges.first() {
+        return Err(unserved(format!(
+            "bridges.{}: this build runs no bridges; remove the bridges block rather than have \
+             it silently move nothing",
+            bridge.name
+        )));
+    }
+    // Read, validated, and not yet applied: said once, so nobody believes otherwise.
+    log::info!(
+        "sessions, held QoS 2 publishes and shared groups are kept in memory by this build: \
+         broker.session.storage, broker.qos2 and broker.share are validated but not applied"
+    );
     if let Some(door) = listen.ws.first() {
         return Err(unserved(format!(
             "broker.mqtt.listen.ws {}: WebSocket is not served by this build; remove the ws door",

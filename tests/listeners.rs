@@ -76,3 +76,26 @@ fn an_acl_file_is_refused_at_startup_rather_than_left_unchecked() {
     assert!(text.contains("does not enforce an acl_file"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_bridge_is_refused_at_startup_rather_than_moving_nothing() {
+    let dir = temp_dir("bridge");
+    let yaml = common::config("")
+        + "bridges:\n  head-office:\n    peer: tcp://127.0.0.1:1\n    client_id: vessel-07\n    topics:\n      - filter: alerts/#\n        direction: both\n";
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg({
+            let path = dir.join("check.yaml");
+            std::fs::write(&path, &yaml).expect("config");
+            path
+        })
+        .output()
+        .expect("run --check-config");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(text.contains("runs no bridges"), "{text}");
+}
