@@ -567,30 +567,36 @@ fn check_auth(
             .map(|d| (d.path.clone(), d.line))
             .unwrap_or_default()
     };
+    // tcp and ws doors carry the same authentication keys.
+    let tls_keys =
+        |name: &str, kind: &str, password_file: bool, anon: Option<bool>, tls: Option<&Tls>| {
+            let (p, l) = line_of(name, kind);
+            let names_ca = tls.is_some_and(|t| t.client_ca_file.is_some());
+            (
+                p,
+                l,
+                password_file,
+                anon,
+                names_ca,
+                names_ca && tls.is_some_and(|t| t.require_certificate),
+            )
+        };
     for d in &m.listen.tcp {
-        let (p, l) = line_of(&d.name, "tcp");
-        each.push((
-            p,
-            l,
+        each.push(tls_keys(
+            &d.name,
+            "tcp",
             d.password_file.is_some(),
             d.allow_anonymous,
-            d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
-            d.tls
-                .as_ref()
-                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate),
+            d.tls.as_ref(),
         ));
     }
     for d in &m.listen.ws {
-        let (p, l) = line_of(&d.name, "ws");
-        each.push((
-            p,
-            l,
+        each.push(tls_keys(
+            &d.name,
+            "ws",
             d.password_file.is_some(),
             d.allow_anonymous,
-            d.tls.as_ref().is_some_and(|t| t.client_ca_file.is_some()),
-            d.tls
-                .as_ref()
-                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate),
+            d.tls.as_ref(),
         ));
     }
     for d in &m.listen.unix {

@@ -529,7 +529,9 @@ impl Conn {
         let mut packets = Vec::new();
         for (id, inflight) in &session.inflight {
             packets.push(match inflight {
-                Inflight::Published(d) => Packet::Publish(publish_packet(d, Some(*id), true, now)),
+                Inflight::Published(d) => {
+                    Packet::Publish(publish_packet(d, Some(*id), true, now, self.protocol))
+                }
                 Inflight::Released(_) => Packet::PubRel(Ack::new(*id, 0)),
             });
         }
@@ -1162,7 +1164,13 @@ impl Conn {
             let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
             let start = self.out.len();
             codec::encode(
-                &Packet::Publish(publish_packet(&delivery, packet_id, false, now)),
+                &Packet::Publish(publish_packet(
+                    &delivery,
+                    packet_id,
+                    false,
+                    now,
+                    self.protocol,
+                )),
                 self.protocol,
                 &mut self.out,
             );
@@ -1235,9 +1243,20 @@ fn refusal(protocol: ProtocolVersion, code: u8) -> End {
 
 /// The Publish packet for a delivery: the publisher's properties, this subscriber's
 /// Subscription Identifiers, and the expiry interval that remains (MQTT-3.3.2-6).
-fn publish_packet(delivery: &Delivery, packet_id: Option<u16>, dup: bool, now: Instant) -> Publish {
+/// On 3.1.1 no property goes on the wire, so none is copied: the hot path of a
+/// broadcast to a 3.1.1 subscriber allocates nothing for properties.
+fn publish_packet(
+    delivery: &Delivery,
+    packet_id: Option<u16>,
+    dup: bool,
+    now: Instant,
+    protocol: ProtocolVersion,
+) -> Publish {
     let message = &delivery.message;
-    let mut properties = message.properties.clone();
+    let mut properties = match protocol {
+        ProtocolVersion::V5 => message.properties.clone(),
+        ProtocolVersion::V311 => Properties::default(),
+    };
     properties
         .subscription_identifiers
         .clone_from(&delivery.identifiers);
