@@ -93,6 +93,12 @@ pub fn render(
         shared.active_connections() as u64,
     );
     f.one(
+        "saguin_connection_slots_taken",
+        "gauge",
+        "Slots of limits.max_connections held, by connections admitted or reading CONNECT.",
+        shared.slots_taken() as u64,
+    );
+    f.one(
         "saguin_connections_total",
         "counter",
         "Connections accepted since start.",

@@ -6,6 +6,7 @@
 
 mod connection;
 mod frame;
+mod slots;
 mod socket;
 mod tls;
 
@@ -33,6 +34,7 @@ pub struct Shared {
     pub settings: Settings,
     next_link: Cell<u64>,
     active: Cell<usize>,
+    slots: Rc<slots::Slots>,
     stopping: Cell<bool>,
 }
 
@@ -45,6 +47,11 @@ impl Shared {
     /// Connections open now, admitted or still in CONNECT.
     pub fn active_connections(&self) -> usize {
         self.active.get()
+    }
+
+    /// Slots of `max_connections` held now.
+    pub fn slots_taken(&self) -> usize {
+        self.slots.taken()
     }
 
     fn next_link_id(&self) -> u64 {
@@ -126,9 +133,10 @@ pub fn serve(
     let executor = Rc::new(LocalExecutor::new());
     let shared = Rc::new(Shared {
         broker: RefCell::new(Broker::new(settings.clone(), channels)),
-        settings,
         next_link: Cell::new(0),
         active: Cell::new(0),
+        slots: slots::Slots::new(settings.max_connections),
+        settings,
         stopping: Cell::new(false),
     });
     smol::block_on(executor.run(async {
@@ -154,6 +162,7 @@ pub fn serve(
         // Dropping the accept tasks closes the listeners: a stopping broker admits
         // nothing more.
         drop(accepting);
+        shared.slots.close();
         let _ = stop_sweeps.try_send(());
         sweeping.await;
         shutdown(&shared).await;
@@ -188,27 +197,68 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<
         if shared.stopping.get() {
             continue;
         }
+        let arrived = Instant::now();
         shared.active.set(shared.active.get() + 1);
         let guard = ActiveGuard(shared.clone());
-        // Past max_connections, an overflow budget of min(max_connections, 32) sockets
-        // is read far enough to be told 0x89 Server busy; past that, a socket is
-        // closed at once with nothing read or written (RFC 0002 "connect_timeout").
-        let max = shared.settings.max_connections;
-        if shared.active.get() > max + max.min(32) {
-            log::debug!("{peer}: closed at once: connections and the overflow budget are full");
-            drop(guard);
+        let admission = shared.slots.admit();
+        if let slots::Admission::Full = admission {
+            log::debug!("{peer}: closed at once: every slot and overflow place is taken");
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_connection("overflow budget full");
             continue;
         }
-        let over_limit = shared.active.get() > max;
-        let task_shared = shared.clone();
-        let gate = door.gate().clone();
+        let (shared, gate) = (shared.clone(), door.gate().clone());
         executor
             .spawn(async move {
-                connection::run(stream, peer, task_shared, over_limit, gate).await;
+                match admission {
+                    slots::Admission::Slot(slot) => {
+                        connection::run(stream, peer, shared, slot, gate).await;
+                    }
+                    slots::Admission::Wait(place, handed) => {
+                        wait_for_slot(stream, peer, shared, gate, arrived, place, handed).await;
+                    }
+                    slots::Admission::Full => {}
+                }
                 drop(guard);
             })
             .detach();
     }
+}
+
+/// A socket holding an overflow place waits up to `OVERFLOW_WAIT` for a slot (B-049);
+/// one that gets none is told Server busy, and every socket not admitted is closed
+/// within `OVERFLOW_CLOSE` of arrival, or `connect_timeout` when sooner (B-052).
+async fn wait_for_slot(
+    stream: socket::Socket,
+    peer: String,
+    shared: Rc<Shared>,
+    gate: Rc<crate::auth::Gate>,
+    arrived: Instant,
+    place: slots::Place,
+    handed: smol::channel::Receiver<slots::Slot>,
+) {
+    const OVERFLOW_WAIT: Duration = Duration::from_millis(50);
+    const OVERFLOW_CLOSE: Duration = Duration::from_millis(100);
+    let waited = futures_lite::future::or(async { handed.recv().await.ok() }, async {
+        smol::Timer::at(arrived + OVERFLOW_WAIT).await;
+        None
+    })
+    .await;
+    place.stop_waiting();
+    if let Some(slot) = waited.or_else(|| handed.try_recv().ok()) {
+        drop(place);
+        connection::run(stream, peer, shared, slot, gate).await;
+        return;
+    }
+    if shared.stopping.get() {
+        return; // a stopping broker ends every wait at once (B-055)
+    }
+    let deadline = arrived + OVERFLOW_CLOSE.min(shared.settings.connect_timeout);
+    connection::refuse_busy(stream, &peer, &shared, &gate, deadline).await;
+    drop(place);
 }
 
 /// `max_connect_rate` for one listener: a token bucket refilling at the rate and

@@ -21,6 +21,7 @@ use verbs::Verb;
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};
+use super::slots::Slot;
 use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
 use crate::broker::session::{Delivery, Inflight, Message, Subscription};
@@ -71,13 +72,13 @@ struct Conn {
     suback_reason: Option<String>,
 }
 
-/// Runs a connection to its end. `over_limit` says the broker is at max_connections;
-/// `gate` is its door's TLS and credentials (`crate::auth`).
+/// Runs a connection to its end. It holds `slot` until the broker decides it ends
+/// (B-056); `gate` is its door's TLS and credentials (`crate::auth`).
 pub(crate) async fn run(
     stream: Socket,
     peer: String,
     shared: Rc<Shared>,
-    over_limit: bool,
+    slot: Slot,
     gate: Rc<crate::auth::Gate>,
 ) {
     let mut reader = FrameReader::default();
@@ -98,6 +99,7 @@ pub(crate) async fn run(
                 .borrow()
                 .metrics
                 .refuse_connection("unreadable connect");
+            drop(slot);
             if let Some(bytes) = reply {
                 Box::pin(close_with(&mut stream, &bytes, &shared)).await;
             }
@@ -107,12 +109,8 @@ pub(crate) async fn run(
     };
     reader.connected();
     let protocol = connect.protocol;
-    let refusal = if over_limit {
-        Some(reason::SERVER_BUSY)
-    } else {
-        check_connect(&connect, &shared)
-            .or_else(|| crate::auth::check_connect(&gate, &connect, certificate, &peer))
-    };
+    let refusal = check_connect(&connect, &shared)
+        .or_else(|| crate::auth::check_connect(&gate, &connect, certificate, &peer));
     drop(gate);
     if let Some(code) = refusal {
         log::info!(
@@ -128,6 +126,7 @@ pub(crate) async fn run(
             &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
             protocol,
         );
+        drop(slot);
         Box::pin(close_with(&mut stream, &bytes, &shared)).await;
         return;
     }
@@ -178,7 +177,58 @@ pub(crate) async fn run(
     );
     drop(connect);
     let end = conn.serve().await;
+    // The slot is free before the ending is written: the client may reconnect at once.
+    drop(slot);
     Box::pin(conn.finish(end)).await;
+}
+
+/// Answers a socket that held an overflow place but got no slot: once the opening
+/// bytes of its CONNECT name the protocol, CONNACK 0x89 Server busy (3.1.1: 0x03), no
+/// credential checked (B-051); by `deadline` it is closed with nothing written (B-052).
+pub(crate) async fn refuse_busy(
+    stream: Socket,
+    peer: &str,
+    shared: &Shared,
+    gate: &crate::auth::Gate,
+    deadline: Instant,
+) {
+    let Some((mut stream, _)) =
+        Box::pin(super::tls::admit_socket(gate, stream, deadline, peer)).await
+    else {
+        return;
+    };
+    let mut reader = FrameReader::default();
+    let level = loop {
+        let head = reader.peek(16);
+        if head.first().is_some_and(|first| first >> 4 != 1) {
+            return; // not a CONNECT: nothing to answer
+        }
+        if let Some(level) = connect_level(head) {
+            break level;
+        }
+        let read = future::or(async { Some(reader.fill(&mut stream).await) }, async {
+            smol::Timer::at(deadline).await;
+            None
+        });
+        match read.await {
+            Some(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    };
+    let protocol = if level == 5 {
+        ProtocolVersion::V5
+    } else {
+        ProtocolVersion::V311
+    };
+    log::info!("{peer}: refused with Server busy: every connection slot is taken");
+    shared
+        .broker
+        .borrow()
+        .metrics
+        .refuse_connection("server busy");
+    let ack = connack(protocol, false, reason::SERVER_BUSY, Properties::default());
+    let bytes = encode_one(&Packet::ConnAck(ack), protocol);
+    Box::pin(close_with(&mut stream, &bytes, shared)).await;
 }
 
 /// Takes a session over from the connection holding it: that connection is told to end

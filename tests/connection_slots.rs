@@ -1,0 +1,119 @@
+//! Connection slots and the overflow budget (RFC 0002 §"limits.connect_timeout,
+//! connection slots and the overflow budget", A-242, A-243, B-047..B-056), over real
+//! sockets against the broker binary.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, WAIT, connect};
+use saguin::codec::{self, Packet, ProtocolVersion, QoS};
+
+const ONE_SLOT: &str = "  limits:\n    max_connections: 1\n";
+
+/// The CONNECT of `client_id` in `protocol`, as bytes on the wire.
+fn connect_bytes(protocol: ProtocolVersion, client_id: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    codec::encode(
+        &Packet::Connect(Box::new(connect(protocol, client_id, true))),
+        protocol,
+        &mut out,
+    );
+    out
+}
+
+#[test]
+fn past_max_connections_an_mqtt5_client_is_told_0x89_and_a_311_client_0x03() {
+    // A-242, B-051: a socket that found an overflow place gets Server busy in the
+    // protocol its CONNECT opened with.
+    let broker = Broker::start(ONE_SLOT);
+    let mut admitted = Raw::connected(broker.addr, ProtocolVersion::V5, "holder");
+    let (_, ack) = Raw::handshake(broker.addr, connect(ProtocolVersion::V5, "five", true));
+    assert_eq!(ack.code, 0x89, "MQTT 5: Server busy");
+    let mut old = Raw::open(broker.addr, ProtocolVersion::V311);
+    old.send_bytes(&connect_bytes(ProtocolVersion::V311, "three"));
+    assert_eq!(
+        old.read_to_close(),
+        [0x20, 0x02, 0x00, 0x03],
+        "3.1.1: Server unavailable"
+    );
+    assert_eq!(
+        admitted.publish("still", b"up", QoS::AtLeastOnce, false),
+        Some(0),
+        "the admitted client is unharmed"
+    );
+}
+
+#[test]
+fn a_silent_socket_in_the_overflow_budget_is_closed_long_before_connect_timeout() {
+    // B-052: every socket not admitted is closed within 100 ms of arrival; the
+    // connect_timeout (10 s by default) is not what closes it.
+    let broker = Broker::start(ONE_SLOT);
+    let _admitted = Raw::connected(broker.addr, ProtocolVersion::V5, "holder");
+    let mut silent = TcpStream::connect(broker.addr).expect("connect");
+    silent.set_read_timeout(Some(WAIT)).expect("timeout");
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = silent.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "closed with nothing written: {rest:02X?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "closed by the overflow deadline, not connect_timeout: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_socket_arriving_while_the_overflow_budget_is_full_is_closed_with_nothing_written() {
+    // A-243, B-053: max_connections 1 makes a budget of one place. The first socket
+    // past the slot takes it; the next, arriving at once behind it, is closed without
+    // a CONNACK even though it sends a well-formed CONNECT.
+    let broker = Broker::start(ONE_SLOT);
+    let mut admitted = Raw::connected(broker.addr, ProtocolVersion::V5, "holder");
+    let placed = TcpStream::connect(broker.addr).expect("connect");
+    let mut shut_out = Raw::open(broker.addr, ProtocolVersion::V5);
+    let _ = shut_out.try_send(&Packet::Connect(Box::new(connect(
+        ProtocolVersion::V5,
+        "shut-out",
+        true,
+    ))));
+    shut_out.expect_closed_silently();
+    drop(placed);
+    assert_eq!(
+        admitted.publish("still", b"up", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+}
+
+#[test]
+fn a_client_that_disconnects_frees_its_slot_for_the_next_at_once() {
+    // B-056: the slot is released on reading the client's DISCONNECT, so a socket
+    // waiting in the overflow budget (B-049) or arriving next is admitted.
+    let broker = Broker::start(ONE_SLOT);
+    for round in 0..5 {
+        let holder = Raw::connected(broker.addr, ProtocolVersion::V5, &format!("h{round}"));
+        holder.disconnect();
+        let (_, ack) = Raw::handshake(
+            broker.addr,
+            connect(ProtocolVersion::V5, &format!("next{round}"), true),
+        );
+        assert_eq!(ack.code, 0, "round {round}: the freed slot is taken");
+    }
+}
+
+#[test]
+fn a_refused_connect_gives_its_slot_back_before_the_connack() {
+    // B-056: a CONNECT refused for its own reasons frees the slot as the broker
+    // decides, so a retry with a good CONNECT is admitted straight away.
+    let broker = Broker::start(ONE_SLOT);
+    for round in 0..5 {
+        let mut bad = connect(ProtocolVersion::V5, &format!("bad{round}"), true);
+        bad.properties.authentication_method = Some("SCRAM-SHA-1".into());
+        let (_, ack) = Raw::handshake(broker.addr, bad);
+        assert_eq!(ack.code, 0x8C, "Bad authentication method");
+    }
+    let (_, ack) = Raw::handshake(broker.addr, connect(ProtocolVersion::V5, "good", true));
+    assert_eq!(ack.code, 0);
+}
