@@ -43,13 +43,7 @@ fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
         sock.display()
     ));
     let broker = Broker::start_in(dir, &yaml);
-    let line = broker.wait_log("operations listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .expect("address")
-        .trim()
-        .to_string();
+    let addr = ops_addr(&broker);
     let _client = Raw::connected(broker.addr, V5, "counted");
     let (status, body) = http_get(tcp(&addr), "/health");
     assert_eq!(status, 200);
@@ -171,13 +165,7 @@ fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_an
         "  log_level: debug\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
     );
     let broker = Broker::start_in(dir, &yaml);
-    let line = broker.wait_log("operations listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .expect("address")
-        .trim()
-        .to_string();
+    let addr = ops_addr(&broker);
     let mut raw = Raw::connected(broker.addr, V5, "metered");
     assert_eq!(
         raw.publish("events/one", b"x", QoS::AtLeastOnce, false),
@@ -216,5 +204,59 @@ fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_an
     assert_eq!(
         first, second,
         "within min_scrape_interval the previous answer is served"
+    );
+}
+
+/// The operations TCP address the broker logged.
+fn ops_addr(broker: &Broker) -> String {
+    let line = broker.wait_log("operations listening on http://");
+    line.split("http://")
+        .nth(1)
+        .expect("address")
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn health_is_503_naming_the_provider_while_a_provider_cannot_write() {
+    // Issue 7: 200 while every provider is writable, 503 with the reason otherwise.
+    let dir = temp_dir("ops-health");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = common::CHANNELS.replace(
+        "  log_level: debug\n",
+        "  log_level: debug\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+    );
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let addr = ops_addr(&broker);
+    let (status, body) = http_get(tcp(&addr), "/health");
+    assert_eq!(status, 200, "{body}");
+
+    // The memory provider's snapshot directory disappears: its shutdown snapshot
+    // has nowhere to go.
+    std::fs::remove_dir_all(dir.join("snapshots")).expect("remove the snapshot dir");
+    let (status, body) = http_get(tcp(&addr), "/health");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("\"status\":\"unavailable\""), "{body}");
+    assert!(
+        body.contains("storage provider volatile") && body.contains("snapshots"),
+        "{body}"
+    );
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir again");
+    let (status, body) = http_get(tcp(&addr), "/health");
+    assert_eq!(status, 200, "healthy again once it can write: {body}");
+
+    // The sqlite file is deleted under the running broker.
+    std::fs::remove_file(dir.join("saguin.db")).expect("remove the database");
+    let (status, body) = http_get(tcp(&addr), "/health");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("storage provider local") && body.contains("saguin.db is gone"),
+        "{body}"
+    );
+    // Broadcast goes on meanwhile: only what needs the provider is affected.
+    let mut raw = Raw::connected(broker.addr, V5, "unharmed");
+    assert_eq!(
+        raw.publish("plain/topic", b"x", QoS::AtLeastOnce, false),
+        Some(0)
     );
 }

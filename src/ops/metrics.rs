@@ -6,15 +6,26 @@ use std::fmt::Write;
 use crate::server::Shared;
 use crate::storage::ChannelStats;
 
-/// Whether the broker is serving, and the JSON body that says so.
+/// Whether the broker is serving (listeners up, every provider writable), and the JSON
+/// body that says so or names what is wrong.
 pub fn health(shared: &Shared) -> (bool, String) {
     let stopping = shared.stopping();
-    let body = serde_json::json!({
-        "status": if stopping { "stopping" } else { "ok" },
+    let providers = shared.broker.borrow().channels.providers();
+    let problems: Vec<String> = providers.iter().filter_map(|p| p.health().err()).collect();
+    let status = match (stopping, problems.is_empty()) {
+        (true, _) => "stopping",
+        (false, true) => "ok",
+        (false, false) => "unavailable",
+    };
+    let mut body = serde_json::json!({
+        "status": status,
         "broker_id": shared.settings.broker_id,
         "connections": shared.active_connections(),
     });
-    (!stopping, format!("{body}\n"))
+    if !problems.is_empty() {
+        body["problems"] = serde_json::json!(problems);
+    }
+    (status == "ok", format!("{body}\n"))
 }
 
 /// Each channel's name, type and stats (`None` where its provider did not answer).

@@ -66,6 +66,17 @@ impl Provider {
         }
     }
 
+    /// Whether the provider can write now (`/health`).
+    ///
+    /// # Errors
+    /// What stops it, naming the provider.
+    pub fn health(&self) -> Result<(), String> {
+        match self {
+            Provider::Sqlite(p) => p.health(),
+            Provider::Memory(p) => p.health(),
+        }
+    }
+
     /// Graceful shutdown: a sqlite provider finishes its queued writes and forces its log
     /// to disk; a memory provider writes its snapshot. Blocking.
     ///

@@ -132,6 +132,30 @@ impl MemoryProvider {
         self.lock.as_ref().map(|l| l.path())
     }
 
+    /// Whether the provider can keep what it holds: its snapshot directory, if it has
+    /// one, is still a directory it can write its snapshot into at shutdown.
+    ///
+    /// # Errors
+    /// What stops it, naming the provider and the directory.
+    pub fn health(&self) -> Result<(), String> {
+        let Some(dir) = &self.settings.snapshot_dir else {
+            return Ok(());
+        };
+        match std::fs::metadata(dir) {
+            Ok(meta) if meta.is_dir() && !meta.permissions().readonly() => Ok(()),
+            Ok(_) => Err(format!(
+                "storage provider {}: snapshot_dir {} is not a writable directory",
+                self.settings.name,
+                dir.display()
+            )),
+            Err(e) => Err(format!(
+                "storage provider {}: snapshot_dir {}: {e}",
+                self.settings.name,
+                dir.display()
+            )),
+        }
+    }
+
     /// Bytes held across every channel.
     pub fn used_bytes(&self) -> u64 {
         self.state().used

@@ -212,6 +212,32 @@ impl SqliteProvider {
         }
     }
 
+    /// Whether the provider can write now: its writer runs, its database file is still
+    /// where it was opened (a deleted file takes every later write with it at the next
+    /// restart), and its last transaction did not fail.
+    ///
+    /// # Errors
+    /// What stops it writing, naming the provider and what to look at.
+    pub fn health(&self) -> Result<(), String> {
+        if self.writes.is_closed() {
+            return Err(format!(
+                "storage provider {}: its writer has stopped",
+                self.name
+            ));
+        }
+        if !self.file_path.exists() {
+            return Err(format!(
+                "storage provider {}: {} is gone; what it writes now is lost at restart",
+                self.name,
+                self.file_path.display()
+            ));
+        }
+        match self.counters.failure.lock().ok().and_then(|f| f.clone()) {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+
     fn closed(&self) -> StorageError {
         StorageError::Closed {
             provider: self.name.clone(),

@@ -36,6 +36,17 @@ pub(crate) struct Counters {
     pub(crate) flushes: AtomicU64,
     /// Bytes of the database's pages in use (free pages excluded), after the last commit.
     pub(crate) used_bytes: AtomicU64,
+    /// The last write failure of the database itself, until a commit succeeds again:
+    /// what `/health` reports while the provider cannot write.
+    pub(crate) failure: std::sync::Mutex<Option<String>>,
+}
+
+impl Counters {
+    fn set_failure(&self, failure: Option<&StorageError>) {
+        if let Ok(mut slot) = self.failure.lock() {
+            *slot = failure.map(ToString::to_string);
+        }
+    }
 }
 
 pub(crate) struct Writer {
@@ -237,6 +248,7 @@ impl Writer {
             Ok(tx) => tx,
             Err(e) => {
                 let err = StorageError::io(&self.name, "begin a transaction", e);
+                self.counters.set_failure(Some(&err));
                 ops.into_iter().for_each(|op| fail(op, &err));
                 return;
             }
@@ -264,8 +276,15 @@ impl Writer {
                     .fetch_add(publishes, Ordering::Relaxed);
                 self.dirty_since.get_or_insert_with(Instant::now);
                 self.measure();
+                self.counters.set_failure(None);
             }
-            Err(e) => log::warn!("{e}"),
+            Err(e) => {
+                // A refusal (a full channel, say) says nothing about the database.
+                if matches!(e, StorageError::Io { .. }) {
+                    self.counters.set_failure(Some(e));
+                }
+                log::warn!("{e}");
+            }
         }
         let err = outcome.err();
         for c in completions {
@@ -313,11 +332,13 @@ impl Writer {
         if let Some(wal) = &self.wal
             && let Err(e) = wal.sync_data()
         {
-            log::warn!(
-                "storage provider {}: forcing {} to disk failed: {e}",
-                self.name,
-                self.wal_path.display()
+            let err = StorageError::io(
+                &self.name,
+                &format!("force {} to disk", self.wal_path.display()),
+                e,
             );
+            log::warn!("{err}");
+            self.counters.set_failure(Some(&err));
             self.wal = None;
         }
     }
