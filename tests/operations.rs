@@ -196,6 +196,10 @@ fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_an
         first.contains("saguin_provider_bytes_used{provider=\"local\"}"),
         "{first}"
     );
+    assert!(
+        first.contains("saguin_provider_bytes_max{provider=\"volatile\"} 67108864"),
+        "{first}"
+    );
     assert_eq!(
         raw.publish("events/two", b"y", QoS::AtLeastOnce, false),
         Some(0)

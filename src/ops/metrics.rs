@@ -271,6 +271,17 @@ pub fn render(
             )
         }),
     );
+    f.emit(
+        "saguin_provider_bytes_max",
+        "gauge",
+        "A storage provider's max_bytes, its reserve included.",
+        providers.iter().map(|p| {
+            (
+                format!("{{provider=\"{}\"}}", escape(p.name())),
+                p.max_bytes(),
+            )
+        }),
+    );
     queue_metrics(&m.queues.borrow(), &mut f);
     f.one(
         "saguin_process_resident_memory_bytes",

@@ -66,6 +66,14 @@ impl Provider {
         }
     }
 
+    /// Its `max_bytes`: what `used_bytes` may grow to, the reserve included.
+    pub fn max_bytes(&self) -> u64 {
+        match self {
+            Provider::Sqlite(p) => p.max_bytes(),
+            Provider::Memory(p) => p.max_bytes(),
+        }
+    }
+
     /// Whether the provider can write now (`/health`).
     ///
     /// # Errors

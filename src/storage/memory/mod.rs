@@ -156,6 +156,11 @@ impl MemoryProvider {
         }
     }
 
+    /// Its `max_bytes`.
+    pub fn max_bytes(&self) -> u64 {
+        self.settings.max_bytes
+    }
+
     /// Bytes held across every channel.
     pub fn used_bytes(&self) -> u64 {
         self.state().used

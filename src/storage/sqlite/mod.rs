@@ -38,6 +38,7 @@ const READ_QUEUE: usize = 256;
 pub struct SqliteProvider {
     name: String,
     file_path: PathBuf,
+    max_bytes: u64,
     writes: Sender<WriteOp>,
     /// Consumer positions: taken by the writer after `writes`.
     background: Sender<WriteOp>,
@@ -178,6 +179,7 @@ impl SqliteProvider {
         Ok(SqliteProvider {
             name: settings.name.clone(),
             file_path: settings.file_path.clone(),
+            max_bytes: settings.max_bytes,
             writes: wtx,
             background: btx,
             reads,
@@ -190,6 +192,11 @@ impl SqliteProvider {
     /// The provider's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its `max_bytes`.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
     }
 
     /// The database file.
