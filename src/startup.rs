@@ -241,7 +241,8 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
     // Read, validated, and not yet applied: said once, so nobody believes otherwise.
     log::info!(
         "sessions, held QoS 2 publishes and shared groups are kept in memory by this build: \
-         broker.session.storage, broker.qos2 and broker.share are validated but not applied"
+         broker.session.storage and broker.share are validated but not applied (broker.qos2's \
+         bounds apply to the publishes held in memory)"
     );
     if let Some(door) = listen.ws.first() {
         return Err(unserved(format!(

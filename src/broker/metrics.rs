@@ -21,6 +21,8 @@ pub struct Metrics {
     pub dropped_no_shared_member: Cell<u64>,
     /// Storage operations that failed.
     pub storage_errors: Cell<u64>,
+    /// Inbound QoS 2 publishes given up for want of their PUBREL.
+    pub qos2_abandoned: Cell<u64>,
     /// Publishes refused, by the spec's label ("quota exceeded", "publish rate exceeded"...).
     pub publish_refused: RefCell<BTreeMap<&'static str, u64>>,
     /// Connections refused, by reason.

@@ -285,6 +285,33 @@ impl Broker {
         }
         self.retained.purge_expired(now);
         self.budgets.prune(now);
+        self.abandon_held_qos2(now);
+    }
+
+    /// Gives up inbound QoS 2 publishes whose PUBREL has not come within
+    /// `broker.qos2.expires_after`; a late PUBREL is answered 0x92.
+    fn abandon_held_qos2(&mut self, now: Instant) {
+        let wait = self.settings.qos2_expires_after;
+        let mut abandoned = 0;
+        for session in self.sessions.values_mut() {
+            let before = session.incoming.len();
+            session
+                .incoming
+                .retain(|_, held| now.saturating_duration_since(held.since) < wait);
+            abandoned += before - session.incoming.len();
+        }
+        if abandoned > 0 {
+            log::info!(
+                "{abandoned} QoS 2 publishes abandoned: no PUBREL within broker.qos2.expires_after"
+            );
+            let total = &self.metrics.qos2_abandoned;
+            total.set(total.get() + abandoned as u64);
+        }
+    }
+
+    /// Inbound QoS 2 publishes held across every session.
+    pub fn qos2_held(&self) -> usize {
+        self.sessions.values().map(|s| s.incoming.len()).sum()
     }
 
     /// Spends `client`'s publish budget on a message of `size` bytes; false when it is

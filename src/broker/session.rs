@@ -107,6 +107,16 @@ pub struct ArmedWill {
     pub delay: u32,
 }
 
+/// An inbound QoS 2 exchange between its PUBREC and its PUBREL (`broker.qos2`).
+#[derive(Debug, Clone)]
+pub struct HeldQos2 {
+    /// When it was received: it is abandoned `broker.qos2.expires_after` later.
+    pub since: Instant,
+    /// The publish, routed at PUBREL; `None` when it was applied already (a queue
+    /// answer) and the PUBREL only completes the exchange.
+    pub message: Option<Arc<Message>>,
+}
+
 /// One client's session.
 #[derive(Debug)]
 pub struct Session {
@@ -123,7 +133,7 @@ pub struct Session {
     /// Outbound exchanges on the wire, by packet identifier.
     pub inflight: BTreeMap<u16, Inflight>,
     /// Inbound QoS 2 publishes received and not yet released, by packet identifier.
-    pub incoming: HashMap<u16, Option<Arc<Message>>>,
+    pub incoming: HashMap<u16, HeldQos2>,
     /// Bytes charged for `queue` and the published part of `inflight`.
     pub queued_bytes: usize,
     /// The bound on `queued_bytes`.

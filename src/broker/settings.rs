@@ -35,8 +35,15 @@ pub struct Settings {
     pub write_timeout: Option<Duration>,
     /// `limits.connect_timeout`.
     pub connect_timeout: Duration,
-    /// The Receive Maximum advertised: unfinished inbound QoS 2 exchanges allowed.
+    /// The Receive Maximum advertised, the protocol's window: a client past it is
+    /// disconnected 0x93. Within it, one past `qos2_max_inflight` is told 0x97
+    /// on its PUBREC and kept.
     pub receive_maximum: u16,
+    /// `broker.qos2.max_inflight_per_client`: unreleased QoS 2 publishes one client
+    /// may hold.
+    pub qos2_max_inflight: usize,
+    /// `broker.qos2.expires_after`: how long a held QoS 2 publish waits for its PUBREL.
+    pub qos2_expires_after: Duration,
     /// Bytes the in-memory retained store may hold.
     pub retained_max_bytes: usize,
     /// `limits.max_header_count`: User Properties a publish may carry.
@@ -72,6 +79,8 @@ impl Default for Settings {
             write_timeout: Some(Duration::from_secs(5)),
             connect_timeout: Duration::from_secs(10),
             receive_maximum: 32,
+            qos2_max_inflight: 20,
+            qos2_expires_after: Duration::from_secs(300),
             retained_max_bytes: 16 * 1024 * 1024,
             max_header_count: 32,
             max_header_bytes: 8 * 1024,
@@ -113,6 +122,8 @@ impl Settings {
             publish_rate: limits.publish_rate,
             publish_bytes: limits.publish_bytes,
             max_connect_rate: limits.max_connect_rate,
+            qos2_max_inflight: broker.qos2.max_inflight_per_client as usize,
+            qos2_expires_after: broker.qos2.expires_after,
             ..Settings::default()
         }
     }

@@ -201,6 +201,24 @@ pub fn render(
         m.deliveries_refused.get(),
     );
     f.one(
+        "saguin_qos2_held",
+        "gauge",
+        "Inbound QoS 2 publishes held until their PUBREL.",
+        broker.qos2_held() as u64,
+    );
+    f.one(
+        "saguin_qos2_abandoned_total",
+        "counter",
+        "Held QoS 2 publishes given up after broker.qos2.expires_after.",
+        m.qos2_abandoned.get(),
+    );
+    f.one(
+        "saguin_qos2_max_inflight_per_client",
+        "gauge",
+        "broker.qos2.max_inflight_per_client.",
+        shared.settings.qos2_max_inflight as u64,
+    );
+    f.one(
         "saguin_wills_waiting",
         "gauge",
         "Wills waiting out their delay.",

@@ -24,7 +24,7 @@ use super::frame::{FrameError, FrameReader};
 use super::slots::Slot;
 use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
-use crate::broker::session::{Delivery, Inflight, Message, Subscription};
+use crate::broker::session::{Delivery, HeldQos2, Inflight, Message, Subscription};
 use crate::broker::{Accepted, ConnLink, topic};
 use crate::codec::reason;
 use crate::codec::{
@@ -863,22 +863,32 @@ impl Conn {
         }
         if publish.qos == QoS::ExactlyOnce {
             let packet_id = publish.packet_id.unwrap_or(0);
-            let limit = usize::from(settings.receive_maximum);
             let message = self.message_from(&publish);
             let mut broker = self.shared.broker.borrow_mut();
             let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
                 return Err(End::Close);
             };
+            let mut code = reason::SUCCESS;
             if !session.incoming.contains_key(&packet_id) {
-                if session.incoming.len() >= limit {
+                if session.incoming.len() >= usize::from(settings.receive_maximum) {
                     drop(broker);
                     return Err(self.refuse(reason::RECEIVE_MAXIMUM_EXCEEDED));
                 }
-                // Held until PUBREL, so a retransmission is never delivered twice.
-                session.incoming.insert(packet_id, Some(Arc::new(message)));
+                if session.incoming.len() >= settings.qos2_max_inflight {
+                    // Refused before ownership is taken; the connection stays.
+                    code = reason::QUOTA_EXCEEDED;
+                    broker.metrics.refuse_publish("qos2 inflight exceeded");
+                } else {
+                    // Held until PUBREL, so a retransmission is never delivered twice.
+                    let held = HeldQos2 {
+                        since: Instant::now(),
+                        message: Some(Arc::new(message)),
+                    };
+                    session.incoming.insert(packet_id, held);
+                }
             }
             drop(broker);
-            return self.answer_publish(&publish, reason::SUCCESS);
+            return self.answer_publish(&publish, code);
         }
         let message = Arc::new(self.message_from(&publish));
         let code = route(&self.shared, message).await;
@@ -954,17 +964,25 @@ impl Conn {
             .with_session(|s| s.incoming.remove(&packet_id))
             .flatten();
         let code = match held {
-            Some(Some(message)) => {
+            Some(HeldQos2 {
+                since,
+                message: Some(message),
+            }) => {
                 let code = route(&self.shared, message.clone()).await;
                 if code >= 0x80 {
                     // The message stays held, and a PUBREL on the next connection
                     // completes it (RFC 0002 "A DISCONNECT from the broker").
-                    self.with_session(|s| s.incoming.insert(packet_id, Some(message)));
+                    let held = HeldQos2 {
+                        since,
+                        message: Some(message),
+                    };
+                    self.with_session(|s| s.incoming.insert(packet_id, held));
                     return Err(self.refuse(code));
                 }
                 code
             }
-            Some(None) => reason::SUCCESS,
+            Some(HeldQos2 { message: None, .. }) => reason::SUCCESS,
+            // Never held, or abandoned after broker.qos2.expires_after.
             None => reason::PACKET_IDENTIFIER_NOT_FOUND,
         };
         self.queue_packet(&Packet::PubComp(Ack::new(packet_id, code)));

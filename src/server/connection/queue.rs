@@ -7,7 +7,7 @@ use super::{Conn, End, Shared};
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::queue::lease::{Verdict, Worker};
 use crate::broker::queue::{Event, FORM_PREFIX};
-use crate::broker::session::{Inflight, Subscription};
+use crate::broker::session::{HeldQos2, Inflight, Subscription};
 use crate::broker::topic;
 use crate::codec::{
     Ack, Packet, Properties, ProtocolVersion, Publish, QoS, SubscriptionOptions, reason,
@@ -172,7 +172,11 @@ impl Conn {
             && let Some(id) = publish.packet_id
         {
             // Applied now; its PUBREL only completes the exchange.
-            self.with_session(|s| s.incoming.insert(id, None));
+            let held = HeldQos2 {
+                since: std::time::Instant::now(),
+                message: None,
+            };
+            self.with_session(|s| s.incoming.insert(id, held));
         }
         Some(self.answer_response(publish, reason::SUCCESS, None))
     }
