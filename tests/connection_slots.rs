@@ -117,3 +117,24 @@ fn a_refused_connect_gives_its_slot_back_before_the_connack() {
     let (_, ack) = Raw::handshake(broker.addr, connect(ProtocolVersion::V5, "good", true));
     assert_eq!(ack.code, 0);
 }
+
+#[test]
+fn a_stopping_broker_closes_a_socket_short_of_its_connect_at_once() {
+    // B-065: shutdown does not wait out connect_timeout (here 30 s) nor the 5 s it
+    // gives connected clients to take their DISCONNECT.
+    let broker = Broker::start("  limits:\n    connect_timeout: 30s\n");
+    let mut silent = TcpStream::connect(broker.addr).expect("connect");
+    silent.set_read_timeout(Some(WAIT)).expect("timeout");
+    // Time for the broker to accept it (the accept loop takes it at once).
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    broker.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "stopped without waiting for the silent socket: {:?}",
+        started.elapsed()
+    );
+    let mut rest = Vec::new();
+    let _ = silent.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "closed with nothing written: {rest:02X?}");
+}

@@ -35,6 +35,8 @@ pub struct Shared {
     next_link: Cell<u64>,
     active: Cell<usize>,
     slots: Rc<slots::Slots>,
+    /// Closed when the broker starts stopping; every wait that must end then races it.
+    stop_signal: (smol::channel::Sender<()>, smol::channel::Receiver<()>),
     stopping: Cell<bool>,
 }
 
@@ -52,6 +54,14 @@ impl Shared {
     /// Slots of `max_connections` held now.
     pub fn slots_taken(&self) -> usize {
         self.slots.taken()
+    }
+
+    /// Resolves once the broker starts stopping.
+    pub(crate) fn stopped(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let signal = self.stop_signal.1.clone();
+        async move {
+            let _ = signal.recv().await;
+        }
     }
 
     fn next_link_id(&self) -> u64 {
@@ -136,6 +146,7 @@ pub fn serve(
         next_link: Cell::new(0),
         active: Cell::new(0),
         slots: slots::Slots::new(settings.max_connections),
+        stop_signal: smol::channel::bounded(1),
         settings,
         stopping: Cell::new(false),
     });
@@ -316,6 +327,7 @@ pub(crate) async fn store_unstored(shared: &Shared) {
 async fn shutdown(shared: &Shared) {
     log::info!("stopping: disconnecting {} clients", shared.active.get());
     shared.stopping.set(true);
+    shared.stop_signal.0.close();
     for link in shared.broker.borrow().links() {
         link.kick(reason::SERVER_SHUTTING_DOWN);
     }

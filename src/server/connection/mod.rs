@@ -291,8 +291,15 @@ async fn read_connect(
                 return Err(reply);
             }
         }
+        // A stopping broker closes a socket still short of its CONNECT at once (B-065).
+        let give_up = future::or(
+            async {
+                smol::Timer::at(deadline).await;
+            },
+            shared.stopped(),
+        );
         let read = future::or(async { Some(reader.fill(stream).await) }, async {
-            smol::Timer::at(deadline).await;
+            give_up.await;
             None
         });
         match read.await {
