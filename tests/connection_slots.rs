@@ -68,19 +68,38 @@ fn a_silent_socket_in_the_overflow_budget_is_closed_long_before_connect_timeout(
 #[test]
 fn a_socket_arriving_while_the_overflow_budget_is_full_is_closed_with_nothing_written() {
     // A-243, B-053: max_connections 1 makes a budget of one place. The first socket
-    // past the slot takes it; the next, arriving at once behind it, is closed without
-    // a CONNACK even though it sends a well-formed CONNECT.
+    // past the slot takes it (for at most 100 ms); the next, arriving at once behind
+    // it, is closed without a CONNACK even though it sends a well-formed CONNECT. On a
+    // machine so loaded that the place was already given back, the second socket is
+    // told 0x89 instead; that is retried, and one silent close is required.
     let broker = Broker::start(ONE_SLOT);
     let mut admitted = Raw::connected(broker.addr, ProtocolVersion::V5, "holder");
-    let placed = TcpStream::connect(broker.addr).expect("connect");
-    let mut shut_out = Raw::open(broker.addr, ProtocolVersion::V5);
-    let _ = shut_out.try_send(&Packet::Connect(Box::new(connect(
-        ProtocolVersion::V5,
-        "shut-out",
-        true,
-    ))));
-    shut_out.expect_closed_silently();
-    drop(placed);
+    let mut silent_closes = 0;
+    for attempt in 0..5 {
+        let placed = TcpStream::connect(broker.addr).expect("connect");
+        let mut shut_out = Raw::open(broker.addr, ProtocolVersion::V5);
+        let _ = shut_out.try_send(&Packet::Connect(Box::new(connect(
+            ProtocolVersion::V5,
+            "shut-out",
+            true,
+        ))));
+        let answer = shut_out.read_to_close();
+        drop(placed);
+        if answer.is_empty() {
+            silent_closes += 1;
+            break;
+        }
+        assert_eq!(
+            answer.get(..4),
+            Some(&[0x20, 0x03, 0x00, 0x89][..]),
+            "attempt {attempt}: only Server busy may be written"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        silent_closes, 1,
+        "a socket past the budget is closed silently"
+    );
     assert_eq!(
         admitted.publish("still", b"up", QoS::AtLeastOnce, false),
         Some(0)

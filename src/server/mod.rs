@@ -268,8 +268,7 @@ async fn wait_for_slot(
         return; // a stopping broker ends every wait at once (B-055)
     }
     let deadline = arrived + OVERFLOW_CLOSE.min(shared.settings.connect_timeout);
-    connection::refuse_busy(stream, &peer, &shared, &gate, deadline).await;
-    drop(place);
+    connection::refuse_busy(stream, &peer, &shared, &gate, deadline, place).await;
 }
 
 /// `max_connect_rate` for one listener: a token bucket refilling at the rate and

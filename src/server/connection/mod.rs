@@ -21,7 +21,7 @@ use verbs::Verb;
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};
-use super::slots::Slot;
+use super::slots::{Place, Slot};
 use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
 use crate::broker::session::{Delivery, HeldQos2, Inflight, Message, Subscription};
@@ -185,12 +185,14 @@ pub(crate) async fn run(
 /// Answers a socket that held an overflow place but got no slot: once the opening
 /// bytes of its CONNECT name the protocol, CONNACK 0x89 Server busy (3.1.1: 0x03), no
 /// credential checked (B-051); by `deadline` it is closed with nothing written (B-052).
+/// Its `place` is given back before the answer is written, as a slot is (B-054).
 pub(crate) async fn refuse_busy(
     stream: Socket,
     peer: &str,
     shared: &Shared,
     gate: &crate::auth::Gate,
     deadline: Instant,
+    place: Place,
 ) {
     let Some((mut stream, _)) =
         Box::pin(super::tls::admit_socket(gate, stream, deadline, peer)).await
@@ -228,6 +230,7 @@ pub(crate) async fn refuse_busy(
         .refuse_connection("server busy");
     let ack = connack(protocol, false, reason::SERVER_BUSY, Properties::default());
     let bytes = encode_one(&Packet::ConnAck(ack), protocol);
+    drop(place);
     Box::pin(close_with(&mut stream, &bytes, shared)).await;
 }
 
