@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         channels,
         sweeps,
         operations,
-        stop_signal(signals, path, config.broker.log_level, gates.reloader),
+        stop_signal(signals, path, config.broker.log_level, gates),
     );
     if let Some(pid_file) = &pid_file {
         let _ = std::fs::remove_file(pid_file);
@@ -197,13 +197,13 @@ fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode 
 }
 
 /// Resolves at SIGTERM or SIGINT. SIGHUP is logged and ignored: the configuration is
-/// not reloaded in place. SIGUSR1 re-reads the log level, and every password file and
-/// certificate from the paths the broker started with.
+/// not reloaded in place. SIGUSR1 re-reads the log level and the ws doors' origins,
+/// and every password file and certificate from the paths the broker started with.
 async fn stop_signal(
     mut signals: async_signal::Signals,
     config: PathBuf,
     mut level: saguin::config::LogLevel,
-    secrets: saguin::auth::Reloader,
+    gates: saguin::auth::Gates,
 ) {
     while let Some(signal) = signals.next().await {
         match signal {
@@ -211,8 +211,8 @@ async fn stop_signal(
                 log::warn!("SIGHUP ignored: restart the broker to apply a changed configuration");
             }
             Ok(async_signal::Signal::Usr1) => {
-                level = reload_log_level(&config, level);
-                secrets.reload();
+                level = reload_configuration(&config, level, &gates);
+                gates.reloader.reload();
             }
             Ok(signal) => {
                 log::info!("{signal:?} received");
@@ -223,16 +223,28 @@ async fn stop_signal(
     }
 }
 
-/// SIGUSR1: re-reads `broker.log_level`. A file that does not load changes nothing,
-/// because the likeliest reason is somebody still typing (RFC 0002).
-fn reload_log_level(
+/// SIGUSR1: re-reads `broker.log_level` and each ws door's `same_origin` and
+/// `allowed_origins` (B-168). A file that does not load changes nothing, because the
+/// likeliest reason is somebody still typing (RFC 0002).
+fn reload_configuration(
     path: &std::path::Path,
     old: saguin::config::LogLevel,
+    gates: &saguin::auth::Gates,
 ) -> saguin::config::LogLevel {
     match saguin::config::load(path) {
         Ok(config) => {
             let new = config.broker.log_level;
             log::set_max_level(new.to_level_filter());
+            for door in &config.broker.mqtt.listen.ws {
+                let policy = gates
+                    .ws
+                    .iter()
+                    .map(|(_, p)| p)
+                    .find(|p| p.name() == door.name);
+                if let Some(policy) = policy {
+                    policy.replace(door.same_origin, &door.allowed_origins);
+                }
+            }
             log::warn!(
                 "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
                 old.as_str(),

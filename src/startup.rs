@@ -244,24 +244,22 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
          broker.session.storage and broker.share are validated but not applied (broker.qos2's \
          bounds apply to the publishes held in memory)"
     );
-    if let Some(door) = listen.ws.first() {
-        return Err(unserved(format!(
-            "broker.mqtt.listen.ws {}: WebSocket is not served by this build; remove the ws door",
-            door.name
-        )));
-    }
+    let address = |kind: &str, name: &str, address: &crate::config::ListenAddress| {
+        address.socket_addr().ok_or_else(|| {
+            unserved(format!(
+                "broker.mqtt.listen.{kind} {name}: {} names a host; write an IP address (0.0.0.0 for every interface)",
+                address.bind_string()
+            ))
+        })
+    };
     let mut tcp = Vec::new();
     for (door, gate) in listen.tcp.iter().zip(&gates.tcp) {
-        match door.address.socket_addr() {
-            Some(addr) => tcp.push((addr, gate.clone())),
-            None => {
-                return Err(unserved(format!(
-                    "broker.mqtt.listen.tcp {}: {} names a host; write an IP address (0.0.0.0 for every interface)",
-                    door.name,
-                    door.address.bind_string()
-                )));
-            }
-        }
+        tcp.push((address("tcp", &door.name, &door.address)?, gate.clone()));
+    }
+    let mut ws = Vec::new();
+    for (door, (gate, policy)) in listen.ws.iter().zip(&gates.ws) {
+        let addr = address("ws", &door.name, &door.address)?;
+        ws.push((addr, gate.clone(), policy.clone()));
     }
     let unix: Vec<_> = listen
         .unix
@@ -269,7 +267,7 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
         .zip(&gates.unix)
         .map(|(d, gate)| (d.path.clone(), d.mode, gate.clone()))
         .collect();
-    crate::server::bind_doors(&tcp, &unix)
+    crate::server::bind_doors(&tcp, &ws, &unix)
 }
 
 /// Binds the operations listener's doors, if `broker.operations` is written.

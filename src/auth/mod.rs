@@ -199,6 +199,9 @@ pub struct Gates {
     pub tcp: Vec<Rc<Gate>>,
     /// One per `unix` door.
     pub unix: Vec<Rc<Gate>>,
+    /// One per `ws` door, with the pages it admits (re-read on SIGUSR1 from the
+    /// configuration itself, by the caller that re-reads it).
+    pub ws: Vec<(Rc<Gate>, Rc<crate::server::OriginPolicy>)>,
     /// What SIGUSR1 re-reads.
     pub reloader: Reloader,
 }
@@ -254,18 +257,17 @@ impl Gates {
                 tls,
             }))
         };
-        let mut tcp = Vec::new();
         let mut certificates = Vec::new();
-        for d in &mqtt.listen.tcp {
-            let door = door_name("tcp", &d.name);
-            let tls = match &d.tls {
-                Some(t) => {
-                    let acceptor = Rc::new(TlsAcceptor::load(&door, t)?);
-                    certificates.push((t.clone(), acceptor.clone()));
-                    Some(acceptor)
-                }
-                None => None,
+        let mut load_tls =
+            |door: &str, tls: &Option<config::Tls>| -> Result<Option<Rc<TlsAcceptor>>, String> {
+                let Some(t) = tls else { return Ok(None) };
+                let acceptor = Rc::new(TlsAcceptor::load(door, t)?);
+                certificates.push((t.clone(), acceptor.clone()));
+                Ok(Some(acceptor))
             };
+        let mut tcp = Vec::new();
+        for d in &mqtt.listen.tcp {
+            let tls = load_tls(&door_name("tcp", &d.name), &d.tls)?;
             tcp.push(gate(
                 "tcp",
                 &d.name,
@@ -273,6 +275,20 @@ impl Gates {
                 d.allow_anonymous,
                 tls,
             )?);
+        }
+        let mut ws = Vec::new();
+        for d in &mqtt.listen.ws {
+            let door = door_name("ws", &d.name);
+            let tls = load_tls(&door, &d.tls)?;
+            let policy = crate::server::OriginPolicy::new(
+                &d.name,
+                door,
+                tls.is_some(),
+                d.same_origin,
+                &d.allowed_origins,
+            );
+            let gate = gate("ws", &d.name, &d.password_file, d.allow_anonymous, tls)?;
+            ws.push((gate, Rc::new(policy)));
         }
         let mut unix = Vec::new();
         for d in &mqtt.listen.unix {
@@ -284,10 +300,12 @@ impl Gates {
                 None,
             )?);
         }
-        let gates: Vec<Rc<Gate>> = tcp.iter().chain(&unix).cloned().collect();
+        let ws_gates = ws.iter().map(|(gate, _)| gate);
+        let gates: Vec<Rc<Gate>> = tcp.iter().chain(&unix).chain(ws_gates).cloned().collect();
         Ok(Gates {
             tcp,
             unix,
+            ws,
             reloader: Reloader {
                 files,
                 certificates,
@@ -363,7 +381,8 @@ impl Reloader {
 /// Logs a gate that admits nobody, which the configuration check cannot see
 /// (an empty password file): at startup this is a warning, not a refusal.
 pub fn warn_closed_doors(gates: &Gates) {
-    for gate in gates.tcp.iter().chain(&gates.unix) {
+    let ws = gates.ws.iter().map(|(gate, _)| gate);
+    for gate in gates.tcp.iter().chain(&gates.unix).chain(ws) {
         let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
         if !gate.admits_somebody_without_a_certificate() && !certificates {
             log::warn!(

@@ -9,9 +9,11 @@ mod frame;
 mod slots;
 mod socket;
 mod tls;
+mod ws;
 
 pub use socket::Door;
 pub use tls::{TlsAcceptor, certificate_name};
+pub use ws::OriginPolicy;
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -80,19 +82,28 @@ impl Drop for ActiveGuard {
     }
 }
 
-/// Binds the MQTT doors: TCP addresses and Unix sockets (`(path, mode)`, each with its
-/// `<path>.lock`), each with its gate.
+/// Binds the MQTT doors: TCP addresses, WebSocket addresses with the pages they admit,
+/// and Unix sockets (`(path, mode)`, each with its `<path>.lock`), each with its gate.
 ///
 /// # Errors
 /// The first door that cannot be bound, named.
 pub fn bind_doors(
     tcp: &[(SocketAddr, Rc<crate::auth::Gate>)],
+    ws: &[(SocketAddr, Rc<crate::auth::Gate>, Rc<OriginPolicy>)],
     unix: &[(std::path::PathBuf, u32, Rc<crate::auth::Gate>)],
 ) -> io::Result<Vec<Door>> {
     let mut doors = Vec::new();
     let addrs: Vec<SocketAddr> = tcp.iter().map(|(addr, _)| *addr).collect();
     for (listener, (_, gate)) in bind(&addrs)?.into_iter().zip(tcp) {
         doors.push(Door::Tcp(smol::Async::new(listener)?, gate.clone()));
+    }
+    let addrs: Vec<SocketAddr> = ws.iter().map(|(addr, _, _)| *addr).collect();
+    for (listener, (_, gate, policy)) in bind(&addrs)?.into_iter().zip(ws) {
+        doors.push(Door::Ws(
+            smol::Async::new(listener)?,
+            gate.clone(),
+            policy.clone(),
+        ));
     }
     for (path, mode, gate) in unix {
         let door = crate::ops::bind_unix(path, *mode)?;
@@ -212,6 +223,12 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<
         shared.active.set(shared.active.get() + 1);
         let guard = ActiveGuard(shared.clone());
         let admission = shared.slots.admit();
+        // A ws socket gets a slot or nothing: no overflow place, nothing written (B-059).
+        let websocket = door.websocket().cloned();
+        let admission = match admission {
+            slots::Admission::Wait(..) if websocket.is_some() => slots::Admission::Full,
+            other => other,
+        };
         if let slots::Admission::Full = admission {
             log::debug!("{peer}: closed at once: every slot and overflow place is taken");
             shared
@@ -226,7 +243,7 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<
             .spawn(async move {
                 match admission {
                     slots::Admission::Slot(slot) => {
-                        connection::run(stream, peer, shared, slot, gate).await;
+                        connection::run(stream, peer, shared, slot, gate, websocket).await;
                     }
                     slots::Admission::Wait(place, handed) => {
                         wait_for_slot(stream, peer, shared, gate, arrived, place, handed).await;
@@ -261,7 +278,7 @@ async fn wait_for_slot(
     place.stop_waiting();
     if let Some(slot) = waited.or_else(|| handed.try_recv().ok()) {
         drop(place);
-        connection::run(stream, peer, shared, slot, gate).await;
+        connection::run(stream, peer, shared, slot, gate, None).await;
         return;
     }
     if shared.stopping.get() {

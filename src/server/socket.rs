@@ -24,6 +24,8 @@ pub enum Socket {
     /// A TCP connection carrying TLS, past its handshake. Boxed: rustls's state is
     /// large, and only a TLS door's connections should pay for it.
     Tls(Box<futures_rustls::server::TlsStream<Async<TcpStream>>>),
+    /// MQTT over WebSocket, over a TCP or TLS socket, past its upgrade.
+    Ws(Box<super::ws::WsSocket>),
 }
 
 impl Socket {
@@ -37,6 +39,10 @@ impl Socket {
                 let (io, conn) = s.get_mut();
                 super::tls::close_notify(io, conn);
                 io.get_ref().shutdown(std::net::Shutdown::Write)
+            }
+            Socket::Ws(s) => {
+                s.inner().close_write();
+                Ok(())
             }
         };
     }
@@ -54,6 +60,9 @@ impl Socket {
                 }
                 io.readable().await
             }
+            // tungstenite may hold a whole message already read off the socket: a
+            // WebSocket connection waits in its read, with its buffer, instead.
+            Socket::Ws(_) => Ok(()),
         }
     }
 }
@@ -64,6 +73,7 @@ macro_rules! each {
             Socket::Tcp($s) => $e,
             Socket::Unix($s) => $e,
             Socket::Tls($s) => $e,
+            Socket::Ws($s) => $e,
         }
     };
 }
@@ -107,13 +117,19 @@ pub enum Door {
         crate::ops::UnixDoor,
         Rc<Gate>,
     ),
+    /// A TCP listener speaking MQTT over WebSocket, with the pages it admits.
+    Ws(
+        Async<std::net::TcpListener>,
+        Rc<Gate>,
+        Rc<super::ws::OriginPolicy>,
+    ),
 }
 
 impl Door {
     /// Takes the next connection, with a label for the logs.
     pub async fn accept(&self) -> io::Result<(Socket, String)> {
         match self {
-            Door::Tcp(listener, _) => {
+            Door::Tcp(listener, _) | Door::Ws(listener, _, _) => {
                 let (stream, peer) = listener.accept().await?;
                 let _ = stream.get_ref().set_nodelay(true);
                 Ok((Socket::Tcp(stream), peer.to_string()))
@@ -132,6 +148,10 @@ impl Door {
                 .get_ref()
                 .local_addr()
                 .map_or_else(|e| e.to_string(), |a| a.to_string()),
+            Door::Ws(listener, _, _) => listener
+                .get_ref()
+                .local_addr()
+                .map_or_else(|e| e.to_string(), |a| format!("ws://{a}")),
             Door::Unix(_, door, _) => door.path().display().to_string(),
         }
     }
@@ -139,7 +159,15 @@ impl Door {
     /// What its connections must pass to be admitted.
     pub fn gate(&self) -> &Rc<Gate> {
         match self {
-            Door::Tcp(_, gate) | Door::Unix(_, _, gate) => gate,
+            Door::Tcp(_, gate) | Door::Unix(_, _, gate) | Door::Ws(_, gate, _) => gate,
+        }
+    }
+
+    /// The pages a WebSocket door admits; `None` on a door that is not one.
+    pub fn websocket(&self) -> Option<&Rc<super::ws::OriginPolicy>> {
+        match self {
+            Door::Ws(_, _, policy) => Some(policy),
+            _ => None,
         }
     }
 }

@@ -80,14 +80,27 @@ pub(crate) async fn run(
     shared: Rc<Shared>,
     slot: Slot,
     gate: Rc<crate::auth::Gate>,
+    websocket: Option<Rc<super::ws::OriginPolicy>>,
 ) {
     let mut reader = FrameReader::default();
-    // One deadline for the TLS handshake and the CONNECT together (B-062).
+    // One deadline for the TLS handshake, the WebSocket upgrade and the CONNECT
+    // together (B-062).
     let deadline = Instant::now() + shared.settings.connect_timeout;
-    let Some((mut stream, certificate)) =
+    let Some((stream, certificate)) =
         Box::pin(super::tls::admit_socket(&gate, stream, deadline, &peer)).await
     else {
         return;
+    };
+    let (mut stream, slot) = match websocket {
+        None => (stream, slot),
+        Some(policy) => {
+            let max = shared.settings.max_message_size as usize;
+            let upgrade = super::ws::upgrade(stream, slot, &policy, max, deadline, &peer);
+            match Box::pin(upgrade).await {
+                Some(upgraded) => upgraded,
+                None => return,
+            }
+        }
     };
     // The handshake and the ending are boxed so their state does not enlarge the
     // future every idle connection keeps (see ARCHITECTURE.md, memory).

@@ -1,0 +1,251 @@
+//! MQTT over WebSocket (`broker.mqtt.listen.ws`): the upgrade, the `mqtt` subprotocol,
+//! origin checks (B-160..B-168), binary framing, and the slot rules for ws sockets
+//! (A-243, B-059), against the broker binary with tungstenite as the client.
+
+mod common;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::{Broker, Raw, WAIT, connect, opts, publish};
+use saguin::codec::{self, Packet, ProtocolVersion, QoS};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+const WS_DOOR: &str = "      ws:\n        address: 127.0.0.1:0\n";
+
+/// The ws door's address, from the broker's log.
+fn ws_addr(broker: &Broker) -> SocketAddr {
+    let line = broker.wait_log("listening on ws://");
+    line.split("ws://")
+        .nth(1)
+        .and_then(|a| a.trim().parse().ok())
+        .expect("a ws address")
+}
+
+/// Opens a WebSocket to `addr` offering the `mqtt` subprotocol, with `origin` if any.
+fn open(
+    addr: SocketAddr,
+    origin: Option<&str>,
+) -> Result<(WebSocket<TcpStream>, Option<String>), tungstenite::Error> {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    let mut request = format!("ws://{addr}/mqtt")
+        .into_client_request()
+        .expect("a request");
+    let headers = request.headers_mut();
+    headers.insert(
+        "sec-websocket-protocol",
+        "mqtt".parse().expect("a header value"),
+    );
+    if let Some(origin) = origin {
+        headers.insert("origin", origin.parse().expect("a header value"));
+    }
+    let (ws, response) = tungstenite::client(request, stream).map_err(|e| match e {
+        tungstenite::HandshakeError::Failure(e) => e,
+        tungstenite::HandshakeError::Interrupted(_) => {
+            tungstenite::Error::Io(std::io::ErrorKind::WouldBlock.into())
+        }
+    })?;
+    let protocol = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    Ok((ws, protocol))
+}
+
+/// A WebSocket MQTT client: packets out as binary messages, packets in from them.
+struct WsClient {
+    ws: WebSocket<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl WsClient {
+    fn connected(addr: SocketAddr, client_id: &str) -> WsClient {
+        let (ws, _) = open(addr, None).expect("upgrade");
+        let mut client = WsClient {
+            ws,
+            buf: Vec::new(),
+        };
+        client.send(&Packet::Connect(Box::new(connect(
+            ProtocolVersion::V5,
+            client_id,
+            true,
+        ))));
+        match client.recv() {
+            Packet::ConnAck(ack) => assert_eq!(ack.code, 0),
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+        client
+    }
+
+    fn send(&mut self, packet: &Packet) {
+        let mut out = Vec::new();
+        codec::encode(packet, ProtocolVersion::V5, &mut out);
+        self.ws.send(Message::binary(out)).expect("send");
+    }
+
+    fn recv(&mut self) -> Packet {
+        loop {
+            if let Some(header) = codec::read_fixed_header(&self.buf).expect("a header") {
+                let total = header.header_len + header.remaining_length;
+                if self.buf.len() >= total {
+                    let packet = codec::decode(
+                        header.first_byte,
+                        &self.buf[header.header_len..total],
+                        ProtocolVersion::V5,
+                    )
+                    .expect("a packet");
+                    self.buf.drain(..total);
+                    return packet;
+                }
+            }
+            match self.ws.read().expect("a message") {
+                Message::Binary(data) => self.buf.extend_from_slice(&data),
+                other => panic!("expected a binary message, got {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn an_mqtt_client_over_websocket_publishes_and_subscribes_beside_tcp_clients() {
+    let broker = Broker::start(WS_DOOR);
+    let addr = ws_addr(&broker);
+    let (_, protocol) = open(addr, None).expect("upgrade");
+    assert_eq!(
+        protocol.as_deref(),
+        Some("mqtt"),
+        "the subprotocol is echoed"
+    );
+
+    let mut ws = WsClient::connected(addr, "browser");
+    let sub = codec::Subscribe {
+        packet_id: 1,
+        filters: vec![("plant/#".into(), opts(QoS::AtLeastOnce))],
+        properties: Default::default(),
+    };
+    ws.send(&Packet::Subscribe(sub));
+    assert!(matches!(ws.recv(), Packet::SubAck(a) if a.codes == [1]));
+
+    let mut tcp = Raw::connected(broker.addr, ProtocolVersion::V5, "plc");
+    tcp.subscribe("hmi/#", opts(QoS::AtLeastOnce));
+    assert_eq!(
+        tcp.publish("plant/pump", b"on", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    match ws.recv() {
+        Packet::Publish(p) => {
+            assert_eq!((&*p.topic, &*p.payload), ("plant/pump", &b"on"[..]));
+            ws.send(&Packet::PubAck(codec::Ack::new(
+                p.packet_id.expect("QoS 1"),
+                0,
+            )));
+        }
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+    // A 64 KiB payload crosses in one message each way.
+    let big = vec![7u8; 64 * 1024];
+    let mut p = publish("hmi/screen", &big, QoS::AtLeastOnce, false);
+    p.packet_id = Some(9);
+    ws.send(&Packet::Publish(p));
+    assert!(matches!(ws.recv(), Packet::PubAck(a) if a.code == 0));
+    assert_eq!(tcp.recv_publish().payload.len(), big.len());
+}
+
+#[test]
+fn a_page_from_another_origin_is_refused_403_and_one_without_origin_is_admitted() {
+    // B-160: same_origin (the default) wants the page's scheme, host and port to be
+    // the request's own; B-164: no Origin header is admitted.
+    let broker = Broker::start(WS_DOOR);
+    let addr = ws_addr(&broker);
+    match open(addr, Some("http://evil.example:80")) {
+        Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 403),
+        other => panic!("expected a 403, got {:?}", other.map(|_| ())),
+    }
+    assert!(open(addr, Some(&format!("http://{addr}"))).is_ok());
+    assert!(
+        open(addr, Some(&format!("https://{addr}"))).is_err(),
+        "scheme"
+    );
+    assert!(open(addr, None).is_ok());
+}
+
+#[test]
+fn allowed_origins_admit_only_the_listed_pages_and_sigusr1_rereads_them() {
+    // B-161, B-165, B-168.
+    let dir = common::temp_dir("ws-origins");
+    let door = "      ws:\n        address: 127.0.0.1:0\n        same_origin: false\n        allowed_origins: [\"https://hmi.example\"]\n";
+    let yaml = common::config(door);
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let addr = ws_addr(&broker);
+    assert!(open(addr, Some("https://hmi.example")).is_ok());
+    assert!(open(addr, Some("https://hmi.example:443")).is_ok());
+    assert!(
+        open(addr, Some("https://hmi.example:8443")).is_err(),
+        "another port is another origin"
+    );
+    assert!(open(addr, Some("https://other.example")).is_err());
+    std::fs::write(
+        dir.join("saguin.yaml"),
+        yaml.replace("https://hmi.example", "https://other.example"),
+    )
+    .expect("edit");
+    broker.signal("USR1");
+    broker.wait_log("SIGUSR1: log_level");
+    assert!(open(addr, Some("https://other.example")).is_ok());
+    assert!(open(addr, Some("https://hmi.example")).is_err());
+}
+
+#[test]
+fn a_text_message_ends_the_connection() {
+    // MQTT-6.0.0-1: MQTT travels in binary messages.
+    let broker = Broker::start(WS_DOOR);
+    let addr = ws_addr(&broker);
+    let mut client = WsClient::connected(addr, "texter");
+    client
+        .ws
+        .send(Message::text("not mqtt"))
+        .expect("send text");
+    let ended = (0..10).any(|_| match client.ws.read() {
+        Ok(Message::Binary(_)) => false,
+        Ok(_) => false,
+        Err(_) => true,
+    });
+    assert!(ended, "the broker closes the connection");
+}
+
+#[test]
+fn past_max_connections_a_ws_socket_is_closed_with_nothing_written() {
+    // A-243, B-059: a ws socket gets a slot at accept or nothing: no overflow place,
+    // no HTTP answer.
+    let broker = Broker::start(&format!("{WS_DOOR}  limits:\n    max_connections: 1\n"));
+    let addr = ws_addr(&broker);
+    let _holder = Raw::connected(broker.addr, ProtocolVersion::V5, "holder");
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    let _ = std::io::Write::write_all(
+        &mut stream,
+        b"GET /mqtt HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    );
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    assert!(answer.is_empty(), "nothing written: {answer:?}");
+}
+
+#[test]
+fn a_request_that_is_no_upgrade_is_refused_and_the_broker_serves_on() {
+    let broker = Broker::start(WS_DOOR);
+    let addr = ws_addr(&broker);
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    std::io::Write::write_all(&mut stream, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").expect("write");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = WsClient::connected(addr, "after");
+}
