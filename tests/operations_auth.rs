@@ -77,6 +77,17 @@ fn operations(listen: &str, block: &str) -> String {
     common::config(&format!("  operations:\n    listen:\n{listen}{block}"))
 }
 
+/// One operations tcp door at `address` serving `tls_dir`'s certificate, with
+/// `tls_extra` keys in its `tls` block.
+fn tls_door(address: &str, tls_extra: &str) -> String {
+    operations(
+        &format!(
+            "      tcp:\n        address: {address}\n        tls:\n          cert_file: {{dir}}/server.pem\n          key_file: {{dir}}/server-key.pem\n{tls_extra}"
+        ),
+        "",
+    )
+}
+
 /// B-363: with the block's password file, a right password reads /health and
 /// /metrics on the tcp door and on the unix door; a wrong password, an unknown user
 /// and no credentials are 401 with the Basic challenge, whatever path they asked.
@@ -176,10 +187,7 @@ fn every_unix_door_is_served_with_its_lock_b357_b523() {
 fn a_required_client_certificate_authenticates_the_operator_b169_b198_b361() {
     let ca = Ca::new("ops-ca");
     let dir = tls_dir("ops-mtls", &ca);
-    let yaml = operations(
-        "      tcp:\n        address: 0.0.0.0:0\n        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n          client_ca_file: {dir}/ca.pem\n",
-        "",
-    );
+    let yaml = tls_door("0.0.0.0:0", "          client_ca_file: {dir}/ca.pem\n");
     let broker = Broker::start_in(dir, &yaml);
     let addr: std::net::SocketAddr = ops_addr(&broker, "https").parse().expect("address");
     let refused = try_http_get(open(addr, client(&ca, None, BOTH)), "/health", None);
@@ -285,10 +293,7 @@ fn sigusr1_rereads_the_operations_password_file_b228() {
 fn sigusr1_serves_a_renewed_certificate_on_an_operations_door_b188() {
     let old = Ca::new("old-ca");
     let dir = tls_dir("ops-renew", &old);
-    let yaml = operations(
-        "      tcp:\n        address: 127.0.0.1:0\n        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n",
-        "",
-    );
+    let yaml = tls_door("127.0.0.1:0", "");
     let broker = Broker::start_in(dir.clone(), &yaml);
     let addr: std::net::SocketAddr = ops_addr(&broker, "https").parse().expect("address");
     let new = Ca::new("new-ca");
@@ -302,4 +307,42 @@ fn sigusr1_serves_a_renewed_certificate_on_an_operations_door_b188() {
     broker.wait_log("1 certificates re-read");
     let renewed = try_http_get(open(addr, client(&new, None, BOTH)), "/health", None);
     assert_eq!(renewed.expect("an answer").status, 200);
+}
+
+/// Requests answered at once are bounded (32, across every door): a socket past
+/// them is closed at once with nothing written, and a place given back serves the
+/// next request.
+#[test]
+fn requests_answered_at_once_are_bounded() {
+    let dir = common::temp_dir("ops-bounded");
+    let sock = dir.join("ops.sock");
+    let yaml = operations(
+        &format!("      unix:\n        path: {}\n", sock.display()),
+        "",
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("operations listening on");
+    let mut idle: Vec<UnixStream> = (0..32).map(|_| unix(&sock)).collect();
+    // The broker has taken every idle socket once a request behind them is answered
+    // or refused; poll until the 33rd is refused.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let mut extra = unix(&sock);
+        let mut buf = [0u8; 64];
+        let _ = std::io::Write::write_all(&mut extra, b"GET /health HTTP/1.1\r\n\r\n");
+        match std::io::Read::read(&mut extra, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "never refused"),
+        }
+    }
+    broker.wait_log("closed at once");
+    idle.truncate(31);
+    let deadline = std::time::Instant::now() + WAIT;
+    while try_http_get(unix(&sock), "/health", None)
+        .map(|a| a.status)
+        .ok()
+        != Some(200)
+    {
+        assert!(std::time::Instant::now() < deadline, "no place came back");
+    }
 }

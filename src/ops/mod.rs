@@ -18,7 +18,7 @@
 
 mod metrics;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -38,6 +38,11 @@ use crate::server::{Door, Shared, Socket, admit_socket};
 const MAX_HEAD: usize = 8 * 1024;
 /// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most requests answered at once, across every door. A scraper asks one at a
+/// time; a door on a routable address must not let whoever reaches it hold a task,
+/// a TLS state and a head buffer per socket without bound. Past it a socket is
+/// closed at once with nothing written.
+const MAX_IN_FLIGHT: usize = 32;
 
 /// The operations listener's bound doors, each with its gate.
 #[derive(Debug)]
@@ -133,9 +138,11 @@ pub(crate) fn spawn(
 ) -> io::Result<()> {
     let scrape = Rc::new(RefCell::new(Scrape::default()));
     let interval = ops.min_scrape_interval;
+    let in_flight = Rc::new(Cell::new(0));
     for door in ops.doors {
         log_door(&door);
         let (ex, shared, scrape) = (executor.clone(), shared.clone(), scrape.clone());
+        let in_flight = in_flight.clone();
         executor
             .spawn(async move {
                 loop {
@@ -148,10 +155,17 @@ pub(crate) fn spawn(
                             continue;
                         }
                     };
+                    let Some(slot) = InFlight::take(&in_flight) else {
+                        log::debug!(
+                            "{peer}: operations request closed at once: {MAX_IN_FLIGHT} are being answered"
+                        );
+                        continue;
+                    };
                     let (gate, shared, scrape) =
                         (door.gate().clone(), shared.clone(), scrape.clone());
                     ex.spawn(async move {
-                        answer(stream, &peer, &gate, &shared, &scrape, interval).await
+                        answer(stream, &peer, &gate, &shared, &scrape, interval).await;
+                        drop(slot);
                     })
                     .detach();
                 }
@@ -159,6 +173,26 @@ pub(crate) fn spawn(
             .detach();
     }
     Ok(())
+}
+
+/// One request being answered, counted against [`MAX_IN_FLIGHT`] while it lives.
+struct InFlight(Rc<Cell<usize>>);
+
+impl InFlight {
+    /// A place among the requests being answered, if one is free.
+    fn take(count: &Rc<Cell<usize>>) -> Option<InFlight> {
+        if count.get() >= MAX_IN_FLIGHT {
+            return None;
+        }
+        count.set(count.get() + 1);
+        Some(InFlight(count.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// Says where a door listens and who it admits.
