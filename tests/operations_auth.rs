@@ -287,6 +287,22 @@ fn sigusr1_rereads_the_operations_password_file_b228() {
     assert_unauthorized(&get_unix(&sock, "/health", ALICE));
 }
 
+/// B-187, B-175: a key that does not serve its certificate stops the broker before
+/// a port opens, naming the operations door.
+#[test]
+fn a_bad_certificate_on_an_operations_door_stops_the_broker_naming_it_b187() {
+    let ca = Ca::new("ops-ca");
+    let dir = tls_dir("ops-mismatch", &ca);
+    let (_, _, other_key) = ca.sign(&["localhost"], None);
+    std::fs::write(dir.join("server-key.pem"), other_key).expect("write");
+    let yaml = tls_door("127.0.0.1:0", "").replace("{dir}", &dir.display().to_string());
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(
+        text.contains("broker.operations.listen.tcp: key_file"),
+        "{text}"
+    );
+}
+
 /// B-188: SIGUSR1 serves a renewed certificate on an operations TLS door to the
 /// next handshake.
 #[test]
