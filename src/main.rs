@@ -78,7 +78,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let operations = match saguin::startup::operations(&config) {
+    let operations = match saguin::startup::operations(&config, &gates) {
         Ok(operations) => operations,
         Err(e) => {
             log::error!("{e}");

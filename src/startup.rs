@@ -1,15 +1,17 @@
 //! From a validated configuration to what the broker runs with: providers opened,
-//! channels registered with them, settings mapped. Everything that can fail here fails
-//! before a listener opens, with a message naming what to fix.
+//! channels registered with them, settings mapped, doors bound. Everything that can
+//! fail here fails before a listener opens, with a message naming what to fix.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
+use crate::auth::Gate;
 use crate::broker::channels::{Channel, Channels, Kind};
 use crate::config::{self, ChannelType, Config};
-use crate::ops::OpsSettings;
+use crate::ops::OpsDoors;
 use crate::routing::Router;
-use crate::server::{Door, OpsDoors};
+use crate::server::Door;
 use crate::storage::{
     self, ChannelKind, ChannelSettings, Provider, ProviderSettings, Retention, RetentionSchedule,
 };
@@ -218,11 +220,11 @@ fn describe(settings: &ProviderSettings) -> String {
 ///
 /// # Errors
 /// A door that cannot be bound, named; and what this build does not serve yet (an
-/// `acl_file`, WebSocket), refused rather than silently left unchecked or closed.
+/// `acl_file`, bridges), refused rather than silently left unchecked or
+/// closed.
 pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Result<Vec<Door>> {
     let mqtt = &config.broker.mqtt;
     let listen = &mqtt.listen;
-    let unserved = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
     // A rule the broker would not enforce is worse than none: refuse to start.
     if mqtt.acl_file.is_some() {
         return Err(unserved(
@@ -244,82 +246,100 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
          broker.session.storage and broker.share are validated but not applied (broker.qos2's \
          bounds apply to the publishes held in memory)"
     );
-    let address = |kind: &str, name: &str, address: &crate::config::ListenAddress| {
-        address.socket_addr().ok_or_else(|| {
-            unserved(format!(
-                "broker.mqtt.listen.{kind} {name}: {} names a host; write an IP address (0.0.0.0 for every interface)",
-                address.bind_string()
-            ))
-        })
-    };
-    let mut tcp = Vec::new();
-    for (door, gate) in listen.tcp.iter().zip(&gates.tcp) {
-        tcp.push((address("tcp", &door.name, &door.address)?, gate.clone()));
-    }
+    let tcp = tcp_doors("broker.mqtt.listen.tcp", &listen.tcp, &gates.tcp)?;
     let mut ws = Vec::new();
     for (door, (gate, policy)) in listen.ws.iter().zip(&gates.ws) {
-        let addr = address("ws", &door.name, &door.address)?;
+        let addr = socket_addr("broker.mqtt.listen.ws", &door.name, &door.address)?;
         ws.push((addr, gate.clone(), policy.clone()));
     }
-    let unix: Vec<_> = listen
-        .unix
-        .iter()
-        .zip(&gates.unix)
-        .map(|(d, gate)| (d.path.clone(), d.mode, gate.clone()))
-        .collect();
+    let unix = unix_doors(&listen.unix, &gates.unix);
     crate::server::bind_doors(&tcp, &ws, &unix)
 }
 
-/// Binds the operations listener's doors, if `broker.operations` is written.
+/// What this build refuses to start with rather than serve half of.
+fn unserved(what: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Unsupported, what)
+}
+
+/// Each tcp door's socket address beside its gate.
 ///
 /// # Errors
-/// A door that cannot be bound, or a Unix socket another broker holds, named.
-pub fn operations(config: &Config) -> std::io::Result<Option<OpsDoors>> {
+/// A door whose address names a host rather than an IP address (`key` names the
+/// block): it is not resolved, so the door would otherwise silently not open.
+fn tcp_doors(
+    key: &str,
+    doors: &[config::TcpDoor],
+    gates: &[Rc<Gate>],
+) -> std::io::Result<Vec<(std::net::SocketAddr, Rc<Gate>)>> {
+    doors
+        .iter()
+        .zip(gates)
+        .map(|(door, gate)| Ok((socket_addr(key, &door.name, &door.address)?, gate.clone())))
+        .collect()
+}
+
+/// A tcp or ws door's socket address.
+///
+/// # Errors
+/// The address names a host rather than an IP address: it is not resolved, so the
+/// door would otherwise silently not open.
+fn socket_addr(
+    key: &str,
+    name: &str,
+    address: &config::ListenAddress,
+) -> std::io::Result<std::net::SocketAddr> {
+    address.socket_addr().ok_or_else(|| {
+        unserved(format!(
+            "{key} {name}: {} names a host; write an IP address (127.0.0.1 for loopback, \
+             0.0.0.0 for every interface)",
+            address.bind_string()
+        ))
+    })
+}
+
+/// Each unix door's path and mode beside its gate.
+fn unix_doors(
+    doors: &[config::UnixDoor],
+    gates: &[Rc<Gate>],
+) -> Vec<(std::path::PathBuf, u32, Rc<Gate>)> {
+    doors
+        .iter()
+        .zip(gates)
+        .map(|(d, gate)| (d.path.clone(), d.mode, gate.clone()))
+        .collect()
+}
+
+/// Binds every door of the operations listener, if `broker.operations` is written:
+/// each tcp door and each unix door (with its `<path>.lock`, B-523), each with the
+/// gate `gates` holds for it (its password file, its TLS; `crate::auth`). Which
+/// doors may stay open without authenticating (B-361, B-362) and that none writes
+/// `allow_anonymous` (B-364) is the configuration check's, in `config::blocks`.
+///
+/// # Errors
+/// A door that cannot be bound, a Unix socket another broker holds, or what this
+/// build does not serve (`proxy_protocol`), named.
+pub fn operations(
+    config: &Config,
+    gates: &crate::auth::Gates,
+) -> std::io::Result<Option<OpsDoors>> {
     let Some(ops) = &config.broker.operations else {
         return Ok(None);
     };
-    // Credentials the listener would not check are refused, as on the MQTT doors.
-    let door_files = ops
-        .listen
-        .tcp
-        .iter()
-        .map(|d| (&d.name, d.password_file.is_some() || d.tls.is_some()));
-    let door_files = door_files.chain(
-        ops.listen
-            .unix
-            .iter()
-            .map(|d| (&d.name, d.password_file.is_some())),
-    );
-    for (name, guarded) in door_files {
-        if guarded || ops.password_file.is_some() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                format!(
-                    "broker.operations.listen {name}: this build serves the operations listener on loopback or \
-                     its Unix socket only, checking no password and no certificate; remove password_file and tls"
-                ),
-            ));
-        }
+    if let Some(door) = ops.listen.unix.iter().find(|d| d.proxy_protocol) {
+        return Err(unserved(format!(
+            "broker.operations.listen.unix {}: proxy_protocol is not served by this build, so \
+             every request would arrive as a PROXY header it cannot read; remove the key",
+            door.name
+        )));
     }
-    let tcp_addrs: Vec<_> = ops
-        .listen
-        .tcp
-        .iter()
-        .filter_map(|d| d.address.socket_addr())
-        .collect();
-    let tcp = crate::server::bind(&tcp_addrs)?;
-    let unix = match ops.listen.unix.first() {
-        Some(door) => Some(crate::ops::bind_unix(&door.path, door.mode)?),
-        None => None,
-    };
-    let settings = OpsSettings {
-        tcp: tcp_addrs,
-        unix: ops.listen.unix.first().map(|d| (d.path.clone(), d.mode)),
-        min_scrape_interval: ops.min_scrape_interval,
-    };
+    let tcp = tcp_doors(
+        "broker.operations.listen.tcp",
+        &ops.listen.tcp,
+        &gates.ops_tcp,
+    )?;
+    let unix = unix_doors(&ops.listen.unix, &gates.ops_unix);
     Ok(Some(OpsDoors {
-        settings,
-        tcp,
-        unix,
+        doors: crate::server::bind_doors(&tcp, &[], &unix)?,
+        min_scrape_interval: ops.min_scrape_interval,
     }))
 }

@@ -595,9 +595,39 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "0.0.0.0:9090",
     ),
     (
+        "B-362",
+        "  operations:\n    listen:\n      tcp:\n        address: 0.0.0.0:9090\n        tls:\n          cert_file: /c.pem\n          key_file: /k.pem\n          client_ca_file: /ca.pem\n          require_certificate: false\n",
+        "broker.operations.listen.tcp.address",
+        "0.0.0.0:9090",
+    ),
+    (
+        "B-362",
+        "  operations:\n    listen:\n      tcp:\n        - name: guarded\n          address: 0.0.0.0:9090\n          password_file: /etc/saguin/ops.passwd\n        - name: bare\n          address: 0.0.0.0:9091\n",
+        "broker.operations.listen.tcp[1].address",
+        "0.0.0.0:9091",
+    ),
+    (
+        "B-362",
+        "  operations:\n    listen:\n      tcp:\n        address: 0.0.0.0:9090\n      unix:\n        path: /run/o.sock\n        password_file: /etc/saguin/ops.passwd\n",
+        "broker.operations.listen.tcp.address",
+        "0.0.0.0:9090",
+    ),
+    (
         "B-364",
         "  operations:\n    listen:\n      unix:\n        path: /run/o.sock\n        allow_anonymous: true\n",
         "broker.operations.listen.unix.allow_anonymous",
+        "allow_anonymous",
+    ),
+    (
+        "B-364",
+        "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:9090\n        allow_anonymous: false\n",
+        "broker.operations.listen.tcp.allow_anonymous",
+        "allow_anonymous",
+    ),
+    (
+        "B-364",
+        "  operations:\n    allow_anonymous: true\n    listen:\n      tcp:\n        address: 127.0.0.1:9090\n",
+        "broker.operations.allow_anonymous",
         "allow_anonymous",
     ),
     (
@@ -931,6 +961,14 @@ const VALID: &[(&str, &str)] = &[
     (
         "B-361",
         "  operations:\n    password_file: /etc/saguin/ops.passwd\n    listen:\n      tcp:\n        address: 0.0.0.0:9090\n",
+    ),
+    (
+        "B-361",
+        "  operations:\n    listen:\n      tcp:\n        address: 0.0.0.0:9090\n        password_file: /etc/saguin/ops.passwd\n",
+    ),
+    (
+        "B-361",
+        "  operations:\n    listen:\n      tcp:\n        address: 0.0.0.0:9090\n        tls:\n          cert_file: /c.pem\n          key_file: /k.pem\n          client_ca_file: /ca.pem\n",
     ),
     (
         "B-365",

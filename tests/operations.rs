@@ -4,35 +4,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{Broker, Raw, WAIT, connect, temp_dir};
+use common::{Broker, Raw, WAIT, connect, http_get, tcp, temp_dir};
 use saguin::codec::{ProtocolVersion::V5, QoS};
-
-fn http_get(mut stream: impl Read + Write, path: &str) -> (u16, String) {
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status line");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
-fn tcp(addr: &str) -> TcpStream {
-    let stream = TcpStream::connect(addr).expect("connect to the operations listener");
-    stream.set_read_timeout(Some(WAIT)).expect("timeout");
-    stream
-}
 
 #[test]
 fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {

@@ -1,9 +1,12 @@
-//! Who may connect: each MQTT door's [`Gate`] (its password file, whether it admits
+//! Who may connect: each door's [`Gate`] (its password file, whether it admits
 //! clients with no user name, its TLS), and the SIGUSR1 re-read of every file a gate
-//! reads ([`Reloader`]).
+//! reads ([`Reloader`]). The MQTT doors and the operations listener's doors have
+//! gates of the same kind, read by one [`Gates::from_config`] and re-read by one
+//! [`Reloader`]; only who counts as anonymous differs (`Files::mqtt_gate`,
+//! `Files::operations_gate`).
 //!
-//! The decision at CONNECT is [`Gate::admit`] (RFC 0002 "Who may connect",
-//! "Client certificates"):
+//! The decision at CONNECT, or at an operations request's `Authorization: Basic`
+//! header, is [`Gate::admit`] (RFC 0002 "Who may connect", "Client certificates"):
 //! 1. a verified client certificate that names somebody is the client's user name,
 //!    and the password file is not consulted;
 //! 2. a user name is checked against the door's password file; a wrong password and
@@ -21,7 +24,7 @@ mod password;
 pub use password::{FileError, PasswordFile, Verdict};
 
 use std::cell::RefCell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use crate::config::{self, Config};
@@ -191,124 +194,191 @@ pub fn check_connect(
     }
 }
 
-/// The gates of the MQTT doors, in the order `broker.mqtt.listen` lists them, and
-/// what re-reads their files.
+/// The gates of every door, in the order the configuration lists them: the MQTT
+/// doors' and the operations listener's, read together so one [`Reloader`] re-reads
+/// all their files.
 #[derive(Debug)]
 pub struct Gates {
-    /// One per `tcp` door.
+    /// One per `broker.mqtt.listen.tcp` door.
     pub tcp: Vec<Rc<Gate>>,
-    /// One per `unix` door.
+    /// One per `broker.mqtt.listen.unix` door.
     pub unix: Vec<Rc<Gate>>,
-    /// One per `ws` door, with the pages it admits (re-read on SIGUSR1 from the
-    /// configuration itself, by the caller that re-reads it).
+    /// One per `broker.mqtt.listen.ws` door, with the pages it admits (re-read on
+    /// SIGUSR1 from the configuration itself, by the caller that re-reads it).
     pub ws: Vec<(Rc<Gate>, Rc<crate::server::OriginPolicy>)>,
+    /// One per `broker.operations.listen.tcp` door.
+    pub ops_tcp: Vec<Rc<Gate>>,
+    /// One per `broker.operations.listen.unix` door.
+    pub ops_unix: Vec<Rc<Gate>>,
     /// What SIGUSR1 re-reads.
     pub reloader: Reloader,
 }
 
+/// Where the MQTT doors are configured, for their names.
+const MQTT_LISTEN: &str = "broker.mqtt.listen";
+/// Where the operations doors are configured.
+const OPS_LISTEN: &str = "broker.operations.listen";
+
 /// The name B-175 gives a door: its kind alone for the mapping form, the kind and
-/// the name in brackets for one of several.
-fn door_name(kind: &str, name: &str) -> String {
+/// the name in brackets for one of several (`listen` is where its block is).
+fn door_name(listen: &str, kind: &str, name: &str) -> String {
     if name == kind {
-        format!("broker.mqtt.listen.{kind}")
+        format!("{listen}.{kind}")
     } else {
-        format!("broker.mqtt.listen.{kind}[{name}]")
+        format!("{listen}.{kind}[{name}]")
+    }
+}
+
+/// The files the gates read, each once however many doors name it: what the
+/// [`Reloader`] re-reads.
+#[derive(Default)]
+struct Files {
+    passwords: Vec<Rc<RefCell<PasswordFile>>>,
+    certificates: Vec<(config::Tls, Rc<TlsAcceptor>)>,
+}
+
+impl Files {
+    /// The password file at `path`, read at its first mention.
+    fn passwords(&mut self, path: &Path) -> Result<Rc<RefCell<PasswordFile>>, String> {
+        if let Some(f) = self.passwords.iter().find(|f| f.borrow().path() == path) {
+            return Ok(f.clone());
+        }
+        let loaded = PasswordFile::load(path).map_err(|e| e.to_string())?;
+        log::info!("password file {}: {} users", path.display(), loaded.len());
+        let f = Rc::new(RefCell::new(loaded));
+        self.passwords.push(f.clone());
+        Ok(f)
+    }
+
+    /// A door's TLS, when it carries a `tls` block.
+    fn tls(
+        &mut self,
+        door: &str,
+        tls: Option<&config::Tls>,
+    ) -> Result<Option<Rc<TlsAcceptor>>, String> {
+        let Some(tls) = tls else {
+            return Ok(None);
+        };
+        let acceptor = Rc::new(TlsAcceptor::load(door, tls)?);
+        self.certificates.push((tls.clone(), acceptor.clone()));
+        Ok(Some(acceptor))
+    }
+
+    /// An MQTT door's gate: its own file, else the broker's; anonymous clients as
+    /// its own `allow_anonymous`, else the broker's, else "no file" (B-222 … B-224).
+    fn mqtt_gate(
+        &mut self,
+        mqtt: &config::Mqtt,
+        door: String,
+        own_file: Option<&PathBuf>,
+        own_anonymous: Option<bool>,
+        tls: Option<&config::Tls>,
+    ) -> Result<Rc<Gate>, String> {
+        let tls = self.tls(&door, tls)?;
+        let path = own_file.or(mqtt.password_file.as_ref());
+        // A door naming its own file does not inherit the broker's answer (B-222).
+        let anonymous = if own_file.is_some() {
+            own_anonymous.unwrap_or(false)
+        } else {
+            own_anonymous
+                .or(mqtt.allow_anonymous)
+                .unwrap_or(path.is_none())
+        };
+        Ok(Rc::new(Gate {
+            door,
+            passwords: path.map(|p| self.passwords(p)).transpose()?,
+            anonymous,
+            tls,
+        }))
+    }
+
+    /// An operations door's gate (RFC 0002 "The operations listener"): its own file,
+    /// else the block's (B-363). A door with a file or a required client certificate
+    /// admits only the operators they name; one with neither authenticates nobody
+    /// and admits every reader, which the configuration allows only on loopback and
+    /// the Unix socket, whose permissions are then the gate (B-361).
+    fn operations_gate(
+        &mut self,
+        ops: &config::Operations,
+        door: String,
+        own_file: Option<&PathBuf>,
+        tls: Option<&config::Tls>,
+    ) -> Result<Rc<Gate>, String> {
+        let path = own_file.or(ops.password_file.as_ref());
+        let certificate = tls.is_some_and(config::Tls::requires_certificate);
+        let tls = self.tls(&door, tls)?;
+        Ok(Rc::new(Gate {
+            door,
+            passwords: path.map(|p| self.passwords(p)).transpose()?,
+            anonymous: path.is_none() && !certificate,
+            tls,
+        }))
     }
 }
 
 impl Gates {
-    /// Reads every password file and certificate the MQTT doors name.
+    /// Reads every password file and certificate the MQTT and operations doors name.
     ///
     /// # Errors
     /// The first file that cannot be read or understood, naming the file and line
     /// (a password file) or the door (a certificate).
     pub fn from_config(config: &Config) -> Result<Gates, String> {
         let mqtt = &config.broker.mqtt;
-        let mut files: Vec<Rc<RefCell<PasswordFile>>> = Vec::new();
-        let mut file_at = |path: &PathBuf| -> Result<Rc<RefCell<PasswordFile>>, String> {
-            if let Some(f) = files.iter().find(|f| f.borrow().path() == path) {
-                return Ok(f.clone());
-            }
-            let loaded = PasswordFile::load(path).map_err(|e| e.to_string())?;
-            log::info!("password file {}: {} users", path.display(), loaded.len());
-            let f = Rc::new(RefCell::new(loaded));
-            files.push(f.clone());
-            Ok(f)
-        };
-        let mut gate = |kind: &str,
-                        name: &str,
-                        own_file: &Option<PathBuf>,
-                        own_anonymous: Option<bool>,
-                        tls: Option<Rc<TlsAcceptor>>|
-         -> Result<Rc<Gate>, String> {
-            let path = own_file.as_ref().or(mqtt.password_file.as_ref());
-            // A door naming its own file does not inherit the broker's answer (B-222).
-            let anonymous = if own_file.is_some() {
-                own_anonymous.unwrap_or(false)
-            } else {
-                own_anonymous
-                    .or(mqtt.allow_anonymous)
-                    .unwrap_or(path.is_none())
-            };
-            Ok(Rc::new(Gate {
-                door: door_name(kind, name),
-                passwords: path.map(&mut file_at).transpose()?,
-                anonymous,
-                tls,
-            }))
-        };
-        let mut certificates = Vec::new();
-        let mut load_tls =
-            |door: &str, tls: &Option<config::Tls>| -> Result<Option<Rc<TlsAcceptor>>, String> {
-                let Some(t) = tls else { return Ok(None) };
-                let acceptor = Rc::new(TlsAcceptor::load(door, t)?);
-                certificates.push((t.clone(), acceptor.clone()));
-                Ok(Some(acceptor))
-            };
+        let mut files = Files::default();
         let mut tcp = Vec::new();
         for d in &mqtt.listen.tcp {
-            let tls = load_tls(&door_name("tcp", &d.name), &d.tls)?;
-            tcp.push(gate(
-                "tcp",
-                &d.name,
-                &d.password_file,
-                d.allow_anonymous,
-                tls,
-            )?);
+            let door = door_name(MQTT_LISTEN, "tcp", &d.name);
+            let (own, tls) = (d.password_file.as_ref(), d.tls.as_ref());
+            tcp.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls)?);
         }
         let mut ws = Vec::new();
         for d in &mqtt.listen.ws {
-            let door = door_name("ws", &d.name);
-            let tls = load_tls(&door, &d.tls)?;
+            let door = door_name(MQTT_LISTEN, "ws", &d.name);
             let policy = crate::server::OriginPolicy::new(
                 &d.name,
-                door,
-                tls.is_some(),
+                door.clone(),
+                d.tls.is_some(),
                 d.same_origin,
                 &d.allowed_origins,
             );
-            let gate = gate("ws", &d.name, &d.password_file, d.allow_anonymous, tls)?;
+            let (own, tls) = (d.password_file.as_ref(), d.tls.as_ref());
+            let gate = files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls)?;
             ws.push((gate, Rc::new(policy)));
         }
         let mut unix = Vec::new();
         for d in &mqtt.listen.unix {
-            unix.push(gate(
-                "unix",
-                &d.name,
-                &d.password_file,
-                d.allow_anonymous,
-                None,
-            )?);
+            let door = door_name(MQTT_LISTEN, "unix", &d.name);
+            let own = d.password_file.as_ref();
+            unix.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, None)?);
         }
-        let ws_gates = ws.iter().map(|(gate, _)| gate);
-        let gates: Vec<Rc<Gate>> = tcp.iter().chain(&unix).chain(ws_gates).cloned().collect();
+        let (mut ops_tcp, mut ops_unix) = (Vec::new(), Vec::new());
+        if let Some(ops) = &config.broker.operations {
+            for d in &ops.listen.tcp {
+                let door = door_name(OPS_LISTEN, "tcp", &d.name);
+                let own = d.password_file.as_ref();
+                ops_tcp.push(files.operations_gate(ops, door, own, d.tls.as_ref())?);
+            }
+            for d in &ops.listen.unix {
+                let door = door_name(OPS_LISTEN, "unix", &d.name);
+                let own = d.password_file.as_ref();
+                ops_unix.push(files.operations_gate(ops, door, own, None)?);
+            }
+        }
+        let ws_gates: Vec<Rc<Gate>> = ws.iter().map(|(gate, _)| gate.clone()).collect();
+        let gates: Vec<Rc<Gate>> = [&tcp, &unix, &ws_gates, &ops_tcp, &ops_unix]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
         Ok(Gates {
             tcp,
             unix,
             ws,
+            ops_tcp,
+            ops_unix,
             reloader: Reloader {
-                files,
-                certificates,
+                files: files.passwords,
+                certificates: files.certificates,
                 gates,
             },
         })
@@ -381,8 +451,7 @@ impl Reloader {
 /// Logs a gate that admits nobody, which the configuration check cannot see
 /// (an empty password file): at startup this is a warning, not a refusal.
 pub fn warn_closed_doors(gates: &Gates) {
-    let ws = gates.ws.iter().map(|(gate, _)| gate);
-    for gate in gates.tcp.iter().chain(&gates.unix).chain(ws) {
+    for gate in &gates.reloader.gates {
         let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
         if !gate.admits_somebody_without_a_certificate() && !certificates {
             log::warn!(
@@ -466,7 +535,17 @@ mod tests {
 
     #[test]
     fn names_of_doors() {
-        assert_eq!(door_name("tcp", "tcp"), "broker.mqtt.listen.tcp");
-        assert_eq!(door_name("tcp", "fleet"), "broker.mqtt.listen.tcp[fleet]");
+        assert_eq!(
+            door_name(MQTT_LISTEN, "tcp", "tcp"),
+            "broker.mqtt.listen.tcp"
+        );
+        assert_eq!(
+            door_name(MQTT_LISTEN, "tcp", "fleet"),
+            "broker.mqtt.listen.tcp[fleet]"
+        );
+        assert_eq!(
+            door_name(OPS_LISTEN, "unix", "agent"),
+            "broker.operations.listen.unix[agent]"
+        );
     }
 }

@@ -282,7 +282,7 @@ pub(crate) fn operations(ctx: &mut Ctx, node: &Node) -> (Operations, Vec<DoorLin
             || door
                 .tls
                 .as_ref()
-                .is_some_and(|t| t.client_ca_file.is_some() && t.require_certificate);
+                .is_some_and(super::Tls::requires_certificate);
         if !loopback
             && !authenticates
             && let Some(d) = doors.iter().find(|d| d.name == door.name)

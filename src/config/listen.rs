@@ -24,6 +24,15 @@ pub struct Tls {
     pub min_version: TlsVersion,
 }
 
+impl Tls {
+    /// Whether every client must present a certificate the client CA verifies: the
+    /// one TLS setting that authenticates somebody (`require_certificate: false`
+    /// and a block with no `client_ca_file` do not, B-362).
+    pub fn requires_certificate(&self) -> bool {
+        self.client_ca_file.is_some() && self.require_certificate
+    }
+}
+
 /// `tls.min_version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TlsVersion {

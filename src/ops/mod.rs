@@ -1,14 +1,24 @@
 //! The operations listener (`broker.operations`): `GET /health` and `GET /metrics` for
-//! the gateway's supervisor and monitoring, over loopback TCP and/or a Unix socket.
+//! the gateway's supervisor and monitoring, over every tcp door (TLS where the door
+//! carries a `tls` block) and every Unix socket the configuration names.
 //!
 //! It runs on the broker's own executor rather than tiny_http's thread pool: tiny_http
 //! spawns a thread per busy connection with no upper bound, where here every request
-//! is one bounded read (8 KiB head, `REQUEST_TIMEOUT`) on the thread that already owns
-//! the state it reports, so nothing is shared across threads and nothing grows.
+//! is one bounded read (8 KiB head; the TLS handshake and the head together within
+//! `REQUEST_TIMEOUT`) on the thread that already owns the state it reports, so
+//! nothing is shared across threads and nothing grows.
+//!
+//! Who may read is each door's [`Gate`], the same type the MQTT doors use and re-read
+//! by the same SIGUSR1 `Reloader` (B-228, B-188): a verified client certificate's name
+//! is the operator, else the `Authorization: Basic` header is checked against the
+//! door's password file (its own, else the block's, B-363); a request that neither
+//! admits is answered 401 with `WWW-Authenticate: Basic realm="saguin"`, whatever it
+//! asked for. A door with neither file nor required certificate admits every reader:
+//! the configuration allows that only on loopback and on the Unix socket (B-361).
 
 mod metrics;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -16,22 +26,29 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use smol::LocalExecutor;
-use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use smol::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::server::Shared;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+
+use crate::auth::{Gate, Identity, Refusal};
+use crate::server::{Door, Shared, Socket, admit_socket};
 
 /// The most a request head may take.
 const MAX_HEAD: usize = 8 * 1024;
 /// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most requests answered at once, across every door. A scraper asks one at a
+/// time; a door on a routable address must not let whoever reaches it hold a task,
+/// a TLS state and a head buffer per socket without bound. Past it a socket is
+/// closed at once with nothing written.
+const MAX_IN_FLIGHT: usize = 32;
 
-/// Where and how the operations listener serves.
-#[derive(Debug, Clone)]
-pub struct OpsSettings {
-    /// TCP addresses (loopback unless the door authenticates).
-    pub tcp: Vec<std::net::SocketAddr>,
-    /// A Unix socket path and its mode.
-    pub unix: Option<(PathBuf, u32)>,
+/// The operations listener's bound doors, each with its gate.
+#[derive(Debug)]
+pub struct OpsDoors {
+    /// Every tcp and unix door `broker.operations.listen` names.
+    pub doors: Vec<Door>,
     /// The least time between two computations of `/metrics`.
     pub min_scrape_interval: Duration,
 }
@@ -113,46 +130,44 @@ struct Scrape {
     body: Rc<str>,
 }
 
-/// Starts serving on the given doors, on `executor`.
+/// Starts serving every door, on `executor`.
 pub(crate) fn spawn(
     executor: &Rc<LocalExecutor<'static>>,
     shared: &Rc<Shared>,
-    settings: &OpsSettings,
-    tcp: Vec<std::net::TcpListener>,
-    unix: Option<UnixDoor>,
+    ops: OpsDoors,
 ) -> io::Result<()> {
     let scrape = Rc::new(RefCell::new(Scrape::default()));
-    let interval = settings.min_scrape_interval;
-    for listener in tcp {
-        let listener = smol::net::TcpListener::try_from(listener)?;
-        log::info!("operations listening on http://{}", listener.local_addr()?);
+    let interval = ops.min_scrape_interval;
+    let in_flight = Rc::new(Cell::new(0));
+    for door in ops.doors {
+        log_door(&door);
         let (ex, shared, scrape) = (executor.clone(), shared.clone(), scrape.clone());
+        let in_flight = in_flight.clone();
         executor
             .spawn(async move {
                 loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        let (shared, scrape) = (shared.clone(), scrape.clone());
-                        ex.spawn(async move { answer(stream, &shared, &scrape, interval).await })
-                            .detach();
-                    }
-                }
-            })
-            .detach();
-    }
-    if let Some(door) = unix {
-        let listener = smol::Async::new(door.listener.try_clone()?)?;
-        let path = door.path.clone();
-        log::info!("operations listening on {}", path.display());
-        let (ex, shared, scrape) = (executor.clone(), shared.clone(), scrape);
-        executor
-            .spawn(async move {
-                let _door = door;
-                loop {
-                    if let Ok((stream, _)) = listener.accept().await {
-                        let (shared, scrape) = (shared.clone(), scrape.clone());
-                        ex.spawn(async move { answer(stream, &shared, &scrape, interval).await })
-                            .detach();
-                    }
+                    let (stream, peer) = match door.accept().await {
+                        Ok(accepted) => accepted,
+                        Err(e) => {
+                            // Out of descriptors and the like: back off rather than spin.
+                            log::warn!("operations accept failed: {e}");
+                            smol::Timer::after(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    let Some(slot) = InFlight::take(&in_flight) else {
+                        log::debug!(
+                            "{peer}: operations request closed at once: {MAX_IN_FLIGHT} are being answered"
+                        );
+                        continue;
+                    };
+                    let (gate, shared, scrape) =
+                        (door.gate().clone(), shared.clone(), scrape.clone());
+                    ex.spawn(async move {
+                        answer(stream, &peer, &gate, &shared, &scrape, interval).await;
+                        drop(slot);
+                    })
+                    .detach();
                 }
             })
             .detach();
@@ -160,15 +175,69 @@ pub(crate) fn spawn(
     Ok(())
 }
 
+/// One request being answered, counted against [`MAX_IN_FLIGHT`] while it lives.
+struct InFlight(Rc<Cell<usize>>);
+
+impl InFlight {
+    /// A place among the requests being answered, if one is free.
+    fn take(count: &Rc<Cell<usize>>) -> Option<InFlight> {
+        if count.get() >= MAX_IN_FLIGHT {
+            return None;
+        }
+        count.set(count.get() + 1);
+        Some(InFlight(count.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// Says where a door listens and who it admits.
+fn log_door(door: &Door) {
+    let gate = door.gate();
+    match door {
+        Door::Tcp(..) if gate.tls.is_some() => {
+            log::info!("operations listening on https://{}", door.describe())
+        }
+        Door::Tcp(..) => log::info!("operations listening on http://{}", door.describe()),
+        // Operations doors are bound as tcp and unix doors only.
+        Door::Unix(..) | Door::Ws(..) => {
+            log::info!("operations listening on {}", door.describe())
+        }
+    }
+    let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
+    let who = match (&gate.passwords, certificates) {
+        (Some(file), false) => format!("operators in {}", file.borrow().path().display()),
+        (Some(file), true) => format!(
+            "operators in {} or named by a client certificate",
+            file.borrow().path().display()
+        ),
+        (None, true) if !gate.anonymous => "operators named by a client certificate".into(),
+        (None, true) => "every reader; a client certificate names its operator".into(),
+        (None, false) => "every reader (nothing here authenticates)".into(),
+    };
+    log::info!("{}: admits {who}", gate.door);
+}
+
 /// Reads one request and writes one answer, then closes.
 async fn answer(
-    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    stream: Socket,
+    peer: &str,
+    gate: &Gate,
     shared: &Shared,
     scrape: &RefCell<Scrape>,
     interval: Duration,
 ) {
+    // One deadline for the TLS handshake and the request head together.
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let Some((mut stream, certificate)) = admit_socket(gate, stream, deadline, peer).await else {
+        return;
+    };
     let head = future::or(read_head(&mut stream), async {
-        smol::Timer::after(REQUEST_TIMEOUT).await;
+        smol::Timer::at(deadline).await;
         Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "request head too slow",
@@ -176,7 +245,14 @@ async fn answer(
     })
     .await;
     let response = match head {
-        Ok(head) => route(&head, shared, scrape, interval).await,
+        Ok(head) => {
+            let asker = Asker {
+                peer,
+                gate,
+                certificate: certificate.as_deref(),
+            };
+            route(&head, &asker, shared, scrape, interval).await
+        }
         Err(e) if e.kind() == io::ErrorKind::InvalidData => {
             response(400, "text/plain", "bad request\n")
         }
@@ -191,6 +267,8 @@ async fn answer(
         Ok(())
     })
     .await;
+    // A TLS reader is told the answer is whole (close_notify), not cut off.
+    stream.close_write();
 }
 
 async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>> {
@@ -217,8 +295,16 @@ async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>>
     }
 }
 
+/// Who sent a request: where from, on which door, with which verified certificate.
+struct Asker<'a> {
+    peer: &'a str,
+    gate: &'a Gate,
+    certificate: Option<&'a str>,
+}
+
 async fn route(
     head: &[u8],
+    asker: &Asker<'_>,
     shared: &Shared,
     scrape: &RefCell<Scrape>,
     interval: Duration,
@@ -228,6 +314,11 @@ async fn route(
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
         _ => return response(400, "text/plain", "bad request\n"),
+    }
+    // Who asks before what is asked: a reader the door does not admit learns
+    // nothing, not even which paths exist.
+    if !admitted(request.headers, asker) {
+        return unauthorized();
     }
     if request.method != Some("GET") {
         return response(405, "text/plain", "only GET is served here\n");
@@ -255,16 +346,141 @@ async fn route(
     }
 }
 
+/// Whether the door admits this request: its verified certificate's name, else its
+/// `Authorization: Basic` credentials against the door's password file, else
+/// nobody's, as [`Gate::admit`] decides for an MQTT CONNECT. The log says why a
+/// request was refused; the answer never does.
+fn admitted(headers: &[httparse::Header<'_>], asker: &Asker<'_>) -> bool {
+    let (peer, door) = (asker.peer, &asker.gate.door);
+    let credentials = basic_credentials(headers).unwrap_or_else(|why| {
+        log::info!("{peer}: on {door} the Authorization header {why}; taken as no credentials");
+        None
+    });
+    let (user, password) = match &credentials {
+        Some((user, password)) => (Some(user.as_str()), Some(password.as_slice())),
+        None => (None, None),
+    };
+    match asker.gate.admit(user, password, asker.certificate) {
+        Ok(Identity::Anonymous) => true,
+        Ok(Identity::User(name) | Identity::Certificate(name)) => {
+            log::debug!("{peer}: operations request on {door} from {name:?}");
+            true
+        }
+        Err(Refusal::Missing) => {
+            log::info!(
+                "{peer}: operations request refused on {door}: no credentials, and this door \
+                 admits only the operators its password file or client certificates name"
+            );
+            false
+        }
+        Err(refusal @ Refusal::ControlCharacter) => {
+            log::warn!("{peer}: operations request refused on {door}: {refusal}");
+            false
+        }
+        Err(refusal) => {
+            log::info!("{peer}: operations request refused on {door}: {refusal}");
+            false
+        }
+    }
+}
+
+/// The user name and password of an `Authorization: Basic` header (RFC 7617), or
+/// `None` without one.
+///
+/// # Errors
+/// What is wrong with the header, to finish the sentence "the Authorization header …".
+fn basic_credentials(
+    headers: &[httparse::Header<'_>],
+) -> Result<Option<(String, Vec<u8>)>, &'static str> {
+    let Some(header) = headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("authorization"))
+    else {
+        return Ok(None);
+    };
+    let value = std::str::from_utf8(header.value).map_err(|_| "is not text")?;
+    let (scheme, encoded) = value
+        .trim()
+        .split_once(' ')
+        .ok_or("is not `Basic <base64>`")?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return Err("is not Basic, the only scheme served here");
+    }
+    let decoded = STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| "is not base64")?;
+    let colon = decoded
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or("holds no `user:password`")?;
+    let user =
+        std::str::from_utf8(&decoded[..colon]).map_err(|_| "names a user that is not UTF-8")?;
+    Ok(Some((user.to_string(), decoded[colon + 1..].to_vec())))
+}
+
+/// 401, with the challenge that makes a browser or curl ask for a password.
+fn unauthorized() -> String {
+    respond(
+        401,
+        "WWW-Authenticate: Basic realm=\"saguin\"\r\n",
+        "text/plain",
+        "unauthorized: give the credentials of an operator this door's password file names (HTTP Basic), or its client certificate\n",
+    )
+}
+
 fn response(status: u16, content_type: &str, body: &str) -> String {
+    respond(status, "", content_type, body)
+}
+
+/// A whole answer: the status line, `headers` (each ending in CRLF), the body.
+fn respond(status: u16, headers: &str, content_type: &str, body: &str) -> String {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         _ => "Service Unavailable",
     };
     format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\n{headers}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn authorization(value: &str) -> Result<Option<(String, Vec<u8>)>, &'static str> {
+        let headers = [httparse::Header {
+            name: "Authorization",
+            value: value.as_bytes(),
+        }];
+        basic_credentials(&headers)
+    }
+
+    /// RFC 7617: `Basic base64(user:password)`; the password may hold a colon.
+    #[test]
+    fn basic_credentials_are_user_and_password() {
+        let encoded = STANDARD.encode("alice:se:cret");
+        assert_eq!(
+            authorization(&format!("Basic {encoded}")),
+            Ok(Some(("alice".into(), b"se:cret".to_vec())))
+        );
+        assert_eq!(
+            authorization(&format!("basic  {encoded} ")),
+            Ok(Some(("alice".into(), b"se:cret".to_vec())))
+        );
+        assert_eq!(basic_credentials(&[]), Ok(None));
+    }
+
+    #[test]
+    fn an_unreadable_authorization_header_says_why() {
+        assert!(authorization("Bearer abc").is_err());
+        assert!(authorization("Basic").is_err());
+        assert!(authorization("Basic !!!").is_err());
+        assert!(authorization(&format!("Basic {}", STANDARD.encode("nocolon"))).is_err());
+        assert!(authorization(&format!("Basic {}", STANDARD.encode(b"\xff:x"))).is_err());
+    }
 }

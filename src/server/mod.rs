@@ -11,8 +11,8 @@ mod socket;
 mod tls;
 mod ws;
 
-pub use socket::Door;
-pub use tls::{TlsAcceptor, certificate_name};
+pub use socket::{Door, Socket};
+pub use tls::{TlsAcceptor, admit_socket, certificate_name};
 pub use ws::OriginPolicy;
 
 use std::cell::{Cell, RefCell};
@@ -127,17 +127,6 @@ pub fn bind(addrs: &[SocketAddr]) -> io::Result<Vec<std::net::TcpListener>> {
         .collect()
 }
 
-/// The operations listener's bound doors and settings.
-#[derive(Debug)]
-pub struct OpsDoors {
-    /// Where and how it serves.
-    pub settings: crate::ops::OpsSettings,
-    /// Bound TCP listeners.
-    pub tcp: Vec<std::net::TcpListener>,
-    /// The bound Unix socket.
-    pub unix: Option<crate::ops::UnixDoor>,
-}
-
 /// Serves MQTT on `listeners` until `stop` resolves, then disconnects every client
 /// (MQTT 5 clients get DISCONNECT 0x8B) and returns.
 ///
@@ -148,7 +137,7 @@ pub fn serve(
     doors: Vec<Door>,
     channels: crate::broker::channels::Channels,
     sweeps: crate::storage::RetentionSchedule,
-    operations: Option<OpsDoors>,
+    operations: Option<crate::ops::OpsDoors>,
     stop: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
@@ -168,7 +157,7 @@ pub fn serve(
             accepting.push(executor.spawn(accept_loop(door, shared.clone(), executor.clone())));
         }
         if let Some(ops) = operations {
-            crate::ops::spawn(&executor, &shared, &ops.settings, ops.tcp, ops.unix)?;
+            crate::ops::spawn(&executor, &shared, ops)?;
         }
         executor.spawn(housekeeping(shared.clone())).detach();
         let (stop_sweeps, sweeps_stopped) = smol::channel::bounded(1);

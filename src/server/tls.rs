@@ -1,14 +1,15 @@
-//! TLS on an MQTT tcp door: the certificate a door serves, the authorities its client
-//! certificates are checked against, and the handshake a connection makes before its
-//! CONNECT (RFC 0002 "TLS on a listener", "Client certificates").
+//! TLS on a tcp door, MQTT or operations: the certificate a door serves, the
+//! authorities its client certificates are checked against, and the handshake a
+//! connection makes before its CONNECT or its HTTP request (RFC 0002 "TLS on a
+//! listener", "Client certificates").
 //!
 //! rustls with the ring provider. A door's `ServerConfig` is built once at startup and
 //! shared by every handshake; SIGUSR1 swaps in a new one ([`TlsAcceptor::replace`]),
 //! which handshakes from then on use while open connections keep theirs (B-188).
 //!
 //! **Architecture invariant:** the handshake runs in the connection's own task, inside
-//! the same `connect_timeout` deadline as the CONNECT (B-062); the accept loop never
-//! waits on a client.
+//! the same `connect_timeout` deadline as the CONNECT (B-062) - on an operations door,
+//! the same deadline as the request head; the accept loop never waits on a client.
 
 use std::cell::RefCell;
 use std::net::TcpStream;
@@ -138,9 +139,9 @@ fn server_config(tls: &Tls) -> Result<Arc<ServerConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// The socket a connection speaks MQTT on: `stream` itself on a plain door, else the
-/// TLS stream once its handshake is made (see [`handshake`]), with the client
-/// certificate's name.
+/// The socket a connection speaks MQTT (or, on an operations door, HTTP) on:
+/// `stream` itself on a plain door, else the TLS stream once its handshake is made
+/// (see [`handshake`]), with the client certificate's name.
 pub async fn admit_socket(
     gate: &crate::auth::Gate,
     stream: Socket,
@@ -178,7 +179,7 @@ pub async fn handshake(
         }
         None => {
             log::debug!(
-                "{peer}: TLS handshake on {} not done within connect_timeout",
+                "{peer}: TLS handshake on {} not done by its deadline",
                 acceptor.door
             );
             return None;

@@ -2,6 +2,8 @@
 //! and talk to it over loopback with raw packets.
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -598,4 +600,61 @@ pub fn start_with_channels() -> Broker {
     let dir = temp_dir("channels");
     std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
     Broker::start_in(dir, CHANNELS)
+}
+
+/// The operations listener's answer to one request: its status, its head (status
+/// line and headers) and its body.
+#[derive(Debug)]
+pub struct HttpAnswer {
+    /// The status code.
+    pub status: u16,
+    /// The status line and headers.
+    pub head: String,
+    /// The body.
+    pub body: String,
+}
+
+/// Sends `GET path`, with `Authorization: Basic` for `credentials` when given, and
+/// reads the answer to the close; an error where the connection failed first (a
+/// refused TLS client certificate, say).
+pub fn try_http_get(
+    mut stream: impl Read + Write,
+    path: &str,
+    credentials: Option<(&str, &str)>,
+) -> std::io::Result<HttpAnswer> {
+    use base64::Engine;
+    let authorization = credentials.map_or_else(String::new, |(user, password)| {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        format!("Authorization: Basic {token}\r\n")
+    });
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{authorization}\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("no status line in {response:?}")))?;
+    Ok(HttpAnswer {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    })
+}
+
+/// `GET path` with no credentials: the status and the body.
+pub fn http_get(stream: impl Read + Write, path: &str) -> (u16, String) {
+    let answer = try_http_get(stream, path, None).expect("an HTTP answer");
+    (answer.status, answer.body)
+}
+
+/// A connection to a TCP address written as text (from a log line).
+pub fn tcp(addr: &str) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect to the operations listener");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    stream
 }
