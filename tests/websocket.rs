@@ -31,6 +31,15 @@ fn open(
 ) -> Result<(WebSocket<TcpStream>, Option<String>), tungstenite::Error> {
     let stream = TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    open_over(stream, addr, origin)
+}
+
+/// Upgrades `stream`, connected to `addr`, as [`open`] does.
+fn open_over<S: std::io::Read + std::io::Write>(
+    stream: S,
+    addr: SocketAddr,
+    origin: Option<&str>,
+) -> Result<(WebSocket<S>, Option<String>), tungstenite::Error> {
     let mut request = format!("ws://{addr}/mqtt")
         .into_client_request()
         .expect("a request");
@@ -248,4 +257,44 @@ fn a_request_that_is_no_upgrade_is_refused_and_the_broker_serves_on() {
     assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
     std::thread::sleep(Duration::from_millis(50));
     let _ = WsClient::connected(addr, "after");
+}
+
+#[test]
+fn a_ws_door_with_tls_serves_wss_and_its_same_origin_is_https() {
+    // B-160, B-169: on a TLS listener a same-origin page is https.
+    use common::tls::{BOTH, Ca, client, tls_dir};
+    let ca = Ca::new("test-ca");
+    let door = "      ws:\n        address: 127.0.0.1:0\n        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n";
+    let broker = Broker::start_in(tls_dir("wss", &ca), &common::config(door));
+    let addr = ws_addr(&broker);
+    let config = client(&ca, None, BOTH);
+    let https = format!("https://{addr}");
+    let (mut ws, protocol) = open_over(common::tls::open(addr, config.clone()), addr, Some(&https))
+        .expect("upgrade over TLS");
+    assert_eq!(protocol.as_deref(), Some("mqtt"));
+    let mut out = Vec::new();
+    codec::encode(
+        &Packet::Connect(Box::new(connect(ProtocolVersion::V5, "wss", true))),
+        ProtocolVersion::V5,
+        &mut out,
+    );
+    ws.send(Message::binary(out)).expect("send CONNECT");
+    match ws.read().expect("CONNACK") {
+        Message::Binary(data) => {
+            let header = codec::read_fixed_header(&data)
+                .expect("a header")
+                .expect("whole");
+            let body = &data[header.header_len..header.header_len + header.remaining_length];
+            match codec::decode(header.first_byte, body, ProtocolVersion::V5) {
+                Ok(Packet::ConnAck(ack)) => assert_eq!(ack.code, 0),
+                other => panic!("expected CONNACK, got {other:?}"),
+            }
+        }
+        other => panic!("expected a binary message, got {other:?}"),
+    }
+    let http = format!("http://{addr}");
+    assert!(
+        open_over(common::tls::open(addr, config), addr, Some(&http)).is_err(),
+        "an http page is not this TLS door's own origin"
+    );
 }
