@@ -434,3 +434,22 @@ fn an_answer_at_qos_2_is_applied() {
     }
     assert_eq!(next.map(|p| p.payload.to_vec()), Some(b"two".to_vec()));
 }
+
+/// B-307: hanging a worker up ($saguin/sessions/disconnect) returns the job it holds
+/// to the other workers at once.
+#[test]
+fn hanging_up_a_worker_returns_its_job_at_once() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut a = worker(&broker, "a");
+    let held = a.recv_offer();
+    a.puback(&held);
+    let mut b = worker(&broker, "b");
+    let mut operator = Raw::connected(broker.addr, V5, "operator");
+    let mut hang_up = publish("$saguin/sessions/disconnect", b"a", QoS::AtLeastOnce, false);
+    hang_up.properties.response_topic = Some("ops/reply".into());
+    assert_eq!(operator.publish_packet(hang_up), Some(0));
+    assert_eq!(a.expect_disconnect(), 0x98);
+    let again = b.recv_offer();
+    assert_eq!(&*again.payload, b"j");
+}

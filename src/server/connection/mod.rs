@@ -1388,6 +1388,7 @@ fn refusal_text(code: u8) -> &'static str {
         }
         reason::SESSION_TAKEN_OVER => "another connection took this client id",
         reason::SERVER_SHUTTING_DOWN => "the broker is stopping",
+        reason::ADMINISTRATIVE_ACTION => "an operator hung this client up",
         reason::KEEP_ALIVE_TIMEOUT => "nothing received within 1.5 times the keepalive",
         _ => "refused",
     }

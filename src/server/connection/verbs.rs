@@ -1,5 +1,6 @@
 //! The verbs Sagüin defines under `$saguin/`: a point read of a latest channel
-//! (`$saguin/kv/get`) and a consumer's seek (`$saguin/consumer/<channel>/seek`).
+//! (`$saguin/kv/get`), a consumer's seek (`$saguin/consumer/<channel>/seek`), a
+//! channel's catalogue entry, and an operator's hang-up (`$saguin/sessions/disconnect`).
 //! Each is a publish answered on its PUBACK, with the answer written to this
 //! connection alone, never routed (gaps G-01, G-18).
 
@@ -14,6 +15,8 @@ use crate::storage::{Record, RecordState, WindowRequest};
 
 /// The point-read topic.
 pub const KV_GET: &str = "$saguin/kv/get";
+/// The hang-up topic (RFC 0002 "Hanging up a client").
+pub const SESSIONS_DISCONNECT: &str = "$saguin/sessions/disconnect";
 /// Records read per window while scanning.
 const SCAN_WINDOW: usize = 256;
 
@@ -25,6 +28,8 @@ pub(super) enum Verb {
     Seek(String),
     /// `$saguin/catalogue/<channel>`; `None` when the name held a `/`.
     Catalogue(Option<String>),
+    /// `$saguin/sessions/disconnect`.
+    HangUp,
 }
 
 impl Verb {
@@ -32,6 +37,9 @@ impl Verb {
     pub(super) fn of(topic_name: &str) -> Option<Verb> {
         if topic_name == KV_GET {
             return Some(Verb::PointRead);
+        }
+        if topic_name == SESSIONS_DISCONNECT {
+            return Some(Verb::HangUp);
         }
         if let Some(name) = topic_name.strip_prefix("$saguin/catalogue/") {
             return Some(Verb::Catalogue(
@@ -62,7 +70,48 @@ impl Conn {
             Verb::PointRead => self.point_read(publish).await,
             Verb::Seek(channel) => self.seek(&channel, publish).await,
             Verb::Catalogue(name) => self.catalogue(name.as_deref(), publish),
+            Verb::HangUp => self.hang_up(publish),
         }
+    }
+
+    /// `$saguin/sessions/disconnect`: ends the connection of the client whose id is
+    /// the payload, with DISCONNECT 0x98 on MQTT 5 (B-296..B-307). Only the
+    /// connection ends: the session stays, its queue jobs go back at once, and the
+    /// reply never waits on the target's socket. With no acl_file every
+    /// authenticated client holds `disconnect` (B-306).
+    fn hang_up(&self, publish: &Publish) -> (u8, Option<Publish>) {
+        let Some(response_topic) = &publish.properties.response_topic else {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None); // B-300
+        };
+        let target = String::from_utf8_lossy(&publish.payload);
+        if target.is_empty() || *target == *self.client_id {
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        }
+        let holder = self.shared.broker.borrow().holder(&target);
+        let word = match holder {
+            Some(link) => {
+                log::info!(
+                    "{}: {} hung up {target:?} ($saguin/sessions/disconnect)",
+                    self.peer,
+                    self.client_id
+                );
+                link.kick(reason::ADMINISTRATIVE_ACTION);
+                "hung-up"
+            }
+            None => "no-such-client",
+        };
+        let properties = Properties {
+            correlation_data: publish.properties.correlation_data.clone(),
+            ..Properties::default()
+        };
+        (
+            reason::SUCCESS,
+            Some(answer(
+                response_topic,
+                Arc::from(word.as_bytes()),
+                properties,
+            )),
+        )
     }
 
     /// `$saguin/catalogue/<channel>`: what the channel is, as JSON, for a client
