@@ -25,9 +25,13 @@ struct Args {
     /// with --route: answer as JSON
     #[argh(switch)]
     json: bool,
-    /// with --route: the topic or filter to answer
+    /// manage a Mosquitto-format password file and exit: list FILE, add FILE USER
+    /// [PASSWORD] (prompts when it is not given), delete FILE USER
+    #[argh(option)]
+    passwd: Option<String>,
+    /// with --route, the topic or filter to answer; with --passwd, the file and user
     #[argh(positional)]
-    subject: Option<String>,
+    operands: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -40,11 +44,29 @@ fn main() -> ExitCode {
         eprintln!("saguin: --json answers --route and is refused without it");
         return ExitCode::from(2);
     }
+    if let Some(verb) = &args.passwd {
+        return passwd(verb, &args.operands);
+    }
     if let Some(path) = args.check_config {
         return check_config(&path, args.output);
     }
     if let Some(path) = args.route {
-        return route(&path, args.subject.as_deref(), args.json);
+        let subject = match args.operands.as_slice() {
+            [] => None,
+            [subject] => Some(subject.as_str()),
+            _ => {
+                eprintln!("saguin: --route answers one topic or filter, or a list on stdin");
+                return ExitCode::from(2);
+            }
+        };
+        return route(&path, subject, args.json);
+    }
+    if !args.operands.is_empty() {
+        eprintln!(
+            "saguin: {:?} is not an option; see saguin --help",
+            args.operands[0]
+        );
+        return ExitCode::from(2);
     }
     let Some(path) = args.config else {
         eprintln!("saguin: no configuration file given; start it as `saguin --config <file>`");
@@ -148,6 +170,31 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
         ExitCode::from(2)
     })?;
     Ok(config)
+}
+
+/// `--passwd VERB FILE [USER [PASSWORD]]`: edits the file and nothing else.
+fn passwd(verb: &str, operands: &[String]) -> ExitCode {
+    let Some((file, rest)) = operands.split_first() else {
+        eprintln!("{}", saguin::auth::passwd::USAGE);
+        return ExitCode::from(2);
+    };
+    let command = match saguin::auth::passwd::Command::parse(verb, rest) {
+        Ok(command) => command,
+        Err(usage) => {
+            eprintln!("{usage}");
+            return ExitCode::from(2);
+        }
+    };
+    match saguin::auth::passwd::run(std::path::Path::new(file), command) {
+        Ok(said) => {
+            print!("{said}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("saguin --passwd: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `--check-config FILE [--output]`: the summary to stderr, the resolved document to

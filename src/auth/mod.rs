@@ -19,6 +19,7 @@
 //! never at CONNECT; a connection checks against the copy the gate holds. A reload
 //! is all-or-nothing across every password file and every certificate.
 
+pub mod passwd;
 mod password;
 
 pub use password::{FileError, PasswordFile, Verdict};

@@ -186,6 +186,11 @@ impl PasswordFile {
         self.users.is_empty()
     }
 
+    /// The users it names, in no particular order.
+    pub fn users(&self) -> impl Iterator<Item = &str> {
+        self.users.keys().map(String::as_str)
+    }
+
     /// Checks `password` for `user`, in constant time for a given hash.
     pub fn check(&self, user: &str, password: &[u8]) -> Verdict {
         match self.users.get(user) {
@@ -199,6 +204,41 @@ impl PasswordFile {
             }
         }
     }
+}
+
+/// Iterations of PBKDF2 in a line Sagüin writes (B-562; mosquitto 2.1 writes as many).
+const WRITE_ITERATIONS: NonZeroU32 = match NonZeroU32::new(1000) {
+    Some(n) => n,
+    None => unreachable!(),
+};
+/// Salt bytes in a line Sagüin writes: mosquitto 2.0's length, which every version
+/// of it reads.
+const WRITE_SALT: usize = 12;
+
+/// A `$7$` line for `user`, as `mosquitto_passwd` writes one: PBKDF2-HMAC-SHA512, a
+/// fresh salt, base64 with padding.
+///
+/// # Errors
+/// The system's random source failed.
+pub fn hash_line(user: &str, password: &[u8]) -> Result<String, String> {
+    use ring::rand::SecureRandom;
+    let mut salt = [0u8; WRITE_SALT];
+    ring::rand::SystemRandom::new()
+        .fill(&mut salt)
+        .map_err(|_| "the system's random source failed; no salt could be made".to_string())?;
+    let mut hash = [0u8; digest::SHA512_OUTPUT_LEN];
+    pbkdf2::derive(
+        pbkdf2::PBKDF2_HMAC_SHA512,
+        WRITE_ITERATIONS,
+        &salt,
+        password,
+        &mut hash,
+    );
+    Ok(format!(
+        "{user}:$7${WRITE_ITERATIONS}${}${}",
+        STANDARD.encode(salt),
+        STANDARD.encode(hash)
+    ))
 }
 
 /// Reads the part after `user:`.
