@@ -236,29 +236,12 @@ pub async fn upgrade(
                 refused.header,
                 body.len()
             );
-            let write = async {
-                stream.write_all(answer.as_bytes()).await?;
-                stream.flush().await
-            };
-            let _ = future::or(write, async {
-                smol::Timer::at(deadline).await;
-                Ok(())
-            })
-            .await;
+            write_by(&mut stream, answer.as_bytes(), deadline).await;
             stream.close_write();
             return None;
         }
     };
-    let write = async {
-        stream.write_all(answer.as_bytes()).await?;
-        stream.flush().await
-    };
-    let written = future::or(async { Some(write.await) }, async {
-        smol::Timer::at(deadline).await;
-        None
-    })
-    .await;
-    if !matches!(written, Some(Ok(()))) {
+    if !write_by(&mut stream, answer.as_bytes(), deadline).await {
         return None;
     }
     let bound = max_message_size.saturating_add(MESSAGE_SLACK);
@@ -276,6 +259,20 @@ pub async fn upgrade(
         })),
         slot,
     ))
+}
+
+/// Writes `bytes` by `deadline`; whether they all went.
+async fn write_by(stream: &mut Socket, bytes: &[u8], deadline: Instant) -> bool {
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    let written = future::or(async { Some(write.await) }, async {
+        smol::Timer::at(deadline).await;
+        None
+    })
+    .await;
+    matches!(written, Some(Ok(())))
 }
 
 /// Reads the request head; returns it and whatever the client sent after it (the
