@@ -291,3 +291,18 @@ fn the_operations_socket_believes_a_name_by_the_same_rule_b244() {
     assert_eq!(answer.status, 401, "{answer:?}");
     broker.wait_log("verify_result=2");
 }
+
+/// RFC 0002 "TLS on a listener": a name from a proxy holding a control character
+/// is nobody's, refused 0x86 as a certificate's would be, and logged escaped.
+#[test]
+fn a_proxy_name_holding_a_control_character_is_refused_b240() {
+    let (broker, sock) = start("proxy-control", "", "");
+    let header = V2::tcp4([10, 0, 0, 4], 4).ssl(TLS_WITH_CERTIFICATE, 0, Some("dev\u{1b}[2J"));
+    assert_eq!(
+        connack(&sock, &then(&header, &connect_bytes("c", None))),
+        Some(BAD_USER_NAME_OR_PASSWORD)
+    );
+    let line = broker.wait_log("a proxy named this client");
+    assert!(line.contains(r#"principal="dev\u{1b}[2J""#), "{line}");
+    broker.wait_log("holds a control character");
+}

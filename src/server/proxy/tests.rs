@@ -155,3 +155,23 @@ fn only_tls_with_a_certificate_is_presented_b241() {
     };
     assert_eq!(vouched_name(&verified, "p", "d").as_deref(), Some("n"));
 }
+
+proptest::proptest! {
+    /// Whatever follows a valid opening, the parser answers and never panics; the
+    /// prefix check never panics on any first bytes either.
+    #[test]
+    fn any_header_is_answered_without_panicking(
+        family in 0u8..=0xFF,
+        command in 0u8..=0x0F,
+        body in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+    ) {
+        let mut header = build::SIGNATURE.to_vec();
+        header.push(0x20 | command);
+        header.push(family);
+        let length = u16::try_from(body.len()).unwrap_or(u16::MAX);
+        header.extend(length.to_be_bytes());
+        header.extend(&body);
+        let _ = parse(&header);
+        let _ = check_prefix(&body);
+    }
+}
