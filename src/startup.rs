@@ -316,8 +316,7 @@ fn unix_doors(
 /// `allow_anonymous` (B-364) is the configuration check's, in `config::blocks`.
 ///
 /// # Errors
-/// A door that cannot be bound, a Unix socket another broker holds, or what this
-/// build does not serve (`proxy_protocol`), named.
+/// A door that cannot be bound, or a Unix socket another broker holds, named.
 pub fn operations(
     config: &Config,
     gates: &crate::auth::Gates,
@@ -325,13 +324,6 @@ pub fn operations(
     let Some(ops) = &config.broker.operations else {
         return Ok(None);
     };
-    if let Some(door) = ops.listen.unix.iter().find(|d| d.proxy_protocol) {
-        return Err(unserved(format!(
-            "broker.operations.listen.unix {}: proxy_protocol is not served by this build, so \
-             every request would arrive as a PROXY header it cannot read; remove the key",
-            door.name
-        )));
-    }
     let tcp = tcp_doors(
         "broker.operations.listen.tcp",
         &ops.listen.tcp,

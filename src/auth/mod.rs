@@ -43,6 +43,10 @@ pub struct Gate {
     pub anonymous: bool,
     /// The door's TLS, when it carries a `tls` block.
     pub tls: Option<Rc<TlsAcceptor>>,
+    /// Every connection opens with a PROXY v2 header (`proxy_protocol`, Unix doors
+    /// only), whose SSL TLV may name the client as a certificate would
+    /// (`crate::server::proxy`).
+    pub proxy: bool,
 }
 
 /// Who an admitted client is.
@@ -135,6 +139,12 @@ impl Gate {
             Verdict::WrongPassword => Err(Refusal::WrongPassword(user.to_string())),
             Verdict::UnknownUser => Err(Refusal::UnknownUser(user.to_string())),
         }
+    }
+
+    /// Whether a certificate may name a client here: one this door verifies
+    /// itself, or one a proxy in front of it verified.
+    fn names_by_certificate(&self) -> bool {
+        self.proxy || self.tls.as_ref().is_some_and(|t| t.verifies_clients())
     }
 
     /// Whether a client with no certificate and no password file entry may still
@@ -274,6 +284,7 @@ impl Files {
         own_file: Option<&PathBuf>,
         own_anonymous: Option<bool>,
         tls: Option<&config::Tls>,
+        proxy: bool,
     ) -> Result<Rc<Gate>, String> {
         let tls = self.tls(&door, tls)?;
         let path = own_file.or(mqtt.password_file.as_ref());
@@ -290,6 +301,7 @@ impl Files {
             passwords: path.map(|p| self.passwords(p)).transpose()?,
             anonymous,
             tls,
+            proxy,
         }))
     }
 
@@ -304,6 +316,7 @@ impl Files {
         door: String,
         own_file: Option<&PathBuf>,
         tls: Option<&config::Tls>,
+        proxy: bool,
     ) -> Result<Rc<Gate>, String> {
         let path = own_file.or(ops.password_file.as_ref());
         let certificate = tls.is_some_and(config::Tls::requires_certificate);
@@ -313,6 +326,7 @@ impl Files {
             passwords: path.map(|p| self.passwords(p)).transpose()?,
             anonymous: path.is_none() && !certificate,
             tls,
+            proxy,
         }))
     }
 }
@@ -330,7 +344,7 @@ impl Gates {
         for d in &mqtt.listen.tcp {
             let door = door_name(MQTT_LISTEN, "tcp", &d.name);
             let (own, tls) = (d.password_file.as_ref(), d.tls.as_ref());
-            tcp.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls)?);
+            tcp.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls, false)?);
         }
         let mut ws = Vec::new();
         for d in &mqtt.listen.ws {
@@ -343,26 +357,28 @@ impl Gates {
                 &d.allowed_origins,
             );
             let (own, tls) = (d.password_file.as_ref(), d.tls.as_ref());
-            let gate = files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls)?;
+            let gate = files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls, false)?;
             ws.push((gate, Rc::new(policy)));
         }
         let mut unix = Vec::new();
         for d in &mqtt.listen.unix {
             let door = door_name(MQTT_LISTEN, "unix", &d.name);
             let own = d.password_file.as_ref();
-            unix.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, None)?);
+            let proxy = d.proxy_protocol;
+            unix.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, None, proxy)?);
         }
         let (mut ops_tcp, mut ops_unix) = (Vec::new(), Vec::new());
         if let Some(ops) = &config.broker.operations {
             for d in &ops.listen.tcp {
                 let door = door_name(OPS_LISTEN, "tcp", &d.name);
                 let own = d.password_file.as_ref();
-                ops_tcp.push(files.operations_gate(ops, door, own, d.tls.as_ref())?);
+                ops_tcp.push(files.operations_gate(ops, door, own, d.tls.as_ref(), false)?);
             }
             for d in &ops.listen.unix {
                 let door = door_name(OPS_LISTEN, "unix", &d.name);
                 let own = d.password_file.as_ref();
-                ops_unix.push(files.operations_gate(ops, door, own, None)?);
+                let proxy = d.proxy_protocol;
+                ops_unix.push(files.operations_gate(ops, door, own, None, proxy)?);
             }
         }
         let ws_gates: Vec<Rc<Gate>> = ws.iter().map(|(gate, _)| gate.clone()).collect();
@@ -428,8 +444,7 @@ impl Reloader {
             };
             let index = self.files.iter().position(|f| Rc::ptr_eq(f, file));
             let empty = index.is_some_and(|i| fresh[i].is_empty());
-            let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
-            if empty && !gate.anonymous && !certificates {
+            if empty && !gate.anonymous && !gate.names_by_certificate() {
                 return Err(format!(
                     "password file {} names nobody, and {} admits nobody else",
                     file.borrow().path().display(),
@@ -453,8 +468,7 @@ impl Reloader {
 /// (an empty password file): at startup this is a warning, not a refusal.
 pub fn warn_closed_doors(gates: &Gates) {
     for gate in &gates.reloader.gates {
-        let certificates = gate.tls.as_ref().is_some_and(|t| t.verifies_clients());
-        if !gate.admits_somebody_without_a_certificate() && !certificates {
+        if !gate.admits_somebody_without_a_certificate() && !gate.names_by_certificate() {
             log::warn!(
                 "{}: its password file names nobody and it admits nobody anonymous, so nobody can connect there",
                 gate.door
@@ -478,6 +492,7 @@ mod tests {
             }),
             anonymous,
             tls: None,
+            proxy: false,
         }
     }
 

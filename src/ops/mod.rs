@@ -32,7 +32,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use crate::auth::{Gate, Identity, Refusal};
-use crate::server::{Door, Shared, Socket, admit_socket};
+use crate::server::{Door, Shared, Socket, admit};
 
 /// The most a request head may take.
 const MAX_HEAD: usize = 8 * 1024;
@@ -231,11 +231,14 @@ async fn answer(
     scrape: &RefCell<Scrape>,
     interval: Duration,
 ) {
-    // One deadline for the TLS handshake and the request head together.
+    // One deadline for the PROXY header or the TLS handshake, and the request head.
     let deadline = Instant::now() + REQUEST_TIMEOUT;
-    let Some((mut stream, certificate)) = admit_socket(gate, stream, deadline, peer).await else {
+    let mut peer = peer.to_string();
+    let Some((mut stream, certificate)) = admit(gate, stream, deadline, &mut peer, shared).await
+    else {
         return;
     };
+    let peer = peer.as_str();
     let head = future::or(read_head(&mut stream), async {
         smol::Timer::at(deadline).await;
         Err(io::Error::new(

@@ -6,11 +6,13 @@
 
 mod connection;
 mod frame;
+mod proxy;
 mod slots;
 mod socket;
 mod tls;
 mod ws;
 
+pub use proxy::admit;
 pub use socket::{Door, Socket};
 pub use tls::{TlsAcceptor, admit_socket, certificate_name};
 pub use ws::OriginPolicy;

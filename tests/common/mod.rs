@@ -2,6 +2,7 @@
 //! and talk to it over loopback with raw packets.
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -76,7 +76,7 @@ struct Conn {
 /// (B-056); `gate` is its door's TLS and credentials (`crate::auth`).
 pub(crate) async fn run(
     stream: Socket,
-    peer: String,
+    mut peer: String,
     shared: Rc<Shared>,
     slot: Slot,
     gate: Rc<crate::auth::Gate>,
@@ -86,8 +86,10 @@ pub(crate) async fn run(
     // One deadline for the TLS handshake, the WebSocket upgrade and the CONNECT
     // together (B-062).
     let deadline = Instant::now() + shared.settings.connect_timeout;
-    let Some((stream, certificate)) =
-        Box::pin(super::tls::admit_socket(&gate, stream, deadline, &peer)).await
+    let Some((stream, certificate)) = Box::pin(super::proxy::admit(
+        &gate, stream, deadline, &mut peer, &shared,
+    ))
+    .await
     else {
         return;
     };
@@ -207,8 +209,11 @@ pub(crate) async fn refuse_busy(
     deadline: Instant,
     place: Place,
 ) {
-    let Some((mut stream, _)) =
-        Box::pin(super::tls::admit_socket(gate, stream, deadline, peer)).await
+    let mut peer = peer.to_string();
+    let Some((mut stream, _)) = Box::pin(super::proxy::admit(
+        gate, stream, deadline, &mut peer, shared,
+    ))
+    .await
     else {
         return;
     };
