@@ -204,9 +204,14 @@ fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    eprint!("{}", saguin::config::summary(&config));
+    // The summary is the answer on stdout (B-550), unless the resolved document is,
+    // which then has stdout to itself (B-554).
+    let summary = saguin::config::summary(&config);
     if output {
+        eprint!("{summary}");
         print!("{}", saguin::config::render(&config));
+    } else {
+        print!("{summary}");
     }
     ExitCode::SUCCESS
 }

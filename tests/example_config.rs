@@ -1,0 +1,59 @@
+//! The shipped `examples/saguin.yaml` works as it is: it validates, and a broker on it
+//! (its ports moved to ephemeral ones and its storage to a temp dir, so tests may run
+//! beside a broker a developer started on it) serves each channel type and every door.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Broker, Raw, opts, temp_dir};
+use saguin::codec::{ProtocolVersion::V311, QoS};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/saguin.yaml");
+
+#[test]
+fn the_example_configuration_validates() {
+    let out = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .args(["--check-config", EXAMPLE])
+        .output()
+        .expect("saguin runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(": ok"),
+        "B-550: the answer is on stdout: {said}"
+    );
+    for channel in ["events", "state", "jobs"] {
+        assert!(said.contains(channel), "{said}");
+    }
+}
+
+#[test]
+fn a_broker_on_the_example_serves_its_channels_and_doors() {
+    let dir = temp_dir("example");
+    let yaml = std::fs::read_to_string(EXAMPLE)
+        .expect("the example")
+        .replace("127.0.0.1:1883", "127.0.0.1:0")
+        .replace("127.0.0.1:9001", "127.0.0.1:0")
+        .replace("127.0.0.1:9090", "127.0.0.1:0")
+        .replace("/tmp/saguin-example", &dir.display().to_string());
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("listening on ws://");
+    broker.wait_log("operations listening on http://");
+    let mut client = Raw::connected(broker.addr, V311, "example");
+    assert_eq!(
+        client.publish("site/a/events/boot", b"hello", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut reader = Raw::connected(broker.addr, V311, "reader");
+    reader.subscribe("site/+/events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(
+        &*reader.recv_publish().payload,
+        b"hello",
+        "replayed from the floor"
+    );
+}
