@@ -200,3 +200,63 @@ fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
     let second = w.recv_offer();
     assert_eq!((&*second.payload, attempt(&second)), (&b"jobs/m2"[..], "1"));
 }
+
+/// Publishes `n` jobs `jobs/<i>` at QoS 1 without waiting for each PUBACK in turn.
+fn put_many(broker: &Broker, n: usize) {
+    let mut p = Raw::connected(broker.addr, V311, "bulk-producer");
+    for i in 0..n {
+        let mut job = common::publish(
+            &format!("jobs/{i}"),
+            i.to_string().as_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        );
+        job.packet_id = Some(u16::try_from(i % 60_000 + 1).expect("a packet id"));
+        p.send(&saguin::codec::Packet::Publish(job));
+        if i % 500 == 499 {
+            // Keep the acknowledgements read as we go.
+            for _ in 0..500 {
+                assert!(matches!(p.recv(), saguin::codec::Packet::PubAck(a) if a.code == 0));
+            }
+        }
+    }
+    for _ in 0..n % 500 {
+        assert!(matches!(p.recv(), saguin::codec::Packet::PubAck(a) if a.code == 0));
+    }
+}
+
+/// Takes `n` offers, acknowledging each, and returns their payloads in order.
+fn drain(w: &mut Raw, n: usize) -> Vec<usize> {
+    (0..n)
+        .map(|_| {
+            let offer = w.recv_offer();
+            w.puback(&offer);
+            w.answer(&offer, b"ack");
+            String::from_utf8_lossy(&offer.payload)
+                .parse()
+                .expect("a job number")
+        })
+        .collect()
+}
+
+/// A queue deeper than the owner's table (4,096 jobs) is offered whole and in order,
+/// before and after a restart: the jobs past the table wait in storage, where they
+/// already are, and the owner's memory stays one table's worth.
+#[test]
+fn a_queue_deeper_than_the_owners_table_is_offered_whole_and_in_order() {
+    const JOBS: usize = 4_600;
+    let dir = temp_dir("queue-deep");
+    let broker = Broker::start_in(dir, CONFIG);
+    put_many(&broker, JOBS);
+    let mut w = worker(&broker, "deep-worker");
+    let first = drain(&mut w, 300);
+    assert_eq!(first, (0..300).collect::<Vec<_>>());
+    drop(w);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CONFIG);
+    broker.wait_log("4300 jobs waiting");
+    let mut w = worker(&broker, "deep-worker");
+    let rest = drain(&mut w, JOBS - 300);
+    assert_eq!(rest, (300..JOBS).collect::<Vec<_>>());
+    w.expect_nothing(Duration::from_millis(300));
+}

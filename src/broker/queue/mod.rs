@@ -175,12 +175,32 @@ pub enum Event {
 
 /// Events past which a stored job's body is left in storage (see [`Queues::stored`]).
 const MAILBOX_BODIES: usize = 256;
+/// Events past which a stored job is not announced at all: the owner finds it in
+/// storage (see [`Missed`]).
+const MAILBOX_JOBS: usize = 4096;
+
+/// Jobs stored while an owner's mailbox was full: the lowest offset and how many. The
+/// owner reads them back from storage, so a flood of publishes costs no memory here.
+#[derive(Debug, Default)]
+pub struct Missed(std::cell::Cell<Option<(u64, u64)>>);
+
+impl Missed {
+    fn note(&self, offset: u64) {
+        let (from, count) = self.0.get().unwrap_or((offset, 0));
+        self.0.set(Some((from.min(offset), count + 1)));
+    }
+
+    /// The lowest offset missed and how many jobs, if any, clearing them.
+    pub fn take(&self) -> Option<(u64, u64)> {
+        self.0.take()
+    }
+}
 
 /// The owners' mailboxes, by queue.
 #[derive(Debug, Default)]
 pub struct Queues {
-    senders: HashMap<ChannelId, Sender<Event>>,
-    unstarted: Vec<(ChannelId, Receiver<Event>)>,
+    senders: HashMap<ChannelId, (Sender<Event>, std::rc::Rc<Missed>)>,
+    unstarted: Vec<(ChannelId, Receiver<Event>, std::rc::Rc<Missed>)>,
 }
 
 impl Queues {
@@ -191,8 +211,9 @@ impl Queues {
         for (id, channel) in channels.iter() {
             if channel.kind == Kind::Queue {
                 let (tx, rx) = smol::channel::unbounded();
-                queues.senders.insert(id, tx);
-                queues.unstarted.push((id, rx));
+                let missed = std::rc::Rc::new(Missed::default());
+                queues.senders.insert(id, (tx, missed.clone()));
+                queues.unstarted.push((id, rx, missed));
             }
         }
         queues
@@ -200,8 +221,9 @@ impl Queues {
 
     /// Tells the owner of `queue` about `event`.
     pub fn tell(&self, queue: ChannelId, event: Event) {
-        if let Some(tx) = self.senders.get(&queue) {
-            // Unbounded: a send fails only once the owner is gone (the broker stopping).
+        if let Some((tx, _)) = self.senders.get(&queue) {
+            // Unbounded for control events, which connections send one per act of
+            // theirs: a send fails only once the owner is gone (the broker stopping).
             let _ = tx.try_send(event);
         }
     }
@@ -211,9 +233,13 @@ impl Queues {
     /// of publishes faster than the owner can take them costs memory by the event, not
     /// by the payload.
     pub fn stored(&self, queue: ChannelId, record: Record) {
-        let Some(tx) = self.senders.get(&queue) else {
+        let Some((tx, missed)) = self.senders.get(&queue) else {
             return;
         };
+        if tx.len() >= MAILBOX_JOBS {
+            missed.note(record.offset);
+            return;
+        }
         let event = if tx.len() < MAILBOX_BODIES {
             Event::Stored(record)
         } else {
@@ -227,13 +253,13 @@ impl Queues {
 
     /// Tells every owner that a worker's connection ended.
     pub fn ended(&self, worker: &Worker) {
-        for tx in self.senders.values() {
+        for (tx, _) in self.senders.values() {
             let _ = tx.try_send(Event::Ended(worker.clone()));
         }
     }
 
     /// The mailboxes whose owners are not running yet.
-    pub fn take_unstarted(&mut self) -> Vec<(ChannelId, Receiver<Event>)> {
+    pub fn take_unstarted(&mut self) -> Vec<(ChannelId, Receiver<Event>, std::rc::Rc<Missed>)> {
         std::mem::take(&mut self.unstarted)
     }
 }

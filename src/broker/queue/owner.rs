@@ -29,12 +29,27 @@ const CACHE_RECORDS: usize = 256;
 const CACHE_BYTES: u64 = 4 << 20;
 /// How often waiting jobs are checked against `job_expires_after` and their attempts.
 const SWEEP_EVERY_MS: u64 = 1000;
+/// Jobs the owner keeps in its table, at most. The rest wait in storage, where they
+/// already are, and are read in offset order as the table drains: a queue of millions
+/// of small jobs costs the owner this many entries, not millions.
+const TABLE_JOBS: usize = 4096;
+
+/// Jobs stored beyond the owner's table: every one from offset `from` on that the
+/// table does not hold.
+#[derive(Debug, Clone, Copy)]
+struct Backlog {
+    from: u64,
+    /// How many, for the depth gauge.
+    jobs: u64,
+}
 
 /// Starts the owner of every queue.
 pub fn spawn(executor: &LocalExecutor<'static>, shared: &Rc<Shared>) {
     let unstarted = shared.broker.borrow_mut().queues.take_unstarted();
-    for (id, mailbox) in unstarted {
-        executor.spawn(run(shared.clone(), id, mailbox)).detach();
+    for (id, mailbox, missed) in unstarted {
+        executor
+            .spawn(run(shared.clone(), id, mailbox, missed))
+            .detach();
     }
 }
 
@@ -54,7 +69,9 @@ struct Owner {
     /// This boot's, so no Delivery ID outlives a restart (C-151).
     nonce: [u8; 8],
     epoch: u64,
+    /// At most `TABLE_JOBS`; every job of the queue is here or in `backlog`.
     jobs: BTreeMap<u64, Job>,
+    backlog: Option<Backlog>,
     bodies: BTreeMap<u64, Record>,
     body_bytes: u64,
     /// Workers in the order they subscribed; offers take turns over them.
@@ -65,7 +82,12 @@ struct Owner {
     swept_at: u64,
 }
 
-async fn run(shared: Rc<Shared>, id: ChannelId, mailbox: Receiver<Event>) {
+async fn run(
+    shared: Rc<Shared>,
+    id: ChannelId,
+    mailbox: Receiver<Event>,
+    missed: Rc<super::Missed>,
+) {
     let Some(mut owner) = Owner::new(shared, id) else {
         return;
     };
@@ -91,6 +113,10 @@ async fn run(shared: Rc<Shared>, id: ChannelId, mailbox: Receiver<Event>) {
         // Events are applied before anything looks at the sessions, so a PUBACK the
         // connection has already settled is never mistaken for an offer not written.
         owner.drain(&mailbox).await;
+        if let Some((from, jobs)) = missed.take() {
+            owner.behind(from, jobs);
+        }
+        owner.refill().await;
         owner.offer().await;
         owner.gauge();
     }
@@ -126,6 +152,7 @@ impl Owner {
             nonce,
             epoch: 0,
             jobs: BTreeMap::new(),
+            backlog: None,
             bodies: BTreeMap::new(),
             body_bytes: 0,
             workers: Vec::new(),
@@ -135,8 +162,9 @@ impl Owner {
         })
     }
 
-    /// Reads every job the queue holds: after a restart nothing is in flight and every
-    /// job is available at once, its attempts as stored (C-150, C-152, C-153).
+    /// Reads the jobs the queue holds, as many as the table takes, counting the rest:
+    /// after a restart nothing is in flight and every job is available at once, its
+    /// attempts as stored (C-150, C-152, C-153).
     async fn load(&mut self) {
         self.count(|_| {}); // its counters exist from the start, at zero
         let mut from = 0;
@@ -157,8 +185,79 @@ impl Owner {
                 self.learn(record);
             }
         }
-        if !self.jobs.is_empty() {
-            log::info!("queue {}: {} jobs waiting", self.name, self.jobs.len());
+        let waiting = self.jobs.len() as u64 + self.backlog.map_or(0, |b| b.jobs);
+        if waiting > 0 {
+            log::info!("queue {}: {waiting} jobs waiting", self.name);
+        }
+    }
+
+    /// Takes a stored job into the table if it has room and nothing waits ahead of it
+    /// in storage; otherwise the job joins the backlog. Whether it was taken.
+    fn take_in(&mut self, offset: u64, job: Job) -> bool {
+        if self.jobs.contains_key(&offset) {
+            return false;
+        }
+        match &mut self.backlog {
+            Some(backlog) if offset >= backlog.from => {
+                backlog.jobs += 1;
+                false
+            }
+            _ if self.jobs.len() >= TABLE_JOBS => {
+                self.behind(offset, 1);
+                false
+            }
+            _ => {
+                self.jobs.insert(offset, job);
+                true
+            }
+        }
+    }
+
+    /// Notes `jobs` jobs from `from` on that wait in storage, not in the table.
+    fn behind(&mut self, from: u64, jobs: u64) {
+        let backlog = self.backlog.get_or_insert(Backlog { from, jobs: 0 });
+        backlog.from = backlog.from.min(from);
+        backlog.jobs += jobs;
+    }
+
+    /// Reads waiting jobs back from storage, in offset order, once the table has
+    /// drained to half.
+    async fn refill(&mut self) {
+        let Some(backlog) = self.backlog else {
+            return;
+        };
+        if self.jobs.len() >= TABLE_JOBS / 2 {
+            return;
+        }
+        let room = TABLE_JOBS - self.jobs.len();
+        let request = WindowRequest::new(backlog.from, room, CACHE_BYTES);
+        let window = match self.provider.read_window(&self.name, request).await {
+            Ok(window) => window,
+            Err(e) => {
+                log::error!("queue {}: cannot read its waiting jobs: {e}", self.name);
+                return;
+            }
+        };
+        let Some(next) = window.records.last().map(|r| r.offset + 1) else {
+            // Nothing stored from there on: the table holds every job again.
+            self.backlog = None;
+            return;
+        };
+        let mut taken = 0;
+        for record in window.records {
+            if let RecordState::Job { attempts, .. } = record.state
+                && !self.jobs.contains_key(&record.offset)
+            {
+                self.jobs
+                    .insert(record.offset, Job::new(record.timestamp_ms, attempts));
+                self.cache_body(record);
+                taken += 1;
+            }
+        }
+        // Jobs announced while the read was out are counted in `backlog` already.
+        if let Some(backlog) = &mut self.backlog {
+            backlog.from = backlog.from.max(next);
+            backlog.jobs = backlog.jobs.saturating_sub(taken);
         }
     }
 
@@ -167,11 +266,14 @@ impl Owner {
         let RecordState::Job { attempts, .. } = record.state else {
             return;
         };
-        if self.jobs.contains_key(&record.offset) {
+        if !self.take_in(record.offset, Job::new(record.timestamp_ms, attempts)) {
             return;
         }
-        self.jobs
-            .insert(record.offset, Job::new(record.timestamp_ms, attempts));
+        self.cache_body(record);
+    }
+
+    /// Keeps a job's body in memory ahead of its offer, if the cache has room.
+    fn cache_body(&mut self, record: Record) {
         let size = record.size();
         if self.bodies.len() < CACHE_RECORDS && self.body_bytes + size <= CACHE_BYTES {
             self.body_bytes += size;
@@ -192,9 +294,7 @@ impl Owner {
                 offset,
                 timestamp_ms,
             } => {
-                self.jobs
-                    .entry(offset)
-                    .or_insert_with(|| Job::new(timestamp_ms, 0));
+                self.take_in(offset, Job::new(timestamp_ms, 0));
             }
             Event::Subscribed(client) => {
                 if !self.workers.contains(&client) {
@@ -710,7 +810,8 @@ impl Owner {
     /// The depth gauges: jobs waiting, and jobs out with a worker.
     fn gauge(&self) {
         let held = self.held.len() as u64;
-        let waiting = self.jobs.len() as u64 - held.min(self.jobs.len() as u64);
+        let waiting = self.jobs.len() as u64 - held.min(self.jobs.len() as u64)
+            + self.backlog.map_or(0, |b| b.jobs);
         self.count(|c| {
             c.available = waiting;
             c.held = held;
