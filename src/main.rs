@@ -169,6 +169,11 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
+    // The acl_file is validated against the channels, with its own file and lines.
+    saguin::config::acl::load(&config).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })?;
     Ok(config)
 }
 

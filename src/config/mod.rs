@@ -42,6 +42,7 @@
 //! applied before `load` returns. Channels are sorted by name: the file's
 //! order decides nothing.
 
+pub mod acl;
 mod address;
 mod blocks;
 mod bridges;
