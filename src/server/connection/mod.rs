@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_lite::future;
 use smol::io::AsyncWriteExt;
 
+mod acl;
 mod channels;
 mod queue;
 mod verbs;
@@ -70,6 +71,8 @@ struct Conn {
     positions_stored_at: Option<Instant>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
     suback_reason: Option<String>,
+    /// This client under the acl_file, when one is held (`connection/acl.rs`).
+    acl: Option<Box<crate::acl::Principal>>,
 }
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
@@ -124,10 +127,12 @@ pub(crate) async fn run(
     };
     reader.connected();
     let protocol = connect.protocol;
-    let refusal = check_connect(&connect, &shared)
-        .or_else(|| crate::auth::check_connect(&gate, &connect, certificate, &peer));
+    let admitted = match check_connect(&connect, &shared) {
+        Some(code) => Err(code),
+        None => crate::auth::check_connect(&gate, &connect, certificate, &peer),
+    };
     drop(gate);
-    if let Some(code) = refusal {
+    if let Err(code) = admitted {
         log::info!(
             "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
             connect.client_id
@@ -181,6 +186,7 @@ pub(crate) async fn run(
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
         positions_stored_at: None,
         suback_reason: None,
+        acl: admitted.ok().flatten(),
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
@@ -871,6 +877,10 @@ impl Conn {
                 });
                 code
             }
+            Ok(()) if !self.may_publish(&publish.topic) => {
+                refused("not authorized");
+                reason::NOT_AUTHORIZED
+            }
             Ok(())
                 if publish.properties.payload_format_indicator == Some(1)
                     && std::str::from_utf8(&publish.payload).is_err() =>
@@ -1050,6 +1060,9 @@ impl Conn {
                             self.client_id
                         );
                         reason::TOPIC_FILTER_INVALID
+                    }
+                    Ok(share) if !self.may_subscribe(share.map_or(filter, |(_, f)| f)) => {
+                        self.not_granted(filter)
                     }
                     Ok(share) => {
                         if share.is_none() {
@@ -1378,7 +1391,7 @@ fn refusal_text(code: u8) -> &'static str {
     match code {
         reason::MALFORMED_PACKET => "malformed packet",
         reason::PROTOCOL_ERROR => "protocol error",
-        reason::NOT_AUTHORIZED => "not authorized: this topic is reserved",
+        reason::NOT_AUTHORIZED => "not authorized: a reserved topic, or not granted to this client",
         reason::TOPIC_NAME_INVALID => {
             "topic name invalid: too long, too deep, or in a reserved space"
         }

@@ -1,0 +1,377 @@
+//! The acl_file enforced against the real binary over loopback (RFC 0002 "What a
+//! client may do", req-0002b sections 22-29): publish, subscribe, the Will,
+//! client_ids, queue consume, the `$saguin/` verbs, and SIGUSR1.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{Broker, Raw, opts, publish};
+use saguin::codec::ProtocolVersion::{self, V5, V311};
+use saguin::codec::{Packet, QoS, Will};
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/auth/clients.passwd"
+);
+const NOT_AUTHORIZED: u8 = 0x87;
+
+/// Channels of every type beside the password file and the acl_file.
+const EXTRA: &str = "    password_file: {dir}/clients.passwd
+    acl_file: {dir}/acl.yaml
+channels:
+  events:
+    type: append
+    filter: iot/+/events/#
+  state:
+    type: latest
+    filter: iot/+/state/+
+  jobs:
+    type: queue
+    filter: jobs/+
+";
+
+/// alice writes her own events and broadcast alerts, and works jobs; bob reads
+/// events (and may seek) and broadcast, and hangs clients up.
+const ACL: &str = "roles:
+  device:
+    - channel: events
+      filter: iot/%u/events/#
+      allow: [write]
+    - topic: alerts/%u/#
+      allow: [write]
+  worker:
+    - channel: jobs
+      allow: [write, consume]
+  reader:
+    - channel: events
+      allow: [read, seek]
+    - topic: \"#\"
+      allow: [read]
+  on-call:
+    - broker: sessions
+      allow: [disconnect]
+users:
+  alice: [device, worker]
+  bob:
+    roles: [reader, on-call]
+    client_ids: \"%u*\"
+";
+
+fn start(name: &str, acl: &str) -> Broker {
+    let dir = common::temp_dir(name);
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).expect("copy the password file");
+    std::fs::write(dir.join("acl.yaml"), acl).expect("write the acl_file");
+    Broker::start_in(dir, &common::config(EXTRA))
+}
+
+fn login(protocol: ProtocolVersion, client_id: &str, user: &str) -> saguin::codec::Connect {
+    let mut c = common::connect(protocol, client_id, true);
+    let password = if user == "alice" { "secret" } else { "hunter2" };
+    c.username = Some(user.into());
+    c.password = Some(password.as_bytes().to_vec());
+    c
+}
+
+fn as_user(broker: &Broker, client_id: &str, user: &str) -> Raw {
+    let (raw, ack) = Raw::handshake(broker.addr, login(V5, client_id, user));
+    assert_eq!(ack.code, 0, "{user} as {client_id}: {ack:?}");
+    raw
+}
+
+/// B-287, B-259, B-254: write on a channel narrowed by filter: with %u, and a
+/// topic: rule for broadcast; anything else is PUBACK 0x87.
+#[test]
+fn publishes_need_a_grant_on_their_route_b287() {
+    let broker = start("publish", ACL);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    let q1 = QoS::AtLeastOnce;
+    assert_eq!(
+        alice.publish("iot/alice/events/door", b"1", q1, false),
+        Some(0)
+    );
+    assert_eq!(
+        alice.publish("iot/bob/events/door", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    assert_eq!(alice.publish("alerts/alice/fire", b"1", q1, false), Some(0));
+    assert_eq!(
+        alice.publish("alerts/bob/fire", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    // A channel its roles do not name (B-275: a topic: rule never reaches a channel).
+    assert_eq!(
+        alice.publish("iot/alice/state/x", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(
+        bob.publish("alerts/bob/fire", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    broker.wait_log("refused 0x87");
+}
+
+/// B-287: a refused QoS 0 publish is dropped; subscribers see nothing of it.
+#[test]
+fn a_refused_qos0_publish_is_dropped_b287() {
+    let broker = start("qos0", ACL);
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("alerts/#", opts(QoS::AtLeastOnce)), vec![1]);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    alice.publish("alerts/bob/fire", b"no", QoS::AtMostOnce, false);
+    alice.publish("alerts/alice/fire", b"yes", QoS::AtMostOnce, false);
+    let got = bob.recv_publish();
+    assert_eq!(&*got.topic, "alerts/alice/fire");
+    bob.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-279, B-288: a subscription is granted whole: read on every channel it is
+/// served from and a topic: rule where it matches broadcast; otherwise 0x87 in
+/// that filter's place. A wrong shape is still 0x8F, never 0x87 (B-291).
+#[test]
+fn subscriptions_are_granted_whole_or_refused_b279() {
+    let broker = start("subscribe", ACL);
+    let mut bob = as_user(&broker, "bob", "bob");
+    let q1 = opts(QoS::AtLeastOnce);
+    assert_eq!(bob.subscribe("iot/+/events/#", q1), vec![1]);
+    assert_eq!(bob.subscribe("alerts/#", q1), vec![1]);
+    // # reaches state, which bob may not read.
+    assert_eq!(bob.subscribe("#", q1), vec![NOT_AUTHORIZED]);
+    assert_eq!(bob.subscribe("iot/+/state/+", q1), vec![NOT_AUTHORIZED]);
+    assert_eq!(bob.subscribe("a/#/b", q1), vec![0x8F]);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(
+        alice.subscribe("iot/alice/events/#", q1),
+        vec![NOT_AUTHORIZED]
+    );
+    assert_eq!(alice.subscribe("alerts/alice/#", q1), vec![NOT_AUTHORIZED]);
+    // A shared subscription is asked of its inner filter.
+    assert_eq!(bob.subscribe("$share/g/alerts/#", q1), vec![1]);
+    assert_eq!(
+        alice.subscribe("$share/g/alerts/#", q1),
+        vec![NOT_AUTHORIZED]
+    );
+}
+
+fn will(topic: &str) -> Will {
+    Will {
+        topic: topic.into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtMostOnce,
+        retain: false,
+        properties: Default::default(),
+    }
+}
+
+/// B-289: a Will on a topic the client may not publish to is CONNACK 0x87 (3.1.1:
+/// 0x05); one it may publish to connects.
+#[test]
+fn a_will_the_client_may_not_publish_is_refused_b289() {
+    let broker = start("will", ACL);
+    for (protocol, code) in [(V5, NOT_AUTHORIZED), (V311, 0x05)] {
+        let mut c = login(protocol, "alice-w", "alice");
+        c.will = Some(will("alerts/bob/gone"));
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, code, "{protocol:?}");
+        let mut c = login(protocol, "alice-w", "alice");
+        c.will = Some(will("alerts/alice/gone"));
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, 0, "{protocol:?}");
+    }
+    broker.wait_log("its Will names \"alerts/bob/gone\"");
+}
+
+/// B-270, B-272: client_ids: "%u*" admits bob only under ids beginning bob; the
+/// refusal is 0x86 (3.1.1 0x04), and the log says it was the client id.
+#[test]
+fn a_client_id_the_entry_does_not_admit_is_0x86_b270() {
+    let broker = start("client-ids", ACL);
+    assert_eq!(
+        Raw::handshake(broker.addr, login(V5, "bob-2", "bob"))
+            .1
+            .code,
+        0
+    );
+    assert_eq!(
+        Raw::handshake(broker.addr, login(V5, "carol", "bob"))
+            .1
+            .code,
+        0x86
+    );
+    assert_eq!(
+        Raw::handshake(broker.addr, login(V311, "carol", "bob"))
+            .1
+            .code,
+        0x04
+    );
+    broker.wait_log("client id \"carol\" is not one users: \"bob\"");
+    // alice's entry has no client_ids: any id (B-272).
+    assert_eq!(
+        Raw::handshake(broker.addr, login(V5, "anything", "alice"))
+            .1
+            .code,
+        0
+    );
+}
+
+/// B-282: taking jobs is consume on the queue - its form and its response topic;
+/// submitting is write. Structural refusals come first (B-286).
+#[test]
+fn a_queue_is_consumed_only_with_consume_b282() {
+    let broker = start("queue", ACL);
+    let q1 = opts(QoS::AtLeastOnce);
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(
+        bob.subscribe("$saguin/queue/jobs", q1),
+        vec![NOT_AUTHORIZED]
+    );
+    // The structural refusal wins over the missing grant: QoS 0 is 0x83.
+    assert_eq!(
+        bob.subscribe("$saguin/queue/jobs", opts(QoS::AtMostOnce)),
+        vec![0x83]
+    );
+    assert_eq!(
+        bob.answer_qos1("$saguin/queue/jobs/response", None, b"ack"),
+        NOT_AUTHORIZED
+    );
+    assert_eq!(
+        bob.publish("jobs/a", b"x", QoS::AtLeastOnce, false),
+        Some(NOT_AUTHORIZED)
+    );
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(alice.subscribe("$saguin/queue/jobs", q1), vec![1]);
+    assert_eq!(
+        alice.publish("jobs/a", b"work", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let offer = alice.recv_offer();
+    assert_eq!(&*offer.payload, b"work");
+}
+
+fn verb(raw: &mut Raw, topic: &str, payload: &[u8]) -> u8 {
+    let mut p = publish(topic, payload, QoS::AtLeastOnce, false);
+    p.properties.response_topic = Some("me/answer".into());
+    raw.publish_packet(p).expect("QoS 1 is acknowledged")
+}
+
+/// B-282, B-283, B-297: seek rides on seek, a point read on read of the latest
+/// channel, a hang-up on broker: sessions.
+#[test]
+fn saguin_verbs_ride_on_the_channel_verbs_b282_b297() {
+    let broker = start("verbs", ACL);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(
+        verb(&mut alice, "$saguin/consumer/events/seek", b"0"),
+        NOT_AUTHORIZED
+    );
+    assert_eq!(
+        verb(&mut alice, "$saguin/kv/get", b"iot/a/state/x"),
+        NOT_AUTHORIZED
+    );
+    assert_eq!(
+        verb(&mut alice, "$saguin/sessions/disconnect", b"bob"),
+        NOT_AUTHORIZED
+    );
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(verb(&mut bob, "$saguin/consumer/events/seek", b"0"), 0);
+    assert_eq!(&*bob.recv_publish().topic, "me/answer");
+    assert_eq!(
+        verb(&mut bob, "$saguin/kv/get", b"iot/a/state/x"),
+        NOT_AUTHORIZED
+    );
+    assert_eq!(verb(&mut bob, "$saguin/sessions/disconnect", b"alice-1"), 0);
+    assert_eq!(alice.expect_disconnect(), 0x98);
+}
+
+fn catalogue(raw: &mut Raw, name: &str) -> String {
+    assert_eq!(verb(raw, &format!("$saguin/catalogue/{name}"), b""), 0);
+    loop {
+        match raw.recv() {
+            Packet::Publish(p) if &*p.topic == "me/answer" => {
+                return String::from_utf8_lossy(&p.payload).into_owned();
+            }
+            Packet::Publish(_) => {}
+            other => panic!("expected the answer, got {other:?}"),
+        }
+    }
+}
+
+/// B-323, B-324, B-325: the catalogue lists the verbs held, a channel held nothing
+/// on is the empty reply, and a narrowed grant still learns the whole filter.
+#[test]
+fn the_catalogue_is_scoped_to_the_verbs_held_b324() {
+    let broker = start("catalogue", ACL);
+    let mut bob = as_user(&broker, "bob", "bob");
+    let events: serde_json::Value = serde_json::from_str(&catalogue(&mut bob, "events")).unwrap();
+    assert_eq!(events["verbs"], serde_json::json!(["read", "seek"]));
+    assert_eq!(catalogue(&mut bob, "state"), "");
+    assert_eq!(catalogue(&mut bob, "no-such"), "");
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    let events: serde_json::Value = serde_json::from_str(&catalogue(&mut alice, "events")).unwrap();
+    assert_eq!(events["verbs"], serde_json::json!(["write"]));
+    assert_eq!(events["filter"], "iot/+/events/#");
+}
+
+/// B-292, B-233: SIGUSR1 re-reads the acl_file; an open connection's next publish
+/// is asked of the new file. A file that does not load changes nothing.
+#[test]
+fn sigusr1_rereads_the_acl_file_for_open_connections_b292() {
+    let broker = start("reload", ACL);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    let q1 = QoS::AtLeastOnce;
+    assert_eq!(
+        alice.publish("iot/alice/events/a", b"1", q1, false),
+        Some(0)
+    );
+    let path: PathBuf = broker.dir.join("acl.yaml");
+    std::fs::write(
+        &path,
+        ACL.replace("alice: [device, worker]", "alice: [worker]"),
+    )
+    .unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    assert_eq!(
+        alice.publish("iot/alice/events/a", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    // A broken file: logged, and the grants stay as they were.
+    std::fs::write(
+        &path,
+        "roles:\n  r:\n    - channel: jobs\n      allow: [read]\nusers:\n  alice: [r]\n",
+    )
+    .unwrap();
+    broker.signal("USR1");
+    broker.wait_log("keeps the grants it had");
+    assert_eq!(alice.publish("jobs/x", b"1", q1, false), Some(0));
+    assert_eq!(
+        alice.publish("iot/alice/events/a", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+}
+
+/// B-247, B-246 at startup, and the features denial this build refuses by name.
+#[test]
+fn what_is_not_enforced_is_refused_at_startup() {
+    let dir = common::temp_dir("refused");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).unwrap();
+    std::fs::write(
+        dir.join("acl.yaml"),
+        "roles:\n  r:\n    - broker: features\n      deny: [will]\nusers:\n  alice: [r]\n",
+    )
+    .unwrap();
+    let yaml = |extra: &str| common::config(extra).replace("{dir}", &dir.display().to_string());
+    let said = common::refused_at_startup(&dir, &yaml(EXTRA));
+    assert!(
+        said.contains("this build does not apply feature denials"),
+        "{said}"
+    );
+    let anonymous = EXTRA.replace("    acl_file:", "    allow_anonymous: true\n    acl_file:");
+    std::fs::write(
+        dir.join("acl.yaml"),
+        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  alice: [r]\n",
+    )
+    .unwrap();
+    let said = common::refused_at_startup(&dir, &yaml(&anonymous));
+    assert!(said.contains("allow_anonymous"), "{said}");
+}
