@@ -350,22 +350,19 @@ fn sigusr1_rereads_the_acl_file_for_open_connections_b292() {
     );
 }
 
-/// B-247, B-246 at startup, and the features denial this build refuses by name.
+/// B-247 at startup, and per-entry limits:, which this build refuses by name.
 #[test]
 fn what_is_not_enforced_is_refused_at_startup() {
     let dir = common::temp_dir("refused");
     std::fs::copy(FIXTURE, dir.join("clients.passwd")).unwrap();
     std::fs::write(
         dir.join("acl.yaml"),
-        "roles:\n  r:\n    - broker: features\n      deny: [will]\nusers:\n  alice: [r]\n",
+        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  alice:\n    roles: [r]\n    limits:\n      publish_rate: 5\n",
     )
     .unwrap();
     let yaml = |extra: &str| common::config(extra).replace("{dir}", &dir.display().to_string());
     let said = common::refused_at_startup(&dir, &yaml(EXTRA));
-    assert!(
-        said.contains("this build does not apply feature denials"),
-        "{said}"
-    );
+    assert!(said.contains("does not apply per-client limits"), "{said}");
     let anonymous = EXTRA.replace("    acl_file:", "    allow_anonymous: true\n    acl_file:");
     std::fs::write(
         dir.join("acl.yaml"),
@@ -374,4 +371,142 @@ fn what_is_not_enforced_is_refused_at_startup() {
     .unwrap();
     let said = common::refused_at_startup(&dir, &yaml(&anonymous));
     assert!(said.contains("allow_anonymous"), "{said}");
+}
+
+/// alice may do everything on broadcast, but her role takes features away.
+fn features_acl(denied: &str) -> String {
+    format!(
+        "roles:\n  all:\n    - topic: \"#\"\n      allow: [write, read]\n    - channel: events\n      allow: [write, read]\n  less:\n    - broker: features\n      deny: [{denied}]\nusers:\n  alice: [all, less]\n  bob: [all]\n"
+    )
+}
+
+/// B-310, B-317: will denied - a CONNECT with a Will is 0x87 (3.1.1 0x05), one
+/// without connects; a wrong password is still 0x86 whatever is denied.
+#[test]
+fn a_denied_will_is_refused_at_connect_b310() {
+    let broker = start("deny-will", &features_acl("will"));
+    for (protocol, code) in [(V5, NOT_AUTHORIZED), (V311, 0x05)] {
+        let mut c = login(protocol, "alice-w", "alice");
+        c.will = Some(will("alerts/x"));
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, code, "{protocol:?}");
+        let c = login(protocol, "alice-w", "alice");
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, 0, "{protocol:?}");
+    }
+    let mut c = login(V5, "alice-w", "alice");
+    c.password = Some(b"wrong".to_vec());
+    c.will = Some(will("alerts/x"));
+    assert_eq!(Raw::handshake(broker.addr, c).1.code, 0x86);
+    // B-285, B-316: bob's roles deny nothing.
+    let mut c = login(V5, "bob", "bob");
+    c.will = Some(will("alerts/x"));
+    assert_eq!(Raw::handshake(broker.addr, c).1.code, 0);
+}
+
+/// B-309: persistent denied - MQTT 5 is told Session Expiry Interval 0, and the
+/// session does not survive; 3.1.1's session is made clean.
+#[test]
+fn a_denied_persistent_session_ends_with_the_connection_b309() {
+    let broker = start("deny-persistent", &features_acl("persistent"));
+    let mut c = login(V5, "alice-p", "alice");
+    c.clean_start = false;
+    c.properties.session_expiry_interval = Some(3600);
+    let (raw, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.code, 0);
+    assert_eq!(ack.properties.session_expiry_interval, Some(0));
+    raw.disconnect();
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert!(
+        !ack.session_present,
+        "the session ended with the connection"
+    );
+    let mut c = login(V311, "alice-q", "alice");
+    c.clean_start = false;
+    let (raw, _) = Raw::handshake(broker.addr, c.clone());
+    raw.disconnect();
+    assert!(!Raw::handshake(broker.addr, c).1.session_present);
+}
+
+/// B-311: share denied - Shared Subscription Available 0, and a $share/ filter
+/// anyway is DISCONNECT 0x9E.
+#[test]
+fn a_denied_share_is_a_protocol_error_b311() {
+    let broker = start("deny-share", &features_acl("share"));
+    let (mut raw, ack) = Raw::handshake(broker.addr, login(V5, "alice-s", "alice"));
+    assert_eq!(ack.properties.shared_subscription_available, Some(0));
+    assert_eq!(raw.subscribe("alerts/#", opts(QoS::AtLeastOnce)), vec![1]);
+    raw.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![("$share/g/alerts/#".into(), opts(QoS::AtLeastOnce))],
+    }));
+    assert_eq!(raw.expect_disconnect(), 0x9E);
+}
+
+/// B-312, B-313: retained denied - a retained broadcast publish is DISCONNECT 0x9A
+/// (3.1.1: closed); on a channel's topic nothing changes and Retain Available
+/// stays 1; a retained Will aimed at broadcast is 0x9A (3.1.1 0x05).
+#[test]
+fn a_denied_retained_value_on_broadcast_is_0x9a_b312() {
+    let broker = start("deny-retained", &features_acl("retained"));
+    let (mut raw, ack) = Raw::handshake(broker.addr, login(V5, "alice-r", "alice"));
+    assert_eq!(ack.properties.retain_available, Some(1));
+    assert_eq!(
+        raw.publish("iot/a/events/x", b"1", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    raw.send(&Packet::Publish(publish(
+        "alerts/x",
+        b"1",
+        QoS::AtLeastOnce,
+        true,
+    )));
+    assert_eq!(raw.expect_disconnect(), 0x9A);
+    let (mut old, _) = Raw::handshake(broker.addr, login(V311, "alice-r3", "alice"));
+    old.send(&Packet::Publish(publish(
+        "alerts/x",
+        b"1",
+        QoS::AtLeastOnce,
+        true,
+    )));
+    old.expect_closed_silently();
+    for (protocol, code) in [(V5, 0x9A), (V311, 0x05)] {
+        let mut c = login(protocol, "alice-rw", "alice");
+        let mut w = will("alerts/x");
+        w.retain = true;
+        c.will = Some(w);
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, code, "{protocol:?}");
+    }
+}
+
+/// B-314, B-315: qos2 denied - Maximum QoS 1, a QoS 2 subscription granted 1, a
+/// QoS 2 publish DISCONNECT 0x9B (3.1.1: closed), a QoS 2 Will 0x9B (3.1.1 0x05).
+#[test]
+fn a_denied_qos2_is_capped_and_refused_b314() {
+    let broker = start("deny-qos2", &features_acl("qos2"));
+    let (mut raw, ack) = Raw::handshake(broker.addr, login(V5, "alice-2", "alice"));
+    assert_eq!(ack.properties.maximum_qos, Some(1));
+    assert_eq!(raw.subscribe("alerts/#", opts(QoS::ExactlyOnce)), vec![1]);
+    raw.send(&Packet::Publish(publish(
+        "alerts/x",
+        b"1",
+        QoS::ExactlyOnce,
+        false,
+    )));
+    assert_eq!(raw.expect_disconnect(), 0x9B);
+    let (mut old, _) = Raw::handshake(broker.addr, login(V311, "alice-23", "alice"));
+    assert_eq!(old.subscribe("alerts/#", opts(QoS::ExactlyOnce)), vec![1]);
+    old.send(&Packet::Publish(publish(
+        "alerts/x",
+        b"1",
+        QoS::ExactlyOnce,
+        false,
+    )));
+    old.expect_closed_silently();
+    for (protocol, code) in [(V5, 0x9B), (V311, 0x05)] {
+        let mut c = login(protocol, "alice-2w", "alice");
+        let mut w = will("alerts/x");
+        w.qos = QoS::ExactlyOnce;
+        c.will = Some(w);
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, code, "{protocol:?}");
+    }
 }

@@ -198,11 +198,18 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
         "listed twice",
     ),
     (
-        "B-308",
-        "roles:\n  r:\n    - broker: features\n      deny: [will]\n",
-        "roles.r[0].broker",
+        "B-318",
+        "roles:\n  r:\n    - broker: features\n      deny: [bridges]\n",
+        "roles.r[0].deny",
+        "deny:",
+        "the features are persistent, will, share, retained, qos2",
+    ),
+    (
+        "B-318",
+        "roles:\n  r:\n    - broker: features\n",
+        "roles.r[0].deny",
         "features",
-        "this build does not apply feature denials",
+        "takes nothing away",
     ),
     (
         "B-253",
@@ -297,6 +304,8 @@ const VALID: &str = "roles:
   on-call:
     - broker: sessions
       allow: [disconnect]
+    - broker: features
+      deny: [persistent, will, share, retained, qos2]
 users:
   \"vessel-*\": [telemetry-publisher, job-worker]
   dashboard:  [reader]

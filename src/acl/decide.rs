@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::{Policy, Subject, Verb, Verbs, substitute};
-use crate::codec::reason;
+use super::{Feature, Features, Policy, Subject, Verb, Verbs, substitute};
+use crate::codec::{Connect, ProtocolVersion, QoS, reason};
 use crate::config::{ChannelType, Config};
 use crate::routing::{Route, Router, filter};
 
@@ -65,18 +65,24 @@ impl Acl {
     }
 
     /// Decides a CONNECT that authenticated as `user` (the empty string for an
-    /// anonymous client, B-249): `client_ids:` (0x86, B-270) and a Will on a
-    /// topic the client may not publish to (0x87, B-289). Rules withheld because
-    /// a name holds `+`, `#` or `/` are logged once, here (B-256).
+    /// anonymous client, B-249), after authentication so a wrong password is
+    /// still 0x86 whatever the name's roles deny (B-317): `client_ids:` (0x86,
+    /// B-270); a Will under a features denial (will 0x87, retained 0x9A on a
+    /// broadcast topic, qos2 0x9B; B-310, B-312, B-314) or on a topic the client
+    /// may not publish to (0x87, B-289). A `persistent` denial makes the session
+    /// end with the connection: an MQTT 5 client's Session Expiry Interval
+    /// becomes 0 (and its CONNACK says so), a 3.1.1 client's session clean
+    /// (B-309). Rules withheld because a name holds `+`, `#` or `/` are logged
+    /// once, here (B-256).
     ///
     /// # Errors
     /// The reason code and what the log says.
     pub fn admit(
         self: &Rc<Self>,
         user: &str,
-        client_id: &str,
-        will_topic: Option<&str>,
+        connect: &mut Connect,
     ) -> Result<Principal, (u8, String)> {
+        let client_id = connect.client_id.as_str();
         let policy = self.policy();
         if let Some(entry) = policy.entry_for(user)
             && !Policy::client_id_allowed(entry, user, client_id)
@@ -101,13 +107,41 @@ impl Acl {
                 "{client_id:?} (user {user:?}): the rule on line {line} of the acl_file grants it nothing: the name it would put in holds +, # or /"
             );
         }
-        if let Some(topic) = will_topic
-            && !grants.may_publish(&self.router, topic)
-        {
-            return Err((
-                reason::NOT_AUTHORIZED,
-                format!("its Will names {topic:?}, which user {user:?} may not publish to"),
-            ));
+        if let Some(will) = &connect.will {
+            let denied = |f: Feature| grants.denied.has(f);
+            let broadcast = matches!(self.router.resolve(&will.topic), Route::Broadcast);
+            let refusal = if denied(Feature::Will) {
+                Some((reason::NOT_AUTHORIZED, "will"))
+            } else if denied(Feature::Retained) && will.retain && broadcast {
+                Some((reason::RETAIN_NOT_SUPPORTED, "retained"))
+            } else if denied(Feature::Qos2) && will.qos == QoS::ExactlyOnce {
+                Some((reason::QOS_NOT_SUPPORTED, "qos2"))
+            } else {
+                None
+            };
+            if let Some((code, feature)) = refusal {
+                return Err((
+                    code,
+                    format!(
+                        "its Will needs {feature}, which the acl_file takes away from user {user:?}"
+                    ),
+                ));
+            }
+            if !grants.may_publish(&self.router, &will.topic) {
+                return Err((
+                    reason::NOT_AUTHORIZED,
+                    format!(
+                        "its Will names {:?}, which user {user:?} may not publish to",
+                        will.topic
+                    ),
+                ));
+            }
+        }
+        if grants.denied.has(Feature::Persistent) {
+            match connect.protocol {
+                ProtocolVersion::V5 => connect.properties.session_expiry_interval = Some(0),
+                ProtocolVersion::V311 => connect.clean_start = true,
+            }
         }
         Ok(principal)
     }
@@ -175,6 +209,18 @@ impl Principal {
         self.grants().on_channel(channel)
     }
 
+    /// Whether a `broker: features` rule of this client's roles takes `feature`
+    /// away: any role denying it denies it (B-285, B-316).
+    pub fn denies(&self, feature: Feature) -> bool {
+        self.grants().denied.has(feature)
+    }
+
+    /// Whether `topic` is broadcast (no channel holds it), for the `retained`
+    /// denial, which only broadcast topics feel (B-312).
+    pub fn is_broadcast(&self, topic: &str) -> bool {
+        matches!(self.acl.router.resolve(topic), Route::Broadcast)
+    }
+
     /// Whether this client may hang others up (B-283, B-297).
     pub fn may_disconnect(&self) -> bool {
         self.grants().sessions.has(Verb::Disconnect)
@@ -198,6 +244,8 @@ pub struct Grants {
     pub entry: Option<String>,
     rules: Vec<(Granted, Verbs)>,
     sessions: Verbs,
+    /// The features its roles take away.
+    pub denied: Features,
     /// Lines of rules that grant nothing here, a name holding `+`, `#` or `/`.
     pub withheld: Vec<u32>,
 }
@@ -218,6 +266,10 @@ impl Grants {
                 let spellings: &[String] = match &rule.subject {
                     Subject::Sessions => {
                         g.sessions = g.sessions.union(rule.verbs);
+                        continue;
+                    }
+                    Subject::Features(denied) => {
+                        g.denied = g.denied.union(*denied);
                         continue;
                     }
                     Subject::Channel {

@@ -115,6 +115,79 @@ impl Verbs {
     }
 }
 
+/// A feature MQTT gives every client, which a `broker: features` rule takes
+/// away (B-308).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// A session outliving its connection.
+    Persistent,
+    /// A Last Will.
+    Will,
+    /// Shared subscriptions.
+    Share,
+    /// A retained value on a broadcast topic.
+    Retained,
+    /// Exactly-once delivery.
+    Qos2,
+}
+
+impl Feature {
+    /// Every feature, in the spec's order.
+    pub const ALL: [Feature; 5] = [
+        Feature::Persistent,
+        Feature::Will,
+        Feature::Share,
+        Feature::Retained,
+        Feature::Qos2,
+    ];
+
+    /// The word the file writes: the broker block that configures it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::Persistent => "persistent",
+            Feature::Will => "will",
+            Feature::Share => "share",
+            Feature::Retained => "retained",
+            Feature::Qos2 => "qos2",
+        }
+    }
+
+    /// The feature `word` names.
+    pub fn parse(word: &str) -> Option<Feature> {
+        Feature::ALL.into_iter().find(|f| f.as_str() == word)
+    }
+}
+
+/// A set of features denied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features(u8);
+
+impl Features {
+    /// Adds `feature`.
+    pub fn insert(&mut self, feature: Feature) {
+        self.0 |= 1 << (feature as u8);
+    }
+
+    /// Whether `feature` is in the set.
+    pub fn has(self, feature: Feature) -> bool {
+        self.0 & (1 << (feature as u8)) != 0
+    }
+
+    /// Both sets.
+    pub fn union(self, other: Features) -> Features {
+        Features(self.0 | other.0)
+    }
+
+    /// The words, in the spec's order.
+    pub fn words(self) -> Vec<&'static str> {
+        Feature::ALL
+            .into_iter()
+            .filter(|f| self.has(*f))
+            .map(Feature::as_str)
+            .collect()
+    }
+}
+
 /// What a rule is about (B-253).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Subject {
@@ -133,6 +206,8 @@ pub enum Subject {
     },
     /// `broker: sessions`: hanging up clients.
     Sessions,
+    /// `broker: features`: what it takes away (its `deny:`); it grants nothing.
+    Features(Features),
 }
 
 /// One rule of a role.

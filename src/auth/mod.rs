@@ -172,7 +172,7 @@ impl Gate {
 /// The CONNACK reason code.
 pub fn check_connect(
     gate: &Gate,
-    connect: &crate::codec::Connect,
+    connect: &mut crate::codec::Connect,
     certificate: Option<String>,
     peer: &str,
 ) -> Result<Option<Box<crate::acl::Principal>>, u8> {
@@ -215,8 +215,7 @@ pub fn check_connect(
     let Some(acl) = &gate.acl else {
         return Ok(None);
     };
-    let will = connect.will.as_ref().map(|w| &*w.topic);
-    match acl.admit(&name, &connect.client_id, will) {
+    match acl.admit(&name, connect) {
         Ok(principal) => Ok(Some(Box::new(principal))),
         Err((code, why)) => {
             log::info!(

@@ -7,7 +7,10 @@ use std::path::Path;
 use super::node::{self, Kind, Node};
 use super::walk::{self, Ctx, Fields};
 use super::{ChannelType, Config, ConfigError, Finding};
-use crate::acl::{Entry, Policy, Role, Rule, Subject, Verb, Verbs, globs_overlap, literal_count};
+use crate::acl::{
+    Entry, Feature, Features, Policy, Role, Rule, Subject, Verb, Verbs, globs_overlap,
+    literal_count,
+};
 use crate::routing::{Router, filter};
 
 /// The features `broker: features` would name (B-308).
@@ -345,12 +348,18 @@ impl Reader<'_> {
             "features" => {
                 if let Some(a) = allow {
                     ctx.bad(a, &walk::join(path, "allow"), "is refused on broker: features, which takes deny: and nothing else: every client has a feature until a role takes it away");
+                    return None;
                 }
-                if let Some(d) = deny {
-                    feature_list(ctx, d, &walk::join(path, "deny"));
-                }
-                ctx.say(b.line, &key, Some("features".into()), "is refused: this build does not apply feature denials, and a denial it ignored would read as protection; remove the rule (every client keeps persistent sessions, Wills, shared subscriptions, retained values and QoS 2)");
-                None
+                let Some(d) = deny else {
+                    ctx.say(b.line, &walk::join(path, "deny"), None, format!("is missing, so the rule takes nothing away; write deny: with some of {}", FEATURES.join(", ")));
+                    return None;
+                };
+                let denied = feature_list(ctx, d, &walk::join(path, "deny"))?;
+                Some(Rule {
+                    subject: Subject::Features(denied),
+                    verbs: Verbs::default(),
+                    line: b.line,
+                })
             }
             _ => {
                 ctx.bad(b, &key, "is sessions or features");
@@ -361,35 +370,44 @@ impl Reader<'_> {
 }
 
 /// B-318, B-319: a deny: list's words.
-fn feature_list(ctx: &mut Ctx, node: &Node, key: &str) {
-    let Kind::Seq(items) = &node.kind else {
-        ctx.bad(
-            node,
-            key,
-            format!("is not a list; write some of {}", FEATURES.join(", ")),
-        );
-        return;
+fn feature_list(ctx: &mut Ctx, node: &Node, key: &str) -> Option<Features> {
+    let items = match &node.kind {
+        Kind::Seq(items) if !items.is_empty() => items,
+        _ => {
+            let hint = format!(
+                "is not a list of features; write some of {}",
+                FEATURES.join(", ")
+            );
+            ctx.bad(node, key, hint);
+            return None;
+        }
     };
-    let mut seen: Vec<String> = Vec::new();
+    let mut denied = Features::default();
+    let mut ok = true;
     for item in items {
         let word = item.scalar_text().unwrap_or_default();
-        if word == "retain" {
-            ctx.bad(
-                item,
-                key,
-                "is not a feature: the feature is retained; write retained",
-            );
-        } else if !FEATURES.contains(&word.as_str()) {
-            ctx.bad(
-                item,
-                key,
-                format!("is not a feature; the features are {}", FEATURES.join(", ")),
-            );
-        } else if seen.contains(&word) {
-            ctx.bad(item, key, "is listed twice; keep one");
+        match Feature::parse(&word) {
+            _ if word == "retain" => {
+                ctx.bad(
+                    item,
+                    key,
+                    "is not a feature: the feature is retained; write retained",
+                );
+                ok = false;
+            }
+            None => {
+                let hint = format!("is not a feature; the features are {}", FEATURES.join(", "));
+                ctx.bad(item, key, hint);
+                ok = false;
+            }
+            Some(f) if denied.has(f) => {
+                ctx.bad(item, key, "is listed twice; keep one");
+                ok = false;
+            }
+            Some(f) => denied.insert(f),
         }
-        seen.push(word);
     }
+    ok.then_some(denied)
 }
 
 /// A rule filter's plain spellings: braces expanded first, each checked as an

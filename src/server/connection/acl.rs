@@ -3,7 +3,9 @@
 //! can never widen a refusal (B-286), and on every publish and subscribe, so a
 //! SIGUSR1 re-read applies to a connection already open (B-292).
 
-use super::Conn;
+use super::{Conn, End};
+use crate::acl::Feature;
+use crate::codec::{Properties, ProtocolVersion, Publish, QoS, Subscribe, reason};
 
 impl Conn {
     /// A publish to `topic`: `write` on its channel, or a `topic:` rule (B-287).
@@ -57,5 +59,77 @@ impl Conn {
                 all.iter().copied().filter(|v| held.contains(v)).collect()
             }
         }
+    }
+
+    fn denies(&self, feature: Feature) -> bool {
+        self.acl.as_ref().is_some_and(|p| p.denies(feature))
+    }
+
+    /// What an MQTT 5 CONNACK says under a features denial: Session Expiry
+    /// Interval 0 (persistent, B-309), Shared Subscription Available 0 (share,
+    /// B-311), Maximum QoS 1 (qos2, B-314). Retain Available stays 1 (B-312).
+    pub(super) fn features_in_connack(&self, properties: &mut Properties) {
+        if self.denies(Feature::Persistent) {
+            properties.session_expiry_interval = Some(0);
+        }
+        if self.denies(Feature::Share) {
+            properties.shared_subscription_available = Some(0);
+        }
+        if self.denies(Feature::Qos2) {
+            properties.maximum_qos = Some(1);
+        }
+    }
+
+    /// A publish a features denial ends the connection over, as a broker without
+    /// the feature would: QoS 2 is 0x9B (B-314, B-315), a retained publish to a
+    /// broadcast topic 0x9A (B-312, B-313); a 3.1.1 connection is closed.
+    pub(super) fn features_refuse_publish(&self, publish: &Publish) -> Option<End> {
+        let acl = self.acl.as_ref()?;
+        let code = if publish.qos == QoS::ExactlyOnce && acl.denies(Feature::Qos2) {
+            reason::QOS_NOT_SUPPORTED
+        } else if publish.retain
+            && acl.denies(Feature::Retained)
+            && acl.is_broadcast(&publish.topic)
+        {
+            reason::RETAIN_NOT_SUPPORTED
+        } else {
+            return None;
+        };
+        log::info!(
+            "{}: {} published {:?} with a feature the acl_file takes away (0x{code:02X})",
+            self.peer,
+            self.client_id,
+            publish.topic
+        );
+        Some(self.refuse(code))
+    }
+
+    /// A SUBSCRIBE under a features denial: QoS 2 is granted 1 (B-314, B-315); a
+    /// `$share/` filter from an MQTT 5 client told Shared Subscription Available
+    /// 0 is a Protocol Error, 0x9E (B-311).
+    pub(super) fn features_on_subscribe(&self, subscribe: &mut Subscribe) -> Result<(), End> {
+        if self.acl.is_none() {
+            return Ok(());
+        }
+        if self.protocol == ProtocolVersion::V5
+            && self.denies(Feature::Share)
+            && subscribe
+                .filters
+                .iter()
+                .any(|(f, _)| f.starts_with("$share/"))
+        {
+            log::info!(
+                "{}: {} subscribed to a $share/ filter, which the acl_file takes away (0x9E)",
+                self.peer,
+                self.client_id
+            );
+            return Err(End::Broker(reason::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED));
+        }
+        if self.denies(Feature::Qos2) {
+            for (_, options) in &mut subscribe.filters {
+                options.qos = options.qos.min(QoS::AtLeastOnce);
+            }
+        }
+        Ok(())
     }
 }

@@ -127,9 +127,11 @@ pub(crate) async fn run(
     };
     reader.connected();
     let protocol = connect.protocol;
+    // Mutable: a features denial may make the session end with the connection.
+    let mut connect = connect;
     let admitted = match check_connect(&connect, &shared) {
         Some(code) => Err(code),
-        None => crate::auth::check_connect(&gate, &connect, certificate, &peer),
+        None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
     };
     drop(gate);
     if let Err(code) = admitted {
@@ -582,6 +584,7 @@ impl Conn {
                 properties.server_keep_alive = Some(max);
                 keep_alive = max;
             }
+            self.features_in_connack(&mut properties);
         } else if let Some(max) = settings.max_keepalive
             && (keep_alive == 0 || keep_alive > max)
         {
@@ -845,6 +848,9 @@ impl Conn {
 
     async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
         self.resolve_alias(&mut publish)?;
+        if let Some(end) = self.features_refuse_publish(&publish) {
+            return Err(end);
+        }
         if let Some(answered) = self.queue_response(&publish) {
             return answered;
         }
@@ -1027,7 +1033,8 @@ impl Conn {
         Ok(())
     }
 
-    async fn on_subscribe(&mut self, subscribe: Subscribe) -> Result<(), End> {
+    async fn on_subscribe(&mut self, mut subscribe: Subscribe) -> Result<(), End> {
+        self.features_on_subscribe(&mut subscribe)?;
         let identifier = subscribe
             .properties
             .subscription_identifiers
