@@ -510,3 +510,29 @@ fn a_denied_qos2_is_capped_and_refused_b314() {
         assert_eq!(Raw::handshake(broker.addr, c).1.code, code, "{protocol:?}");
     }
 }
+
+/// B-290: a Will is asked again, as its client, when it fires: after a re-read
+/// that took the grant away it is logged and not published; before, it is.
+#[test]
+fn a_will_is_asked_again_when_it_fires_b290() {
+    let broker = start("will-fires", ACL);
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("alerts/#", opts(QoS::AtLeastOnce)), vec![1]);
+    let armed = |id: &str| {
+        let mut c = login(V5, id, "alice");
+        c.will = Some(will("alerts/alice/gone"));
+        let (raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        raw
+    };
+    drop(armed("alice-1"));
+    assert_eq!(&*bob.recv_publish().topic, "alerts/alice/gone");
+    let alice = armed("alice-2");
+    let acl = ACL.replace("    - topic: alerts/%u/#\n      allow: [write]\n", "");
+    std::fs::write(broker.dir.join("acl.yaml"), acl).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    drop(alice);
+    broker.wait_log("is not published");
+    bob.expect_nothing(Duration::from_millis(300));
+}

@@ -175,7 +175,7 @@ pub fn check_connect(
     connect: &mut crate::codec::Connect,
     certificate: Option<String>,
     peer: &str,
-) -> Result<Option<Box<crate::acl::Principal>>, u8> {
+) -> Result<Option<Rc<crate::acl::Principal>>, u8> {
     let verdict = gate.admit(
         connect.username.as_deref(),
         connect.password.as_deref(),
@@ -216,7 +216,7 @@ pub fn check_connect(
         return Ok(None);
     };
     match acl.admit(&name, connect) {
-        Ok(principal) => Ok(Some(Box::new(principal))),
+        Ok(principal) => Ok(Some(Rc::new(principal))),
         Err((code, why)) => {
             log::info!(
                 "{peer}: {:?} (user {name:?}) refused on {} by the acl_file: {why}",

@@ -214,6 +214,7 @@ impl Broker {
             (Some(will), true) => Some(Box::new(ArmedWill {
                 will: will.clone(),
                 delay: will.properties.will_delay_interval.unwrap_or(0),
+                asker: None,
             })),
             _ => None,
         };
@@ -336,6 +337,15 @@ impl Broker {
     }
 
     fn publish_will(&mut self, client_id: &Arc<str>, armed: Box<ArmedWill>) {
+        if let Some(asker) = &armed.asker
+            && !asker.may_publish(&armed.will.topic)
+        {
+            log::warn!(
+                "the Will of {client_id} to {:?} is not published: the acl_file no longer lets it publish there",
+                armed.will.topic
+            );
+            return;
+        }
         let will = armed.will;
         let message = Message::from_will(client_id.clone(), will, Instant::now());
         log::debug!("publishing the Will of {client_id} to {}", message.topic);

@@ -105,6 +105,9 @@ pub struct ArmedWill {
     pub will: Will,
     /// Will Delay Interval, seconds.
     pub delay: u32,
+    /// Its client under the acl_file, when one is held: the Will is asked again,
+    /// as that client, when it fires, the file having perhaps been re-read (B-290).
+    pub asker: Option<std::rc::Rc<crate::acl::Principal>>,
 }
 
 /// An inbound QoS 2 exchange between its PUBREC and its PUBREL (`broker.qos2`).

@@ -61,6 +61,19 @@ impl Conn {
         }
     }
 
+    /// Hands the armed Will this client's principal, so it is asked again when
+    /// it fires (B-290).
+    pub(super) fn arm_will_check(&self) {
+        let Some(acl) = &self.acl else {
+            return;
+        };
+        self.with_session(|s| {
+            if let Some(will) = &mut s.will {
+                will.asker = Some(acl.clone());
+            }
+        });
+    }
+
     fn denies(&self, feature: Feature) -> bool {
         self.acl.as_ref().is_some_and(|p| p.denies(feature))
     }

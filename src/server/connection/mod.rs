@@ -72,7 +72,7 @@ struct Conn {
     /// A Reason String for the SUBACK being built (a queue form's refusal).
     suback_reason: Option<String>,
     /// This client under the acl_file, when one is held (`connection/acl.rs`).
-    acl: Option<Box<crate::acl::Principal>>,
+    acl: Option<Rc<crate::acl::Principal>>,
 }
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
@@ -192,6 +192,7 @@ pub(crate) async fn run(
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
+    conn.arm_will_check();
     log::debug!(
         "{}: {} connected ({protocol:?}, session present {})",
         conn.peer,
