@@ -25,6 +25,7 @@
 //! SIGUSR1, never at CONNECT.
 
 mod decide;
+pub mod explain;
 
 pub use decide::{Acl, Grants, Principal};
 
