@@ -31,7 +31,10 @@ const ACL: &str = "roles:
       allow: [write]
 users:
   demo: [tour]
-  \"device-*\": [device]
+  \"device-*\":
+    roles: [device]
+    limits:
+      publish_rate: 100
   device-7: [device, sensor]
 ";
 
@@ -66,12 +69,8 @@ fn run(config: &Path, args: &[&str], stdin: &str) -> (i32, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // A run that answers without reading stdin may close it first.
+    let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
     let out = child.wait_with_output().unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -84,7 +83,11 @@ fn run(config: &Path, args: &[&str], stdin: &str) -> (i32, String) {
 #[test]
 fn the_list_form_has_a_row_per_grant_b334_b339() {
     let config = setup("list", true);
-    let (code, out) = run(&config, &[], "# user\trole\ndemo\ndevice-7 n-1\nnobody\n");
+    let (code, out) = run(
+        &config,
+        &[],
+        "# user\trole\ndemo\ndevice-7 n-1\nnobody\ndevice-8\n",
+    );
     assert_eq!(code, 0, "{out}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "# user\trole\tkind\tsubject\tverbs\trate\tbytes");
@@ -106,6 +109,11 @@ fn the_list_form_has_a_row_per_grant_b334_b339() {
     );
     assert!(lines.contains(&"nobody\t-\t-\t-\t-\t200\tno bound"));
     assert!(lines.iter().all(|l| l.split('\t').count() == 7));
+    // B-115: the entry's figures, unwritten ones no bound, on every row.
+    assert!(
+        lines
+            .contains(&"device-8\tdevice\ttopic\tiot/+/health/device-8\twrite,read\t100\tno bound")
+    );
 }
 
 /// B-341, B-342: JSON lines, no header; null for -, [] for no verbs.
@@ -140,6 +148,10 @@ fn the_paragraph_form_names_the_entry_and_what_it_shadows_b332() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("entry in force: users.device-7"), "{out}");
     assert!(out.contains("shadowed: users.device-*"), "{out}");
+    assert!(
+        out.contains("users.device-* carries limits:"),
+        "B-332 {out}"
+    );
     assert!(out.contains("no client id was given"), "{out}");
     assert!(out.contains("%c is whatever the device typed"), "{out}");
 }

@@ -350,19 +350,19 @@ fn sigusr1_rereads_the_acl_file_for_open_connections_b292() {
     );
 }
 
-/// B-247 at startup, and per-entry limits:, which this build refuses by name.
+/// B-247 and a finding of the acl_file (B-117) stop the broker at startup.
 #[test]
-fn what_is_not_enforced_is_refused_at_startup() {
+fn a_contradiction_or_a_bad_acl_file_stops_the_broker() {
     let dir = common::temp_dir("refused");
     std::fs::copy(FIXTURE, dir.join("clients.passwd")).unwrap();
     std::fs::write(
         dir.join("acl.yaml"),
-        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  alice:\n    roles: [r]\n    limits:\n      publish_rate: 5\n",
+        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  alice:\n    roles: [r]\n    limits:\n      publish_rate: 0\n",
     )
     .unwrap();
     let yaml = |extra: &str| common::config(extra).replace("{dir}", &dir.display().to_string());
     let said = common::refused_at_startup(&dir, &yaml(EXTRA));
-    assert!(said.contains("does not apply per-client limits"), "{said}");
+    assert!(said.contains("users.alice.limits.publish_rate 0"), "{said}");
     let anonymous = EXTRA.replace("    acl_file:", "    allow_anonymous: true\n    acl_file:");
     std::fs::write(
         dir.join("acl.yaml"),
@@ -535,4 +535,31 @@ fn a_will_is_asked_again_when_it_fires_b290() {
     drop(alice);
     broker.wait_log("is not published");
     bob.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-115, B-116, B-119: the applying entry's limits: replace the broker-wide
+/// figures (here: none) for its users; another user is not held to them.
+#[test]
+fn an_entrys_limits_replace_the_broker_wide_figures_b115() {
+    let acl = ACL.replace(
+        "  alice: [device, worker]\n",
+        "  alice:\n    roles: [device, worker]\n    limits:\n      publish_rate: 2\n",
+    );
+    let broker = start("limits", &acl);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    let q1 = QoS::AtLeastOnce;
+    let codes: Vec<Option<u8>> = (0..4)
+        .map(|_| alice.publish("alerts/alice/x", b"1", q1, false))
+        .collect();
+    assert!(codes.contains(&Some(0x97)), "{codes:?}");
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("alerts/#", opts(q1)), vec![1]);
+    let mut bob_pub = as_user(&broker, "bob-2", "bob");
+    for _ in 0..4 {
+        // bob may not write alerts: 0x87 every time, never 0x97 - no bound for bob.
+        assert_eq!(
+            bob_pub.publish("alerts/bob/x", b"1", q1, false),
+            Some(NOT_AUTHORIZED)
+        );
+    }
 }

@@ -240,11 +240,25 @@ const INVALID: &[(&str, &str, &str, &str, &str)] = &[
         "admits no client id",
     ),
     (
-        "per-client limits",
-        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  dev:\n    roles: [r]\n    limits:\n      publish_rate: 10\n",
-        "users.dev.limits",
-        "limits:",
-        "does not apply per-client limits",
+        "B-117",
+        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  dev:\n    roles: [r]\n    limits:\n      publish_rate: 0\n",
+        "users.dev.limits.publish_rate",
+        "publish_rate: 0",
+        "is zero",
+    ),
+    (
+        "B-117",
+        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  dev:\n    roles: [r]\n    limits:\n      publish_bytes: 0KiB\n",
+        "users.dev.limits.publish_bytes",
+        "publish_bytes",
+        "zero",
+    ),
+    (
+        "B-114",
+        "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  dev:\n    roles: [r]\n    limits:\n      max_connections: 4\n",
+        "users.dev.limits.max_connections",
+        "max_connections",
+        "the keys are publish_rate and publish_bytes",
     ),
 ];
 
@@ -315,7 +329,11 @@ users:
   oncall:
     roles: [on-call]
     client_ids: [\"%u\", \"oncall-*\"]
-  \"device-*\": [reader]
+  \"device-*\":
+    roles: [reader]
+    limits:
+      publish_rate: 100
+      publish_bytes: 64KiB
   device-7: [sensor]
   \"*-7\": [reader]
 ";
@@ -345,6 +363,12 @@ fn b265_b266_the_most_exact_entry_applies() {
     assert_eq!(pattern("device-8"), Some("device-*"));
     assert_eq!(pattern("sensor-7"), Some("*-7"));
     assert_eq!(pattern("nobody"), None);
+    // B-114, B-115: the long form's limits belong to the entry, and the narrower
+    // entry carrying none does not inherit them.
+    let fleet = p.entry_for("device-8").and_then(|e| e.limits).unwrap();
+    assert_eq!(fleet.publish_rate, Some(100));
+    assert_eq!(fleet.publish_bytes, Some(64 * 1024));
+    assert_eq!(p.entry_for("device-7").and_then(|e| e.limits), None);
 }
 
 #[test]
@@ -362,6 +386,7 @@ fn b269_b271_client_ids_with_percent_u() {
         pattern: "*".into(),
         roles: vec![0],
         client_ids: Some(vec!["%u".into()]),
+        limits: None,
         line: 1,
     };
     assert!(!Policy::client_id_allowed(&wild, "a*", "a*"));

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::{Feature, Features, Policy, Subject, Verb, Verbs, substitute};
+use super::{EntryLimits, Feature, Features, Policy, Subject, Verb, Verbs, substitute};
 use crate::codec::{Connect, ProtocolVersion, QoS, reason};
 use crate::config::{ChannelType, Config};
 use crate::routing::{Route, Router, filter};
@@ -221,6 +221,12 @@ impl Principal {
         matches!(self.acl.router.resolve(topic), Route::Broadcast)
     }
 
+    /// The publish figures this client is held to, when its entry carries
+    /// `limits:` (B-115); `None` leaves the broker-wide ones.
+    pub fn limits(&self) -> Option<EntryLimits> {
+        self.grants().limits
+    }
+
     /// Whether this client may hang others up (B-283, B-297).
     pub fn may_disconnect(&self) -> bool {
         self.grants().sessions.has(Verb::Disconnect)
@@ -246,6 +252,8 @@ pub struct Grants {
     sessions: Verbs,
     /// The features its roles take away.
     pub denied: Features,
+    /// The entry's `limits:`, when it carries them.
+    pub limits: Option<EntryLimits>,
     /// Lines of rules that grant nothing here, a name holding `+`, `#` or `/`.
     pub withheld: Vec<u32>,
 }
@@ -258,6 +266,7 @@ impl Grants {
         };
         let mut g = Grants {
             entry: Some(entry.pattern.clone()),
+            limits: entry.limits,
             ..Grants::default()
         };
         let client = Some(client_id);

@@ -108,10 +108,21 @@ fn figure<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "no bound".to_string(), |v| v.to_string())
 }
 
+/// The figures `user` publishes at: its entry's `limits:`, else the broker's.
+fn figures(policy: &Policy, config: &Config, user: &str) -> (Option<u32>, Option<u64>) {
+    match policy.entry_for(user).and_then(|e| e.limits) {
+        Some(l) => (l.publish_rate, l.publish_bytes),
+        None => (
+            config.broker.limits.publish_rate,
+            config.broker.limits.publish_bytes,
+        ),
+    }
+}
+
 /// The list form's lines for one input line's user and client id.
 fn list_rows(policy: &Policy, config: &Config, user: &str, client: Option<&str>) -> String {
-    let limits = &config.broker.limits;
-    let (rate, bytes) = (figure(limits.publish_rate), figure(limits.publish_bytes));
+    let (rate, bytes) = figures(policy, config, user);
+    let (rate, bytes) = (figure(rate), figure(bytes));
     let a = answer(policy, user, client);
     if a.rows.is_empty() {
         return format!("{user}\t-\t-\t-\t-\t{rate}\t{bytes}\n");
@@ -131,13 +142,13 @@ fn list_rows(policy: &Policy, config: &Config, user: &str, client: Option<&str>)
 }
 
 fn list_json(policy: &Policy, config: &Config, user: &str, client: Option<&str>) -> String {
-    let limits = &config.broker.limits;
+    let (rate, bytes) = figures(policy, config, user);
     let a = answer(policy, user, client);
     let object = |role: Value, kind: Value, subject: Value, verbs: &[&str], denies: &[&str]| {
         json!({
             "user": user, "role": role, "kind": kind, "subject": subject,
             "verbs": verbs, "denies": denies,
-            "publish_rate": limits.publish_rate, "publish_bytes": limits.publish_bytes,
+            "publish_rate": rate, "publish_bytes": bytes,
         })
         .to_string()
     };
@@ -257,6 +268,13 @@ pub fn explain_one(policy: &Policy, user: &str, client: Option<&str>) -> String 
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    if let Some(l) = applied.limits {
+        out.push_str(&format!(
+            "  limits: publish_rate {}, publish_bytes {} (the entry's, instead of broker.limits)\n",
+            figure(l.publish_rate),
+            figure(l.publish_bytes)
+        ));
+    }
     for i in a
         .matched
         .iter()
@@ -267,6 +285,12 @@ pub fn explain_one(policy: &Policy, user: &str, client: Option<&str>) -> String 
             "  shadowed: users.{} (line {}) matches too and contributes nothing\n",
             e.pattern, e.line
         ));
+        if e.limits.is_some() && applied.limits.is_none() {
+            out.push_str(&format!(
+                "    users.{} carries limits: and the entry in force does not, so this user publishes at the broker-wide figures, not that entry's\n",
+                e.pattern
+            ));
+        }
     }
     match a.client_id_allowed {
         Some(true) => out.push_str("  client_ids: this client id is admitted\n"),

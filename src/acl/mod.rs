@@ -240,8 +240,21 @@ pub struct Entry {
     pub roles: Vec<usize>,
     /// `client_ids:` patterns (`*`, `%u`); `None` admits any client id (B-272).
     pub client_ids: Option<Vec<String>>,
+    /// `limits:`, replacing the broker-wide figures for the users this entry
+    /// applies to (B-114, B-115); `None` leaves them the broker-wide ones.
+    pub limits: Option<EntryLimits>,
     /// Its line in the acl_file.
     pub line: u32,
+}
+
+/// An entry's `limits:`: the figures its users publish at, instead of
+/// `broker.limits`' (up or down). An unwritten figure is no bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EntryLimits {
+    /// Messages a second.
+    pub publish_rate: Option<u32>,
+    /// Bytes a second.
+    pub publish_bytes: Option<u64>,
 }
 
 /// A loaded, validated acl_file.

@@ -318,7 +318,18 @@ impl Broker {
     /// Spends `client`'s publish budget on a message of `size` bytes; false when it is
     /// over `publish_rate` or `publish_bytes` (0x97).
     pub fn spend_publish_budget(&mut self, client: &Arc<str>, size: usize, now: Instant) -> bool {
-        self.budgets.spend(client, size, now)
+        // The figures of the client's acl_file entry, when it carries limits: (B-115).
+        let figures = self
+            .sessions
+            .get(client)
+            .and_then(|s| s.principal.as_ref())
+            .and_then(|p| p.limits());
+        match figures {
+            Some(l) => self
+                .budgets
+                .spend_at(client, size, now, l.publish_rate, l.publish_bytes),
+            None => self.budgets.spend(client, size, now),
+        }
     }
 
     fn fire_delayed_will(&mut self, client_id: &Arc<str>) {

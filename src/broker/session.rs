@@ -133,6 +133,9 @@ pub struct Session {
     pub subscriptions: HashMap<String, Subscription>,
     /// Deliveries not yet written.
     pub queue: VecDeque<Delivery>,
+    /// The connected client under the acl_file, when one is held: whose entry's
+    /// `limits:` its publish budget refills at (B-115, B-116).
+    pub principal: Option<std::rc::Rc<crate::acl::Principal>>,
     /// Outbound exchanges on the wire, by packet identifier.
     pub inflight: BTreeMap<u16, Inflight>,
     /// Inbound QoS 2 publishes received and not yet released, by packet identifier.
@@ -174,6 +177,7 @@ impl Session {
             expiry: 0,
             subscriptions: HashMap::new(),
             queue: VecDeque::new(),
+            principal: None,
             inflight: BTreeMap::new(),
             incoming: HashMap::new(),
             queued_bytes: 0,

@@ -8,7 +8,7 @@ use super::node::{self, Kind, Node};
 use super::walk::{self, Ctx, Fields};
 use super::{ChannelType, Config, ConfigError, Finding};
 use crate::acl::{
-    Entry, Feature, Features, Policy, Role, Rule, Subject, Verb, Verbs, globs_overlap,
+    Entry, EntryLimits, Feature, Features, Policy, Role, Rule, Subject, Verb, Verbs, globs_overlap,
     literal_count,
 };
 use crate::routing::{Router, filter};
@@ -502,18 +502,16 @@ fn users(ctx: &mut Ctx, node: &Node, roles: &[Role]) -> Vec<Entry> {
     for (key, value) in items {
         dup.take_unchecked(&key.name);
         let path = walk::join("users", &key.name);
-        let (roles_node, client_ids) = match &value.kind {
+        let (roles_node, client_ids, limits) = match &value.kind {
             Kind::Map(_) => {
                 let mut f = Fields::open(ctx, value, &path, ENTRY_KEYS);
-                if let Some(l) = f.take("limits") {
-                    ctx.say(l.line, &walk::join(&path, "limits"), None, "is refused: this build does not apply per-client limits, and a bound it ignored would read as one; remove it (broker.limits apply to every client)");
-                }
+                let limits = f.take("limits").map(|n| entry_limits(ctx, n, &path));
                 let r = f.take("roles");
                 let c = f.take("client_ids").map(|n| client_ids(ctx, n, &path));
                 f.finish(ctx);
-                (r, c.flatten())
+                (r, c.flatten(), limits)
             }
-            _ => (Some(value), None),
+            _ => (Some(value), None, None),
         };
         let role_ids = entry_roles(ctx, roles_node, &path, key.line, roles);
         if let Some(role_ids) = role_ids {
@@ -521,6 +519,7 @@ fn users(ctx: &mut Ctx, node: &Node, roles: &[Role]) -> Vec<Entry> {
                 pattern: key.name.clone(),
                 roles: role_ids,
                 client_ids,
+                limits,
                 line: key.line,
             });
         }
@@ -578,6 +577,29 @@ fn entry_roles(
         }
     }
     Some(ids)
+}
+
+/// An entry's limits: publish_rate and publish_bytes, each refused at 0 as
+/// broker.limits' are (B-114, B-117).
+fn entry_limits(ctx: &mut Ctx, node: &Node, path: &str) -> EntryLimits {
+    const KEYS: &[&str] = &["publish_rate", "publish_bytes"];
+    let key = walk::join(path, "limits");
+    let mut f = Fields::open(ctx, node, &key, KEYS);
+    let mut l = EntryLimits::default();
+    if let Some(n) = f.take("publish_rate") {
+        let k = f.path("publish_rate");
+        l.publish_rate = super::limits::rate(ctx, n, &k, u64::from(u32::MAX)).map(|v| v as u32);
+    }
+    if let Some(n) = f.take("publish_bytes") {
+        let k = f.path("publish_bytes");
+        if matches!(n.kind, Kind::Int(0)) {
+            ctx.bad(n, &k, "is zero, which would refuse every publish; write a size of at least 1, or remove the key for no bound");
+        } else {
+            l.publish_bytes = walk::size(ctx, n, &k, 1, u64::MAX);
+        }
+    }
+    f.finish(ctx);
+    l
 }
 
 /// client_ids: one pattern or a list; none at all is refused (B-273).

@@ -13,6 +13,18 @@ impl Conn {
         self.acl.as_ref().is_none_or(|p| p.may_publish(topic))
     }
 
+    /// The PUBACK code of a publish that passed every other check (`code`
+    /// 0x00) once the acl_file is asked: 0x87, counted as "not authorized",
+    /// where no rule grants `write` on its route (B-287).
+    pub(super) fn authorize_publish(&self, code: u8, topic: &str) -> u8 {
+        if code != reason::SUCCESS || self.may_publish(topic) {
+            return code;
+        }
+        let broker = self.shared.broker.borrow();
+        broker.metrics.refuse_publish("not authorized");
+        reason::NOT_AUTHORIZED
+    }
+
     /// A subscription filter, granted whole or refused (B-279, B-288). The seek
     /// reply topic is this connection's own and asks nothing.
     pub(super) fn may_subscribe(&self, filter: &str) -> bool {
@@ -61,13 +73,15 @@ impl Conn {
         }
     }
 
-    /// Hands the armed Will this client's principal, so it is asked again when
+    /// Hands the session this client's principal, for the publish figures of its
+    /// entry (B-115, B-116), and its armed Will, so the Will is asked again when
     /// it fires (B-290).
-    pub(super) fn arm_will_check(&self) {
+    pub(super) fn bind_acl_to_session(&self) {
         let Some(acl) = &self.acl else {
             return;
         };
         self.with_session(|s| {
+            s.principal = Some(acl.clone());
             if let Some(will) = &mut s.will {
                 will.asker = Some(acl.clone());
             }

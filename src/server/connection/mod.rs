@@ -192,7 +192,7 @@ pub(crate) async fn run(
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
-    conn.arm_will_check();
+    conn.bind_acl_to_session();
     log::debug!(
         "{}: {} connected ({protocol:?}, session present {})",
         conn.peer,
@@ -884,10 +884,6 @@ impl Conn {
                 });
                 code
             }
-            Ok(()) if !self.may_publish(&publish.topic) => {
-                refused("not authorized");
-                reason::NOT_AUTHORIZED
-            }
             Ok(())
                 if publish.properties.payload_format_indicator == Some(1)
                     && std::str::from_utf8(&publish.payload).is_err() =>
@@ -897,6 +893,8 @@ impl Conn {
             }
             Ok(()) => self.check_quota(&publish),
         };
+        // Asked after the rate, which spends before any authorization (B-120).
+        let code = self.authorize_publish(code, &publish.topic);
         if code != reason::SUCCESS {
             log::info!(
                 "{}: publish by {} to {:?} refused 0x{code:02X}",
