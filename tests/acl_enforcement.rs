@@ -563,3 +563,52 @@ fn an_entrys_limits_replace_the_broker_wide_figures_b115() {
         );
     }
 }
+
+/// B-293, B-294: deliveries are asked too. After a re-read takes bob's read away,
+/// a broadcast is not delivered to him and his channel cursor stalls rather than
+/// skipping; once the grant is back, the next record wakes it and he reads every
+/// record he missed, in order.
+#[test]
+fn a_reread_applies_to_deliveries_and_a_channel_stalls_b293_b294() {
+    let broker = start("deliveries", ACL);
+    let q1 = QoS::AtLeastOnce;
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("alerts/#", opts(q1)), vec![1]);
+    assert_eq!(bob.subscribe("iot/+/events/#", opts(q1)), vec![1]);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(
+        alice.publish("iot/alice/events/e", b"1", q1, false),
+        Some(0)
+    );
+    assert_eq!(&*bob.recv_publish().payload, b"1");
+    let path = broker.dir.join("acl.yaml");
+    let without = ACL.replace(
+        "    - channel: events\n      allow: [read, seek]\n    - topic: \"#\"\n      allow: [read]\n",
+        "    - channel: jobs\n      allow: [write]\n",
+    );
+    assert_ne!(without, ACL);
+    std::fs::write(&path, &without).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    assert_eq!(alice.publish("alerts/alice/a", b"x", q1, false), Some(0));
+    assert_eq!(
+        alice.publish("iot/alice/events/e", b"2", q1, false),
+        Some(0)
+    );
+    assert_eq!(
+        alice.publish("iot/alice/events/e", b"3", q1, false),
+        Some(0)
+    );
+    bob.expect_nothing(Duration::from_millis(300));
+    std::fs::write(&path, ACL).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    assert_eq!(
+        alice.publish("iot/alice/events/e", b"4", q1, false),
+        Some(0)
+    );
+    let got: Vec<Vec<u8>> = (0..3)
+        .map(|_| bob.recv_publish().payload.to_vec())
+        .collect();
+    assert_eq!(got, [b"2".to_vec(), b"3".to_vec(), b"4".to_vec()]);
+}

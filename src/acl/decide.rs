@@ -178,6 +178,18 @@ impl Principal {
         self.grants().may_publish(&self.acl.router, topic)
     }
 
+    /// Whether a delivery of `topic` may go to this client: `read` on its route,
+    /// asked on every delivery (B-293).
+    pub fn may_read(&self, topic: &str) -> bool {
+        let grants = self.grants();
+        match self.acl.router.resolve(topic) {
+            Route::Channel { name, .. } => grants.channel_allows(name, topic, Verb::Read),
+            Route::Broadcast => grants.rules.iter().any(|(g, v)| {
+                v.has(Verb::Read) && matches!(g, Granted::Topic(f) if filter::matches(f, topic))
+            }),
+        }
+    }
+
     /// Whether a subscription to `filter` (a shared one's inner filter) is
     /// granted whole (B-279).
     pub fn may_subscribe(&self, filter: &str) -> bool {
@@ -330,7 +342,7 @@ impl Grants {
     }
 
     /// Whether some rule on `channel` whose filter matches `topic` grants `verb`.
-    fn channel_allows(&self, channel: &str, topic: &str, verb: Verb) -> bool {
+    pub fn channel_allows(&self, channel: &str, topic: &str, verb: Verb) -> bool {
         self.rules.iter().any(|(g, v)| {
             v.has(verb)
                 && matches!(g, Granted::Channel { name, filter: f }

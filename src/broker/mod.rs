@@ -491,12 +491,15 @@ impl Broker {
         let mut targets: Vec<(Arc<str>, SubEntry)> = Vec::new();
         let sessions = &self.sessions;
         let publisher = &message.publisher;
+        let topic = &*message.topic;
         let mut unplaced = 0u64;
         self.tree
             .for_each_match(&message.topic, |target| match target {
                 Target::Client(client, entry) => {
                     let own = entry.options.no_local && client == publisher;
-                    if !shared_only && !own {
+                    // Asked on every delivery, so a re-read acl_file applies (B-293).
+                    let allowed = || sessions.get(client).is_none_or(|s| s.may_read(topic));
+                    if !shared_only && !own && allowed() {
                         targets.push((client.clone(), *entry));
                     }
                 }
@@ -504,10 +507,16 @@ impl Broker {
                     let qos = message.qos;
                     let chosen = group
                         .turn_order()
-                        .find(|(c, _)| sessions.get(*c).is_some_and(|s| s.can_take(qos)))
+                        .find(|(c, _)| {
+                            sessions
+                                .get(*c)
+                                .is_some_and(|s| s.can_take(qos) && s.may_read(topic))
+                        })
                         .or_else(|| {
                             group.turn_order().find(|(c, _)| {
-                                sessions.get(*c).is_some_and(|s| s.outlives_connection())
+                                sessions
+                                    .get(*c)
+                                    .is_some_and(|s| s.outlives_connection() && s.may_read(topic))
                             })
                         })
                         .map(|(c, e)| (c.clone(), *e));

@@ -248,6 +248,13 @@ impl Session {
             .sum()
     }
 
+    /// Whether the acl_file lets this session's client read `topic` now: asked
+    /// on every broadcast delivery, so a re-read applies to subscriptions
+    /// already granted (B-293). True where no acl_file is held.
+    pub fn may_read(&self, topic: &str) -> bool {
+        self.principal.as_ref().is_none_or(|p| p.may_read(topic))
+    }
+
     /// Whether this session can take one more delivery right now (for shared groups).
     pub fn can_take(&self, qos: QoS) -> bool {
         self.link.is_some()
