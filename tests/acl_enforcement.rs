@@ -612,3 +612,32 @@ fn a_reread_applies_to_deliveries_and_a_channel_stalls_b293_b294() {
         .collect();
     assert_eq!(got, [b"2".to_vec(), b"3".to_vec(), b"4".to_vec()]);
 }
+
+/// B-295: a worker that lost consume is offered nothing; the job waits, its
+/// attempt unspent, and goes out as attempt 1 once the grant is back.
+#[test]
+fn a_worker_without_consume_is_offered_nothing_b295() {
+    let broker = start("offers", ACL);
+    let q1 = QoS::AtLeastOnce;
+    let mut alice = as_user(&broker, "alice-w", "alice");
+    assert_eq!(alice.subscribe("$saguin/queue/jobs", opts(q1)), vec![1]);
+    let path = broker.dir.join("acl.yaml");
+    let taken = ACL
+        .replace("  alice: [device, worker]\n", "  alice: [device]\n")
+        .replace(
+            "roles: [reader, on-call]",
+            "roles: [reader, on-call, worker]",
+        );
+    std::fs::write(&path, &taken).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let mut submitter = as_user(&broker, "bob-submit", "bob");
+    assert_eq!(submitter.publish("jobs/a", b"work", q1, false), Some(0));
+    alice.expect_nothing(Duration::from_millis(500));
+    std::fs::write(&path, ACL).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let offer = alice.recv_offer();
+    assert_eq!(&*offer.payload, b"work");
+    assert_eq!(common::user_property(&offer, "saguin-attempt"), Some("1"));
+}

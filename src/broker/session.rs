@@ -255,6 +255,13 @@ impl Session {
         self.principal.as_ref().is_none_or(|p| p.may_read(topic))
     }
 
+    /// Whether the acl_file lets this session's client take jobs from `queue`
+    /// now: a worker that lost `consume` is offered nothing, so no attempt of a
+    /// job is spent on it (B-295). True where no acl_file is held.
+    pub fn may_consume(&self, queue: &str) -> bool {
+        self.principal.as_ref().is_none_or(|p| p.may_consume(queue))
+    }
+
     /// Whether this session can take one more delivery right now (for shared groups).
     pub fn can_take(&self, qos: QoS) -> bool {
         self.link.is_some()
