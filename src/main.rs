@@ -86,6 +86,11 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     init_logging(config.broker.log_level);
+    // B-248: a door beside the acl_file that identifies nobody is warned about at
+    // the start as well as by --check-config.
+    for note in config.notes.iter().filter(|n| n.contains("acl_file")) {
+        log::warn!("{note}");
+    }
     let settings = saguin::broker::Settings::from_config(&config);
     let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
         Ok(opened) => opened,

@@ -641,3 +641,38 @@ fn a_worker_without_consume_is_offered_nothing_b295() {
     assert_eq!(&*offer.payload, b"work");
     assert_eq!(common::user_property(&offer, "saguin-attempt"), Some("1"));
 }
+
+/// B-248: a door beside the acl_file that identifies nobody (here a plain ws door
+/// with no password file) is warned about when the broker starts.
+#[test]
+fn a_door_nothing_identifies_is_warned_about_at_startup_b248() {
+    use std::io::BufRead;
+    let dir = common::temp_dir("b248");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).unwrap();
+    let acl = "roles:\n  r:\n    - topic: \"#\"\n      allow: [read]\nusers:\n  alice: [r]\n";
+    std::fs::write(dir.join("acl.yaml"), acl).unwrap();
+    let extra = "        password_file: {dir}/clients.passwd\n      ws:\n        address: 127.0.0.1:0\n    acl_file: {dir}/acl.yaml\n";
+    let yaml = common::config(extra).replace("{dir}", &dir.display().to_string());
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut warned = false;
+    for line in std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+    {
+        warned |= line.contains("WARN") && line.contains("admits clients nothing identifies");
+        if line.contains("listening on") || line.contains("ERROR") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no startup warning for the ws door");
+}
