@@ -278,7 +278,9 @@ impl Grants {
         };
         let mut g = Grants {
             entry: Some(entry.pattern.clone()),
-            limits: entry.limits,
+            // An anonymous client publishes at the broker-wide figures, whatever
+            // entry its empty name falls under (B-113).
+            limits: entry.limits.filter(|_| !user.is_empty()),
             ..Grants::default()
         };
         let client = Some(client_id);

@@ -110,7 +110,11 @@ fn figure<T: ToString>(v: Option<T>) -> String {
 
 /// The figures `user` publishes at: its entry's `limits:`, else the broker's.
 fn figures(policy: &Policy, config: &Config, user: &str) -> (Option<u32>, Option<u64>) {
-    match policy.entry_for(user).and_then(|e| e.limits) {
+    match policy
+        .entry_for(user)
+        .and_then(|e| e.limits)
+        .filter(|_| !user.is_empty())
+    {
         Some(l) => (l.publish_rate, l.publish_bytes),
         None => (
             config.broker.limits.publish_rate,

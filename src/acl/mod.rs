@@ -423,6 +423,41 @@ impl Policy {
 mod tests {
     use super::*;
 
+    /// B-113, B-249: an anonymous client's name is empty, so `*` gives it its
+    /// roles, but it publishes at the broker-wide figures.
+    #[test]
+    fn anonymous_takes_the_roles_of_star_but_not_its_limits_b113() {
+        let policy = Policy {
+            path: PathBuf::from("/acl.yaml"),
+            roles: vec![Role {
+                name: "r".into(),
+                rules: vec![Rule {
+                    subject: Subject::Sessions,
+                    verbs: {
+                        let mut v = Verbs::default();
+                        v.insert(Verb::Disconnect);
+                        v
+                    },
+                    line: 3,
+                }],
+            }],
+            entries: vec![Entry {
+                pattern: "*".into(),
+                roles: vec![0],
+                client_ids: None,
+                limits: Some(EntryLimits {
+                    publish_rate: Some(5),
+                    publish_bytes: None,
+                }),
+                line: 6,
+            }],
+        };
+        let anonymous = Grants::of(&policy, "", "c");
+        assert_eq!(anonymous.entry.as_deref(), Some("*"));
+        assert_eq!(anonymous.limits, None);
+        assert!(Grants::of(&policy, "u", "c").limits.is_some());
+    }
+
     #[test]
     fn glob_is_any_run_b251() {
         assert!(glob("device-*", "device-7"));
