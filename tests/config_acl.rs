@@ -458,3 +458,15 @@ fn check_config_names_the_acl_file_and_line() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An acl_file that is not YAML is one finding naming the acl_file and the line.
+#[test]
+fn an_acl_file_that_is_not_yaml_names_its_line() {
+    let e = load("roles:\n  r: [\nusers: {\n").unwrap_err();
+    let f = &e.findings()[0];
+    assert_eq!(
+        (f.file.as_str(), f.key.as_str()),
+        ("acl.yaml", "the acl_file")
+    );
+    assert!(f.line > 0 && f.text.contains("not valid YAML"), "{e}");
+}

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::node::{self, Kind, Node};
+use super::node::{Kind, Node};
 use super::walk::{self, Ctx, Fields};
 use super::{ChannelType, Config, ConfigError, Finding};
 use crate::acl::{
@@ -45,21 +45,7 @@ pub fn load(config: &Config) -> Result<Option<Policy>, ConfigError> {
 /// As [`load`].
 pub fn from_str(text: &str, path: &Path, config: &Config) -> Result<Policy, ConfigError> {
     let mut ctx = Ctx::new(path.display().to_string());
-    let root = match node::parse(text) {
-        Ok(n) => n,
-        Err(e) => {
-            ctx.say(
-                e.line,
-                "the acl_file",
-                None,
-                format!(
-                    "is not valid YAML ({}); fix the syntax at that line",
-                    e.message
-                ),
-            );
-            return Err(ConfigError::new(ctx.findings));
-        }
-    };
+    let root = super::parse_yaml(&mut ctx, text, "the acl_file")?;
     let reader = Reader {
         config,
         router: Router::new(config),
