@@ -17,6 +17,17 @@ pub struct Acl {
     config: Config,
     router: Router,
     current: RefCell<Rc<Policy>>,
+    reloaded: Listeners,
+}
+
+/// What is told when a re-read swapped the policy.
+#[derive(Default)]
+struct Listeners(RefCell<Vec<Box<dyn Fn()>>>);
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} reload listeners", self.0.borrow().len())
+    }
 }
 
 impl Acl {
@@ -37,6 +48,7 @@ impl Acl {
                 config: config.clone(),
                 router: Router::new(config),
                 current: RefCell::new(Rc::new(policy)),
+                reloaded: Listeners::default(),
             })
         }))
     }
@@ -56,7 +68,17 @@ impl Acl {
             policy.roles.len(),
         );
         *self.current.borrow_mut() = Rc::new(policy);
+        for tell in self.reloaded.0.borrow().iter() {
+            tell();
+        }
         Ok(said)
+    }
+
+    /// Calls `tell` after every re-read that swapped the policy: the server wakes
+    /// every cursor, so a grant coming back is itself what resumes a stalled
+    /// subscriber (B-294).
+    pub fn on_reload(&self, tell: impl Fn() + 'static) {
+        self.reloaded.0.borrow_mut().push(Box::new(tell));
     }
 
     /// The policy held now.

@@ -598,6 +598,17 @@ impl Broker {
         }
     }
 
+    /// Marks every cursor of every session unread and wakes its connection: what a
+    /// re-read acl_file does, so a stalled subscriber looks again (B-294).
+    pub fn wake_every_cursor(&mut self) {
+        for session in self.sessions.values_mut() {
+            for cursor in session.cursors.values_mut() {
+                cursor.caught_up = false;
+            }
+            session.wake();
+        }
+    }
+
     /// Every connected session's link, for a graceful shutdown.
     pub fn links(&self) -> Vec<Rc<ConnLink>> {
         self.sessions
