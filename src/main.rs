@@ -289,6 +289,10 @@ fn acl(path: &std::path::Path, operands: &[String], json: bool) -> ExitCode {
                 return ExitCode::from(2);
             }
             print!("{}", explain::explain_list(&policy, &config, &input, json));
+            if policy.uses_client_id() {
+                // B-258: said where a rule uses %c, and kept off the rows.
+                eprintln!("{}", explain::CLIENT_ID_NOTE);
+            }
         }
         [user] | [user, _] => {
             let client = operands.get(1).map(String::as_str);

@@ -72,9 +72,13 @@ fn run(config: &Path, args: &[&str], stdin: &str) -> (i32, String) {
     // A run that answers without reading stdin may close it first.
     let _ = child.stdin.take().unwrap().write_all(stdin.as_bytes());
     let out = child.wait_with_output().unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+    // Standard output is the answer; the %c note and refusals go to stderr.
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    if code != 0 {
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+    }
+    (code, text)
 }
 
 /// B-334..B-339: seven tab-separated columns, a row per spelling, %u put in, a

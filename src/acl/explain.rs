@@ -11,6 +11,9 @@ use crate::config::Config;
 /// The header of the list form; it starts with `#`, so it is skipped when fed back.
 pub const HEADER: &str = "# user\trole\tkind\tsubject\tverbs\trate\tbytes";
 
+/// What scoping by `%c` is worth, said wherever a rule uses it (B-258).
+pub const CLIENT_ID_NOTE: &str = "Note: %c is whatever the device typed. Scoping by it separates devices sharing a credential by convention, not by force - any of them may name another's id.";
+
 /// One row of grants: a rule's spelling with the names put in.
 struct Row {
     role: String,
@@ -324,7 +327,7 @@ pub fn explain_one(policy: &Policy, user: &str, client: Option<&str>) -> String 
         if client.is_none() {
             out.push_str("  A rule here uses %c and no client id was given, so %c is left standing and those grants match nothing; give the client id after the user name.\n");
         }
-        out.push_str("  Note: %c is whatever the device typed. Scoping by it separates devices sharing a credential by convention, not by force - any of them may name another's id.\n");
+        out.push_str(&format!("  {CLIENT_ID_NOTE}\n"));
     }
     out
 }

@@ -497,9 +497,7 @@ impl Broker {
             .for_each_match(&message.topic, |target| match target {
                 Target::Client(client, entry) => {
                     let own = entry.options.no_local && client == publisher;
-                    // Asked on every delivery, so a re-read acl_file applies (B-293).
-                    let allowed = || sessions.get(client).is_none_or(|s| s.may_read(topic));
-                    if !shared_only && !own && allowed() {
+                    if !shared_only && !own {
                         targets.push((client.clone(), *entry));
                     }
                 }
@@ -557,7 +555,7 @@ impl Broker {
                 message: message.clone(),
                 origin: None,
             };
-            self.deliver(&client, delivery);
+            self.deliver_as(&client, delivery, true);
         }
     }
 
@@ -568,11 +566,21 @@ impl Broker {
 
     /// Queues a delivery on a session and wakes its connection.
     pub fn deliver(&mut self, client_id: &str, delivery: Delivery) {
+        self.deliver_as(client_id, delivery, false);
+    }
+
+    /// [`Broker::deliver`]; `as_read` asks the acl_file first whether the client
+    /// may read the topic, as every broadcast delivery is asked (B-293) - a queue's
+    /// offer rides on consume instead, asked when its worker is chosen.
+    fn deliver_as(&mut self, client_id: &str, delivery: Delivery, as_read: bool) {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;
         };
         if session.link.is_none() && delivery.qos == QoS::AtMostOnce {
             return; // QoS 0 is not kept for a client that is away (MQTT-3.1.2-5 allows it)
+        }
+        if as_read && !session.may_read(&delivery.message.topic) {
+            return;
         }
         let enqueued = session.enqueue(delivery);
         let m = &self.metrics;
