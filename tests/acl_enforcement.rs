@@ -678,3 +678,20 @@ fn a_door_nothing_identifies_is_warned_about_at_startup_b248() {
     let _ = child.wait();
     assert!(warned, "no startup warning for the ws door");
 }
+
+/// B-280: on a latest channel a zero-length payload removes the key, which is
+/// delete rather than write; a value is write.
+#[test]
+fn removing_a_key_needs_delete_b280() {
+    let acl = "roles:\n  writer:\n    - channel: state\n      allow: [write]\n  keeper:\n    - channel: state\n      allow: [write, delete]\nusers:\n  alice: [writer]\n  bob: [keeper]\n";
+    let broker = start("delete", acl);
+    let q1 = QoS::AtLeastOnce;
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(alice.publish("iot/a/state/k", b"v", q1, false), Some(0));
+    assert_eq!(
+        alice.publish("iot/a/state/k", b"", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.publish("iot/a/state/k", b"", q1, false), Some(0));
+}

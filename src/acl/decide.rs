@@ -149,7 +149,7 @@ impl Acl {
                     ),
                 ));
             }
-            if !grants.may_publish(&self.router, &will.topic) {
+            if !grants.may_publish(&self.router, &will.topic, will.payload.is_empty()) {
                 return Err((
                     reason::NOT_AUTHORIZED,
                     format!(
@@ -195,9 +195,10 @@ impl Principal {
         grants
     }
 
-    /// Whether a publish to `topic` is granted (B-287).
-    pub fn may_publish(&self, topic: &str) -> bool {
-        self.grants().may_publish(&self.acl.router, topic)
+    /// Whether a publish to `topic` is granted (B-287); `empty` says its payload
+    /// is zero-length, which on a latest channel is a deletion.
+    pub fn may_publish(&self, topic: &str, empty: bool) -> bool {
+        self.grants().may_publish(&self.acl.router, topic, empty)
     }
 
     /// Whether a delivery of `topic` may go to this client: `read` on its route,
@@ -375,9 +376,16 @@ impl Grants {
     }
 
     /// Whether a publish to `topic` is granted: `write` on the channel it
-    /// resolves to, or a `topic:` rule when it is broadcast (B-275).
-    pub fn may_publish(&self, router: &Router, topic: &str) -> bool {
+    /// resolves to - `delete` for a zero-length payload on a latest channel,
+    /// which removes the key - or a `topic:` rule when it is broadcast (B-275,
+    /// B-280).
+    pub fn may_publish(&self, router: &Router, topic: &str, empty: bool) -> bool {
         match router.resolve(topic) {
+            Route::Channel {
+                name,
+                kind: ChannelType::Latest,
+                ..
+            } if empty => self.channel_allows(name, topic, Verb::Delete),
             Route::Channel { name, .. } => self.channel_allows(name, topic, Verb::Write),
             Route::Broadcast => self.rules.iter().any(|(g, v)| {
                 v.has(Verb::Write) && matches!(g, Granted::Topic(f) if filter::matches(f, topic))

@@ -349,7 +349,7 @@ impl Broker {
 
     fn publish_will(&mut self, client_id: &Arc<str>, armed: Box<ArmedWill>) {
         if let Some(asker) = &armed.asker
-            && !asker.may_publish(&armed.will.topic)
+            && !asker.may_publish(&armed.will.topic, armed.will.payload.is_empty())
         {
             log::warn!(
                 "the Will of {client_id} to {:?} is not published: the acl_file no longer lets it publish there",

@@ -8,16 +8,20 @@ use crate::acl::Feature;
 use crate::codec::{Properties, ProtocolVersion, Publish, QoS, Subscribe, reason};
 
 impl Conn {
-    /// A publish to `topic`: `write` on its channel, or a `topic:` rule (B-287).
-    pub(super) fn may_publish(&self, topic: &str) -> bool {
-        self.acl.as_ref().is_none_or(|p| p.may_publish(topic))
+    /// A publish: `write` on its channel (`delete` for a zero-length payload on a
+    /// latest channel), or a `topic:` rule (B-287).
+    pub(super) fn may_publish(&self, publish: &Publish) -> bool {
+        let empty = publish.payload.is_empty();
+        self.acl
+            .as_ref()
+            .is_none_or(|p| p.may_publish(&publish.topic, empty))
     }
 
     /// The PUBACK code of a publish that passed every other check (`code`
     /// 0x00) once the acl_file is asked: 0x87, counted as "not authorized",
     /// where no rule grants `write` on its route (B-287).
-    pub(super) fn authorize_publish(&self, code: u8, topic: &str) -> u8 {
-        if code != reason::SUCCESS || self.may_publish(topic) {
+    pub(super) fn authorize_publish(&self, code: u8, publish: &Publish) -> u8 {
+        if code != reason::SUCCESS || self.may_publish(publish) {
             return code;
         }
         let broker = self.shared.broker.borrow();

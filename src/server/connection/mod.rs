@@ -894,7 +894,7 @@ impl Conn {
             Ok(()) => self.check_quota(&publish),
         };
         // Asked after the rate, which spends before any authorization (B-120).
-        let code = self.authorize_publish(code, &publish.topic);
+        let code = self.authorize_publish(code, &publish);
         if code != reason::SUCCESS {
             log::info!(
                 "{}: publish by {} to {:?} refused 0x{code:02X}",
