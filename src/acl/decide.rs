@@ -126,7 +126,7 @@ impl Acl {
         let grants = principal.grants();
         for line in &grants.withheld {
             log::warn!(
-                "{client_id:?} (user {user:?}): the rule on line {line} of the acl_file grants it nothing: the name it would put in holds +, # or /"
+                "{client_id:?} (user {user:?}): the rule on line {line} of the acl_file grants it nothing: the name it would put in holds +, # or / (or, for %c, the client id is empty)"
             );
         }
         if let Some(will) = &connect.will {
