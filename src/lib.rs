@@ -1,6 +1,7 @@
 //! Sagüin: an MQTT 5 and 3.1.1 broker for edge gateways, with durable channels.
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod auth;
 pub mod broker;
 pub mod codec;

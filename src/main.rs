@@ -22,14 +22,20 @@ struct Args {
     /// line on standard input
     #[argh(option)]
     route: Option<PathBuf>,
-    /// with --route: answer as JSON
+    /// answer what user names may do under this configuration's acl_file: the
+    /// operands USER [CLIENT-ID], or one user name (and client id) per line on
+    /// standard input
+    #[argh(option)]
+    acl: Option<PathBuf>,
+    /// with --route or --acl: answer as JSON
     #[argh(switch)]
     json: bool,
     /// manage a Mosquitto-format password file and exit: list FILE, add FILE USER
     /// [PASSWORD] (prompts when it is not given), delete FILE USER
     #[argh(option)]
     passwd: Option<String>,
-    /// with --route, the topic or filter to answer; with --passwd, the file and user
+    /// with --route, the topic or filter to answer; with --acl, the user name and
+    /// client id; with --passwd, the file and user
     #[argh(positional)]
     operands: Vec<String>,
 }
@@ -40,8 +46,8 @@ fn main() -> ExitCode {
         eprintln!("saguin: --output is given with --check-config and refused without it");
         return ExitCode::from(2);
     }
-    if args.json && args.route.is_none() {
-        eprintln!("saguin: --json answers --route and is refused without it");
+    if args.json && args.route.is_none() && args.acl.is_none() {
+        eprintln!("saguin: --json answers --route or --acl and is refused without them");
         return ExitCode::from(2);
     }
     if let Some(verb) = &args.passwd {
@@ -49,6 +55,9 @@ fn main() -> ExitCode {
     }
     if let Some(path) = args.check_config {
         return check_config(&path, args.output);
+    }
+    if let Some(path) = args.acl {
+        return acl(&path, &args.operands, args.json);
     }
     if let Some(path) = args.route {
         let subject = match args.operands.as_slice() {
@@ -77,6 +86,11 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     init_logging(config.broker.log_level);
+    // B-248: a door beside the acl_file that identifies nobody is warned about at
+    // the start as well as by --check-config.
+    for note in config.notes.iter().filter(|n| n.contains("acl_file")) {
+        log::warn!("{note}");
+    }
     let settings = saguin::broker::Settings::from_config(&config);
     let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
         Ok(opened) => opened,
@@ -169,6 +183,11 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
+    // The acl_file is validated against the channels, with its own file and lines.
+    saguin::config::acl::load(&config).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })?;
     Ok(config)
 }
 
@@ -243,6 +262,54 @@ fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode 
             } else {
                 print!("{}", saguin::routing::explain(&router, &subjects));
             }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--acl FILE [USER [CLIENT-ID]] [--json]`: the same policy and entry the broker
+/// resolves (RFC 0002 "Explaining a decision: --acl").
+fn acl(path: &std::path::Path, operands: &[String], json: bool) -> ExitCode {
+    use saguin::acl::explain;
+    let config = match load(path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let policy = match saguin::config::acl::load(&config) {
+        Ok(Some(policy)) => policy,
+        Ok(None) => {
+            print!("{}", explain::explain_unrestricted(&config, json));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match operands {
+        [] => {
+            let mut input = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input) {
+                eprintln!("saguin: cannot read user names from stdin: {e}");
+                return ExitCode::from(2);
+            }
+            print!("{}", explain::explain_list(&policy, &config, &input, json));
+            if policy.uses_client_id() {
+                // B-258: said where a rule uses %c, and kept off the rows.
+                eprintln!("{}", explain::CLIENT_ID_NOTE);
+            }
+        }
+        [user] | [user, _] => {
+            let client = operands.get(1).map(String::as_str);
+            if json {
+                print!("{}", explain::explain_one_json(&policy, user, client));
+            } else {
+                print!("{}", explain::explain_one(&policy, user, client));
+            }
+        }
+        _ => {
+            eprintln!("saguin: --acl answers one user name (and client id), or a list on stdin");
+            return ExitCode::from(2);
         }
     }
     ExitCode::SUCCESS

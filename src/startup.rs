@@ -219,20 +219,13 @@ fn describe(settings: &ProviderSettings) -> String {
 /// comes from [`crate::auth::Gates::from_config`] on the same configuration).
 ///
 /// # Errors
-/// A door that cannot be bound, named; and what this build does not serve yet (an
-/// `acl_file`, bridges), refused rather than silently left unchecked or
+/// A door that cannot be bound, named; and what this build does not serve yet
+/// (bridges), refused rather than silently left unchecked or
 /// closed.
 pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Result<Vec<Door>> {
     let mqtt = &config.broker.mqtt;
     let listen = &mqtt.listen;
     // A rule the broker would not enforce is worse than none: refuse to start.
-    if mqtt.acl_file.is_some() {
-        return Err(unserved(
-            "broker.mqtt.acl_file: this build does not enforce an acl_file; remove it (every \
-             authenticated client may then do everything)"
-                .to_string(),
-        ));
-    }
     if let Some(bridge) = config.bridges.first() {
         return Err(unserved(format!(
             "bridges.{}: this build runs no bridges; remove the bridges block rather than have \

@@ -64,7 +64,7 @@ fn a_tls_door_with_an_unreadable_certificate_is_refused_at_startup_naming_it() {
 }
 
 #[test]
-fn an_acl_file_is_refused_at_startup_rather_than_left_unchecked() {
+fn an_acl_file_that_does_not_load_stops_the_broker_naming_the_file() {
     let dir = temp_dir("acl");
     std::fs::write(dir.join("clients.passwd"), "").expect("password file");
     std::fs::write(dir.join("acl.yaml"), "").expect("acl file");
@@ -73,7 +73,9 @@ fn an_acl_file_is_refused_at_startup_rather_than_left_unchecked() {
         dir.display()
     ));
     let text = common::refused_at_startup(&dir, &yaml);
-    assert!(text.contains("does not enforce an acl_file"), "{text}");
+    // An empty acl_file grants nobody anything and says so, naming itself.
+    assert!(text.contains("acl.yaml:"), "{text}");
+    assert!(text.contains("users: is missing"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

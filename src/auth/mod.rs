@@ -47,6 +47,9 @@ pub struct Gate {
     /// only), whose SSL TLV may name the client as a certificate would
     /// (`crate::server::proxy`).
     pub proxy: bool,
+    /// The acl_file the broker holds, on MQTT doors when one is configured: asked
+    /// at CONNECT for `client_ids:` and the Will, then by the connection.
+    pub acl: Option<Rc<crate::acl::Acl>>,
 }
 
 /// Who an admitted client is.
@@ -158,29 +161,35 @@ impl Gate {
     }
 }
 
-/// The CONNACK refusal a decoded CONNECT earns at `gate`, if any: 0x86 for every
-/// [`Refusal`] (the connection maps it to 0x04 for 3.1.1). The log says which it
-/// was; the wire never does (B-226).
+/// Decides a decoded CONNECT at `gate`: 0x86 for every [`Refusal`] (the
+/// connection maps it to 0x04 for 3.1.1) - the log says which it was, the wire
+/// never does (B-226). Where an acl_file is held, the admitted client is then
+/// asked of it (`crate::acl::Acl::admit`): a client id its entry's `client_ids:`
+/// does not admit is 0x86 too (B-270), a Will it may not publish 0x87 (B-289).
+/// `Ok` carries the client's [`crate::acl::Principal`], `None` with no acl_file.
+///
+/// # Errors
+/// The CONNACK reason code.
 pub fn check_connect(
     gate: &Gate,
-    connect: &crate::codec::Connect,
+    connect: &mut crate::codec::Connect,
     certificate: Option<String>,
     peer: &str,
-) -> Option<u8> {
+) -> Result<Option<Rc<crate::acl::Principal>>, u8> {
     let verdict = gate.admit(
         connect.username.as_deref(),
         connect.password.as_deref(),
         certificate.as_deref(),
     );
-    match verdict {
-        Ok(Identity::Anonymous) => None,
+    let name = match verdict {
+        Ok(Identity::Anonymous) => String::new(),
         Ok(Identity::User(user)) => {
             log::debug!(
                 "{peer}: {:?} authenticated as {user:?} on {}",
                 connect.client_id,
                 gate.door
             );
-            None
+            user
         }
         Ok(Identity::Certificate(name)) => {
             log::debug!(
@@ -188,11 +197,11 @@ pub fn check_connect(
                 connect.client_id,
                 gate.door
             );
-            None
+            name
         }
         Err(refusal @ Refusal::ControlCharacter) => {
             log::warn!("{peer}: refused on {}: {refusal}", gate.door);
-            Some(crate::codec::reason::BAD_USER_NAME_OR_PASSWORD)
+            return Err(crate::codec::reason::BAD_USER_NAME_OR_PASSWORD);
         }
         Err(refusal) => {
             log::info!(
@@ -200,7 +209,21 @@ pub fn check_connect(
                 connect.client_id,
                 gate.door
             );
-            Some(crate::codec::reason::BAD_USER_NAME_OR_PASSWORD)
+            return Err(crate::codec::reason::BAD_USER_NAME_OR_PASSWORD);
+        }
+    };
+    let Some(acl) = &gate.acl else {
+        return Ok(None);
+    };
+    match acl.admit(&name, connect) {
+        Ok(principal) => Ok(Some(Rc::new(principal))),
+        Err((code, why)) => {
+            log::info!(
+                "{peer}: {:?} (user {name:?}) refused on {} by the acl_file: {why}",
+                connect.client_id,
+                gate.door
+            );
+            Err(code)
         }
     }
 }
@@ -246,6 +269,7 @@ fn door_name(listen: &str, kind: &str, name: &str) -> String {
 struct Files {
     passwords: Vec<Rc<RefCell<PasswordFile>>>,
     certificates: Vec<(config::Tls, Rc<TlsAcceptor>)>,
+    acl: Option<Rc<crate::acl::Acl>>,
 }
 
 impl Files {
@@ -302,6 +326,7 @@ impl Files {
             anonymous,
             tls,
             proxy,
+            acl: self.acl.clone(),
         }))
     }
 
@@ -327,6 +352,7 @@ impl Files {
             anonymous: path.is_none() && !certificate,
             tls,
             proxy,
+            acl: None,
         }))
     }
 }
@@ -339,7 +365,10 @@ impl Gates {
     /// (a password file) or the door (a certificate).
     pub fn from_config(config: &Config) -> Result<Gates, String> {
         let mqtt = &config.broker.mqtt;
-        let mut files = Files::default();
+        let mut files = Files {
+            acl: crate::acl::Acl::from_config(config)?,
+            ..Files::default()
+        };
         let mut tcp = Vec::new();
         for d in &mqtt.listen.tcp {
             let door = door_name(MQTT_LISTEN, "tcp", &d.name);
@@ -397,6 +426,7 @@ impl Gates {
                 files: files.passwords,
                 certificates: files.certificates,
                 gates,
+                acl: files.acl,
             },
         })
     }
@@ -409,6 +439,7 @@ pub struct Reloader {
     files: Vec<Rc<RefCell<PasswordFile>>>,
     certificates: Vec<(config::Tls, Rc<TlsAcceptor>)>,
     gates: Vec<Rc<Gate>>,
+    acl: Option<Rc<crate::acl::Acl>>,
 }
 
 impl Reloader {
@@ -423,6 +454,18 @@ impl Reloader {
             ),
             Err(e) => {
                 log::error!("SIGUSR1: {e}; every password file and certificate kept as it was")
+            }
+        }
+        // The acl_file on its own: a file that does not load changes nothing, and
+        // one that does applies to open connections at their next question (B-292).
+        if let Some(acl) = &self.acl {
+            match acl.reload() {
+                Ok((path, users, roles)) => {
+                    log::warn!("SIGUSR1: acl_file {path} re-read: {users} users, {roles} roles")
+                }
+                Err(e) => log::error!(
+                    "SIGUSR1: the acl_file does not load, so every client keeps the grants it had:\n{e}"
+                ),
             }
         }
     }
@@ -493,6 +536,7 @@ mod tests {
             anonymous,
             tls: None,
             proxy: false,
+            acl: None,
         }
     }
 

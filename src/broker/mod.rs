@@ -214,6 +214,7 @@ impl Broker {
             (Some(will), true) => Some(Box::new(ArmedWill {
                 will: will.clone(),
                 delay: will.properties.will_delay_interval.unwrap_or(0),
+                asker: None,
             })),
             _ => None,
         };
@@ -317,7 +318,18 @@ impl Broker {
     /// Spends `client`'s publish budget on a message of `size` bytes; false when it is
     /// over `publish_rate` or `publish_bytes` (0x97).
     pub fn spend_publish_budget(&mut self, client: &Arc<str>, size: usize, now: Instant) -> bool {
-        self.budgets.spend(client, size, now)
+        // The figures of the client's acl_file entry, when it carries limits: (B-115).
+        let figures = self
+            .sessions
+            .get(client)
+            .and_then(|s| s.principal.as_ref())
+            .and_then(|p| p.limits());
+        match figures {
+            Some(l) => self
+                .budgets
+                .spend_at(client, size, now, l.publish_rate, l.publish_bytes),
+            None => self.budgets.spend(client, size, now),
+        }
     }
 
     fn fire_delayed_will(&mut self, client_id: &Arc<str>) {
@@ -336,6 +348,15 @@ impl Broker {
     }
 
     fn publish_will(&mut self, client_id: &Arc<str>, armed: Box<ArmedWill>) {
+        if let Some(asker) = &armed.asker
+            && !asker.may_publish(&armed.will.topic, armed.will.payload.is_empty())
+        {
+            log::warn!(
+                "the Will of {client_id} to {:?} is not published: the acl_file no longer lets it publish there",
+                armed.will.topic
+            );
+            return;
+        }
         let will = armed.will;
         let message = Message::from_will(client_id.clone(), will, Instant::now());
         log::debug!("publishing the Will of {client_id} to {}", message.topic);
@@ -470,6 +491,7 @@ impl Broker {
         let mut targets: Vec<(Arc<str>, SubEntry)> = Vec::new();
         let sessions = &self.sessions;
         let publisher = &message.publisher;
+        let topic = &*message.topic;
         let mut unplaced = 0u64;
         self.tree
             .for_each_match(&message.topic, |target| match target {
@@ -483,10 +505,16 @@ impl Broker {
                     let qos = message.qos;
                     let chosen = group
                         .turn_order()
-                        .find(|(c, _)| sessions.get(*c).is_some_and(|s| s.can_take(qos)))
+                        .find(|(c, _)| {
+                            sessions
+                                .get(*c)
+                                .is_some_and(|s| s.can_take(qos) && s.may_read(topic))
+                        })
                         .or_else(|| {
                             group.turn_order().find(|(c, _)| {
-                                sessions.get(*c).is_some_and(|s| s.outlives_connection())
+                                sessions
+                                    .get(*c)
+                                    .is_some_and(|s| s.outlives_connection() && s.may_read(topic))
                             })
                         })
                         .map(|(c, e)| (c.clone(), *e));
@@ -527,7 +555,7 @@ impl Broker {
                 message: message.clone(),
                 origin: None,
             };
-            self.deliver(&client, delivery);
+            self.deliver_as(&client, delivery, true);
         }
     }
 
@@ -538,11 +566,21 @@ impl Broker {
 
     /// Queues a delivery on a session and wakes its connection.
     pub fn deliver(&mut self, client_id: &str, delivery: Delivery) {
+        self.deliver_as(client_id, delivery, false);
+    }
+
+    /// [`Broker::deliver`]; `as_read` asks the acl_file first whether the client
+    /// may read the topic, as every broadcast delivery is asked (B-293) - a queue's
+    /// offer rides on consume instead, asked when its worker is chosen.
+    fn deliver_as(&mut self, client_id: &str, delivery: Delivery, as_read: bool) {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;
         };
         if session.link.is_none() && delivery.qos == QoS::AtMostOnce {
             return; // QoS 0 is not kept for a client that is away (MQTT-3.1.2-5 allows it)
+        }
+        if as_read && !session.may_read(&delivery.message.topic) {
+            return;
         }
         let enqueued = session.enqueue(delivery);
         let m = &self.metrics;
@@ -565,6 +603,17 @@ impl Broker {
             RetainHandling::Never => Vec::new(),
             RetainHandling::OnNewSubscribe if existed => Vec::new(),
             _ => self.retained_matching(filter, now),
+        }
+    }
+
+    /// Marks every cursor of every session unread and wakes its connection: what a
+    /// re-read acl_file does, so a stalled subscriber looks again (B-294).
+    pub fn wake_every_cursor(&mut self) {
+        for session in self.sessions.values_mut() {
+            for cursor in session.cursors.values_mut() {
+                cursor.caught_up = false;
+            }
+            session.wake();
         }
     }
 

@@ -1,5 +1,8 @@
 //! Per-client publish budgets (`limits.publish_rate`, `limits.publish_bytes`): a token
-//! bucket per client id, kept by the broker so a reconnect does not refill it.
+//! bucket per client id, kept by the broker so a reconnect does not refill it. The
+//! figures are the broker-wide ones, or those the acl_file entry of the client's
+//! user name carries (B-115): the budget follows the client id, the figures the
+//! user name (B-116).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +30,20 @@ pub struct PublishBudgets {
     pub rate: Option<u32>,
     /// Bytes a second, if bounded.
     pub bytes: Option<u64>,
-    buckets: HashMap<Arc<str>, (Bucket, Bucket)>,
+    buckets: HashMap<Arc<str>, Budget>,
+}
+
+/// One client's two buckets and the figures they refill at.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    messages: Bucket,
+    volume: Bucket,
+    rate: f64,
+    bytes: f64,
+}
+
+fn per_second<T: Into<f64>>(figure: Option<T>) -> f64 {
+    figure.map_or(f64::INFINITY, Into::into)
 }
 
 impl PublishBudgets {
@@ -43,19 +59,42 @@ impl PublishBudgets {
     /// Spends one message of `size` bytes for `client`; false when either budget is
     /// spent, in which case nothing is taken.
     pub fn spend(&mut self, client: &Arc<str>, size: usize, now: Instant) -> bool {
-        if self.rate.is_none() && self.bytes.is_none() {
+        self.spend_at(client, size, now, self.rate, self.bytes)
+    }
+
+    /// [`PublishBudgets::spend`] at these figures rather than the broker-wide ones.
+    pub fn spend_at(
+        &mut self,
+        client: &Arc<str>,
+        size: usize,
+        now: Instant,
+        rate: Option<u32>,
+        bytes: Option<u64>,
+    ) -> bool {
+        if rate.is_none() && bytes.is_none() {
             return true;
         }
-        let rate = self.rate.map_or(f64::INFINITY, f64::from);
-        let bytes = self.bytes.map_or(f64::INFINITY, |b| b as f64);
+        let rate = per_second(rate);
+        let bytes = per_second(bytes.map(|b| b as f64));
         let full = |r: f64| Bucket {
             tokens: r,
             last: now,
         };
-        let (messages, volume) = self
+        let budget = self
             .buckets
             .entry(client.clone())
-            .or_insert_with(|| (full(rate), full(bytes)));
+            .or_insert_with(|| Budget {
+                messages: full(rate),
+                volume: full(bytes),
+                rate,
+                bytes,
+            });
+        // New figures (a re-read acl_file, another user on this id) apply from now.
+        budget.rate = rate;
+        budget.bytes = bytes;
+        let Budget {
+            messages, volume, ..
+        } = budget;
         messages.refill(rate, now);
         volume.refill(bytes, now);
         // A message larger than a whole second's bytes may go when the bucket is full,
@@ -71,12 +110,10 @@ impl PublishBudgets {
 
     /// Forgets buckets that have refilled: they hold nothing a fresh one would not.
     pub fn prune(&mut self, now: Instant) {
-        let rate = self.rate.map_or(f64::INFINITY, f64::from);
-        let bytes = self.bytes.map_or(f64::INFINITY, |b| b as f64);
-        self.buckets.retain(|_, (m, v)| {
-            m.refill(rate, now);
-            v.refill(bytes, now);
-            m.tokens < rate || v.tokens < bytes
+        self.buckets.retain(|_, b| {
+            b.messages.refill(b.rate, now);
+            b.volume.refill(b.bytes, now);
+            b.messages.tokens < b.rate || b.volume.tokens < b.bytes
         });
     }
 }

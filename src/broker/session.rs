@@ -105,6 +105,9 @@ pub struct ArmedWill {
     pub will: Will,
     /// Will Delay Interval, seconds.
     pub delay: u32,
+    /// Its client under the acl_file, when one is held: the Will is asked again,
+    /// as that client, when it fires, the file having perhaps been re-read (B-290).
+    pub asker: Option<std::rc::Rc<crate::acl::Principal>>,
 }
 
 /// An inbound QoS 2 exchange between its PUBREC and its PUBREL (`broker.qos2`).
@@ -130,6 +133,9 @@ pub struct Session {
     pub subscriptions: HashMap<String, Subscription>,
     /// Deliveries not yet written.
     pub queue: VecDeque<Delivery>,
+    /// The connected client under the acl_file, when one is held: whose entry's
+    /// `limits:` its publish budget refills at (B-115, B-116).
+    pub principal: Option<std::rc::Rc<crate::acl::Principal>>,
     /// Outbound exchanges on the wire, by packet identifier.
     pub inflight: BTreeMap<u16, Inflight>,
     /// Inbound QoS 2 publishes received and not yet released, by packet identifier.
@@ -171,6 +177,7 @@ impl Session {
             expiry: 0,
             subscriptions: HashMap::new(),
             queue: VecDeque::new(),
+            principal: None,
             inflight: BTreeMap::new(),
             incoming: HashMap::new(),
             queued_bytes: 0,
@@ -239,6 +246,20 @@ impl Session {
                 Inflight::Released(_) => 0,
             })
             .sum()
+    }
+
+    /// Whether the acl_file lets this session's client read `topic` now: asked
+    /// on every broadcast delivery, so a re-read applies to subscriptions
+    /// already granted (B-293). True where no acl_file is held.
+    pub fn may_read(&self, topic: &str) -> bool {
+        self.principal.as_ref().is_none_or(|p| p.may_read(topic))
+    }
+
+    /// Whether the acl_file lets this session's client take jobs from `queue`
+    /// now: a worker that lost `consume` is offered nothing, so no attempt of a
+    /// job is spent on it (B-295). True where no acl_file is held.
+    pub fn may_consume(&self, queue: &str) -> bool {
+        self.principal.as_ref().is_none_or(|p| p.may_consume(queue))
     }
 
     /// Whether this session can take one more delivery right now (for shared groups).

@@ -42,6 +42,7 @@
 //! applied before `load` returns. Channels are sorted by name: the file's
 //! order decides nothing.
 
+pub mod acl;
 mod address;
 mod blocks;
 mod bridges;
@@ -293,27 +294,26 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// As [`load`].
 pub fn from_str(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let mut ctx = Ctx::new(path.display().to_string());
-    let root = match node::parse(text) {
-        Ok(n) => n,
-        Err(e) => {
-            ctx.say(
-                e.line,
-                "the file",
-                None,
-                format!(
-                    "is not valid YAML ({}); fix the syntax at that line",
-                    e.message
-                ),
-            );
-            return Err(ConfigError::new(ctx.findings));
-        }
-    };
+    let root = parse_yaml(&mut ctx, text, "the file")?;
     let config = read_root(&mut ctx, &root, path);
     if ctx.findings.is_empty() {
         Ok(config)
     } else {
         Err(ConfigError::new(ctx.findings))
     }
+}
+
+/// Parses a YAML document, or fails with the one finding saying where it does
+/// not parse (`what` names the file: "the file", "the acl_file").
+pub(crate) fn parse_yaml(ctx: &mut Ctx, text: &str, what: &str) -> Result<Node, ConfigError> {
+    node::parse(text).map_err(|e| {
+        let text = format!(
+            "is not valid YAML ({}); fix the syntax at that line",
+            e.message
+        );
+        ctx.say(e.line, what, None, text);
+        ConfigError::new(std::mem::take(&mut ctx.findings))
+    })
 }
 
 const ROOT_KEYS: &[&str] = &["broker", "channels", "bridges"];

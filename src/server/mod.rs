@@ -75,6 +75,21 @@ impl Shared {
     }
 }
 
+/// A re-read acl_file wakes every cursor, so a subscriber stalled for want of a
+/// grant resumes as soon as the grant is back rather than at the channel's next
+/// record (B-294).
+fn wake_on_acl_reload(doors: &[socket::Door], shared: &Rc<Shared>) {
+    let Some(acl) = doors.iter().find_map(|d| d.gate().acl.clone()) else {
+        return;
+    };
+    let shared = Rc::downgrade(shared);
+    acl.on_reload(move || {
+        if let Some(shared) = shared.upgrade() {
+            shared.broker.borrow_mut().wake_every_cursor();
+        }
+    });
+}
+
 /// Counts a connection while it lives.
 struct ActiveGuard(Rc<Shared>);
 
@@ -153,6 +168,7 @@ pub fn serve(
         stopping: Cell::new(false),
     });
     smol::block_on(executor.run(async {
+        wake_on_acl_reload(&doors, &shared);
         let mut accepting = Vec::with_capacity(doors.len());
         for door in doors {
             log::info!("listening on {}", door.describe());

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Conn, Shared};
+use crate::acl::Verb;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::cursor::{ChannelSub, Cursor};
 use crate::broker::records::{self, now_ms};
@@ -286,6 +287,8 @@ impl Conn {
                 cursor.caught_up = true;
                 continue;
             }
+            // Asked on every delivery, so a re-read acl_file applies (B-293).
+            let grants = session.principal.as_ref().map(|p| p.grants());
             let mut deliveries = Vec::with_capacity(window.records.len());
             for record in window.records {
                 if record.offset < cursor.next {
@@ -303,6 +306,20 @@ impl Conn {
                     || (deletion && record.offset < cursor.pass_until)
                 {
                     continue;
+                }
+                if grants
+                    .as_ref()
+                    .is_some_and(|g| !g.channel_allows(&name, &record.topic, Verb::Read))
+                {
+                    // Stalled, not skipped: the position stays on this record until
+                    // the grant is back and the channel wakes the cursor (B-294).
+                    log::debug!(
+                        "{client}: channel {name} stalled at {}: no read",
+                        record.offset
+                    );
+                    cursor.next = record.offset;
+                    cursor.caught_up = true;
+                    break;
                 }
                 let retain = record.offset < cursor.pass_until || retain_as_published;
                 cursor.unsettled.insert(record.offset);

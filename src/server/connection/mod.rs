@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_lite::future;
 use smol::io::AsyncWriteExt;
 
+mod acl;
 mod channels;
 mod queue;
 mod verbs;
@@ -70,6 +71,8 @@ struct Conn {
     positions_stored_at: Option<Instant>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
     suback_reason: Option<String>,
+    /// This client under the acl_file, when one is held (`connection/acl.rs`).
+    acl: Option<Rc<crate::acl::Principal>>,
 }
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
@@ -124,10 +127,14 @@ pub(crate) async fn run(
     };
     reader.connected();
     let protocol = connect.protocol;
-    let refusal = check_connect(&connect, &shared)
-        .or_else(|| crate::auth::check_connect(&gate, &connect, certificate, &peer));
+    // Mutable: a features denial may make the session end with the connection.
+    let mut connect = connect;
+    let admitted = match check_connect(&connect, &shared) {
+        Some(code) => Err(code),
+        None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
+    };
     drop(gate);
-    if let Some(code) = refusal {
+    if let Err(code) = admitted {
         log::info!(
             "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
             connect.client_id
@@ -181,9 +188,11 @@ pub(crate) async fn run(
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
         positions_stored_at: None,
         suback_reason: None,
+        acl: admitted.ok().flatten(),
         shared,
     };
     conn.keep_alive = conn.send_connack(&connect, &accepted);
+    conn.bind_acl_to_session();
     log::debug!(
         "{}: {} connected ({protocol:?}, session present {})",
         conn.peer,
@@ -576,6 +585,7 @@ impl Conn {
                 properties.server_keep_alive = Some(max);
                 keep_alive = max;
             }
+            self.features_in_connack(&mut properties);
         } else if let Some(max) = settings.max_keepalive
             && (keep_alive == 0 || keep_alive > max)
         {
@@ -839,6 +849,9 @@ impl Conn {
 
     async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
         self.resolve_alias(&mut publish)?;
+        if let Some(end) = self.features_refuse_publish(&publish) {
+            return Err(end);
+        }
         if let Some(answered) = self.queue_response(&publish) {
             return answered;
         }
@@ -880,6 +893,8 @@ impl Conn {
             }
             Ok(()) => self.check_quota(&publish),
         };
+        // Asked after the rate, which spends before any authorization (B-120).
+        let code = self.authorize_publish(code, &publish);
         if code != reason::SUCCESS {
             log::info!(
                 "{}: publish by {} to {:?} refused 0x{code:02X}",
@@ -1017,7 +1032,8 @@ impl Conn {
         Ok(())
     }
 
-    async fn on_subscribe(&mut self, subscribe: Subscribe) -> Result<(), End> {
+    async fn on_subscribe(&mut self, mut subscribe: Subscribe) -> Result<(), End> {
+        self.features_on_subscribe(&mut subscribe)?;
         let identifier = subscribe
             .properties
             .subscription_identifiers
@@ -1050,6 +1066,9 @@ impl Conn {
                             self.client_id
                         );
                         reason::TOPIC_FILTER_INVALID
+                    }
+                    Ok(share) if !self.may_subscribe(share.map_or(filter, |(_, f)| f)) => {
+                        self.not_granted(filter)
                     }
                     Ok(share) => {
                         if share.is_none() {
@@ -1378,7 +1397,7 @@ fn refusal_text(code: u8) -> &'static str {
     match code {
         reason::MALFORMED_PACKET => "malformed packet",
         reason::PROTOCOL_ERROR => "protocol error",
-        reason::NOT_AUTHORIZED => "not authorized: this topic is reserved",
+        reason::NOT_AUTHORIZED => "not authorized: a reserved topic, or not granted to this client",
         reason::TOPIC_NAME_INVALID => {
             "topic name invalid: too long, too deep, or in a reserved space"
         }

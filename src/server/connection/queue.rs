@@ -109,6 +109,13 @@ impl Conn {
                 "QoS 0 has no PUBACK to start a visibility timeout from",
             ));
         }
+        if !self.may_consume(name) {
+            // After the structural refusals, which no grant widens (B-286).
+            return Some(refuse(
+                reason::NOT_AUTHORIZED,
+                "the acl_file grants this client no consume on the queue",
+            ));
+        }
         let mut broker = self.shared.broker.borrow_mut();
         let full =
             broker.subscription_count(&self.client_id) >= self.shared.settings.max_subscriptions;
@@ -161,6 +168,25 @@ impl Conn {
                 Some(format!("{name} is not a queue")),
             ));
         };
+        if !self.may_consume(name) {
+            // The response topic is part of consume (B-282).
+            log::info!(
+                "{}: {} answered on {:?} without consume on queue {name} (0x87)",
+                self.peer,
+                self.client_id,
+                publish.topic
+            );
+            self.shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_publish("not authorized");
+            return Some(self.answer_response(
+                publish,
+                reason::NOT_AUTHORIZED,
+                Some(format!("not authorized: no consume on queue {name}")),
+            ));
+        }
         let verdict = Verdict::parse(&publish.payload);
         let correlation = publish.properties.correlation_data.clone();
         self.shared

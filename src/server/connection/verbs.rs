@@ -83,6 +83,9 @@ impl Conn {
         let Some(response_topic) = &publish.properties.response_topic else {
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None); // B-300
         };
+        if !self.may_disconnect() {
+            return (reason::NOT_AUTHORIZED, None); // B-297
+        }
         let target = String::from_utf8_lossy(&publish.payload);
         if target.is_empty() || *target == *self.client_id {
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
@@ -126,7 +129,7 @@ impl Conn {
         };
         let body = {
             let broker = self.shared.broker.borrow();
-            broker.channels.by_name(name).map(|id| {
+            broker.channels.by_name(name).and_then(|id| {
                 let channel = broker.channels.get(id);
                 let verbs: &[&str] = match channel.kind {
                     Kind::Append { .. } => &["write", "read", "seek"],
@@ -134,6 +137,11 @@ impl Conn {
                     Kind::Queue => &["write", "consume"],
                     Kind::DeadLetter => &["read", "seek"],
                 };
+                // Scoped to the verbs held: holding none is the empty reply (B-324).
+                let verbs = self.verbs_held(name, verbs);
+                if verbs.is_empty() {
+                    return None;
+                }
                 let mut answer = serde_json::json!({
                     "name": name,
                     "type": channel.kind.as_str(),
@@ -143,7 +151,7 @@ impl Conn {
                 if channel.kind == Kind::Queue {
                     answer["pin"] = serde_json::Value::from(format!("$saguin/queue/{name}"));
                 }
-                answer.to_string()
+                Some(answer.to_string())
             })
         };
         let properties = Properties {
@@ -179,6 +187,9 @@ impl Conn {
         let Some(id) = self.latest_channel_of(key) else {
             return (reason::TOPIC_NAME_INVALID, None);
         };
+        if !self.may_read_key(key) {
+            return (reason::NOT_AUTHORIZED, None); // read on the latest channel (B-282)
+        }
         let found = match self.find(id, |r| r.topic == key).await {
             Ok(found) => found.filter(|r| matches!(r.state, RecordState::Stored)),
             Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
@@ -247,6 +258,9 @@ impl Conn {
         let Some(id) = self.append_channel(channel) else {
             return (reason::TOPIC_NAME_INVALID, None);
         };
+        if !self.may_seek(channel) {
+            return (reason::NOT_AUTHORIZED, None); // seek on the append channel (B-282)
+        }
         let (provider, name) = {
             let broker = self.shared.broker.borrow();
             let c = broker.channels.get(id);
