@@ -1,6 +1,8 @@
 //! Reading whole packets off a socket without trusting the peer: the declared length
 //! is checked against the limit before a byte of the body is buffered, and the buffer
-//! grows with the packet and shrinks back once it is handled.
+//! grows with the packet. A busy connection keeps its buffer from one packet to the
+//! next; it is released when a read finds nothing waiting, so an idle connection
+//! holds none.
 
 use std::io;
 
@@ -9,9 +11,10 @@ use smol::io::AsyncReadExt;
 use super::socket::Socket;
 use crate::codec::{self, DecodeError, FixedHeader};
 
-/// Bytes read at a time while no packet is in progress. An idle connection holds no
-/// buffer at all (see `consume`), so this costs only a busy one; 4 KiB takes most
-/// packets, and the next ones behind them, in one read.
+/// Bytes read at a time while no packet is in progress, and read past the end of a
+/// packet in progress. An idle connection holds no buffer at all (see `fill`), so this
+/// costs only a busy one; 4 KiB takes most packets, and the next ones behind them, in
+/// one read, and lets a large packet's read bring in the head of the next.
 const READ_CHUNK: usize = 4096;
 /// Bytes read at a time before the CONNECT has been read.
 const CONNECT_CHUNK: usize = 512;
@@ -97,14 +100,11 @@ impl FrameReader {
         &self.buf[frame.start..frame.end]
     }
 
-    /// Drops `frame` from the buffer, releasing memory once nothing is left.
+    /// Drops `frame` from the buffer. The memory is kept for the next packet; `fill`
+    /// releases it when a read finds nothing waiting.
     pub fn consume(&mut self, frame: Frame) {
         self.buf.copy_within(frame.end..self.filled, 0);
         self.filled -= frame.end;
-        if self.filled == 0 {
-            // An idle connection holds no read buffer at all.
-            self.buf = Vec::new();
-        }
     }
 
     /// The first bytes of the body of an oversized packet, read to learn a CONNECT's
@@ -120,9 +120,7 @@ impl FrameReader {
     /// The socket's.
     pub async fn try_fill(&mut self, stream: &mut Socket) -> io::Result<usize> {
         let want = READ_CHUNK;
-        if self.buf.len() < self.filled + want {
-            self.buf.resize(self.filled + want, 0);
-        }
+        self.grow(self.filled + want);
         // One poll: a read that would wait is dropped unstarted (reads are cancel-safe).
         let read = stream.read(&mut self.buf[self.filled..self.filled + want]);
         let n = futures_lite::future::poll_once(read)
@@ -140,23 +138,47 @@ impl FrameReader {
     /// The socket's.
     pub async fn fill(&mut self, stream: &mut Socket) -> io::Result<usize> {
         if self.filled == 0 {
-            // Nothing buffered: wait with no buffer at all.
+            // A busy connection's next packet is usually there already: reading it into
+            // the buffer it has saves a round through the reactor. When nothing is
+            // waiting, the buffer goes and the wait holds none at all.
+            if !self.buf.is_empty() {
+                let read = stream.read(&mut self.buf);
+                if let Some(n) = futures_lite::future::poll_once(read).await.transpose()? {
+                    self.filled = n;
+                    return Ok(n);
+                }
+                self.buf = Vec::new();
+            }
             stream.readable().await?;
         }
         let want = match self.expected {
+            // The rest of the packet, and the head of the next one behind it. The
+            // total was checked against the size limit before anything was buffered.
+            Some(total) if self.connected => (total - self.filled + READ_CHUNK).min(MAX_READ),
             Some(total) => (total - self.filled).min(MAX_READ),
             // A CONNECT is small and every socket sends one: reading it in a small
             // buffer keeps the handshake of a thousand idle clients cheap.
             None if !self.connected => CONNECT_CHUNK,
             None => READ_CHUNK,
         };
-        if self.buf.len() < self.filled + want {
-            self.buf.resize(self.filled + want, 0);
-        }
+        self.grow(self.filled + want);
         let n = stream
             .read(&mut self.buf[self.filled..self.filled + want])
             .await?;
         self.filled += n;
         Ok(n)
+    }
+
+    /// Makes the buffer at least `len` bytes long, keeping what is filled. The new
+    /// buffer comes zeroed from the allocator (`vec![0; len]` is one `calloc`): the
+    /// shipped build optimizes for size, and there `Vec::resize` zeroes a byte at a
+    /// time, which cost a fifth of the broker's time on 16 KiB publishes.
+    fn grow(&mut self, len: usize) {
+        if self.buf.len() >= len {
+            return;
+        }
+        let mut bigger = vec![0; len];
+        bigger[..self.filled].copy_from_slice(&self.buf[..self.filled]);
+        self.buf = bigger;
     }
 }
