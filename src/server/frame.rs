@@ -142,6 +142,10 @@ impl FrameReader {
             // the buffer it has saves a round through the reactor. When nothing is
             // waiting, the buffer goes and the wait holds none at all.
             if !self.buf.is_empty() {
+                // Every other ready connection runs first, as waiting on the reactor
+                // made them: a publisher whose next packet is always there would
+                // otherwise starve the subscribers it is filling.
+                futures_lite::future::yield_now().await;
                 let read = stream.read(&mut self.buf);
                 if let Some(n) = futures_lite::future::poll_once(read).await.transpose()? {
                     self.filled = n;
