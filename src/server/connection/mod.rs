@@ -138,7 +138,9 @@ pub(crate) async fn run(
         // Clean Start discards what a durable consumer kept (gaps G-11).
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
-            if let Err(e) = provider.drop_positions(&connect.client_id).await {
+            // Boxed, like the handshake: inline, a storage request's state would
+            // enlarge every connection's task for as long as it lives.
+            if let Err(e) = Box::pin(provider.drop_positions(&connect.client_id)).await {
                 log::error!(
                     "{peer}: positions of {:?} not discarded: {e}",
                     connect.client_id
