@@ -58,7 +58,7 @@ struct Conn {
     protocol: ProtocolVersion,
     client_id: Arc<str>,
     link: Rc<ConnLink>,
-    woken: smol::channel::Receiver<()>,
+    woken: crate::broker::Woken,
     keep_alive: Option<Duration>,
     /// Topic aliases the client registered, allocated at its first alias.
     aliases: Option<Box<[Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
@@ -610,7 +610,7 @@ impl Conn {
                 async { Event::Read(reader.fill(stream).await) },
                 future::or(
                     async {
-                        let _ = woken.recv().await;
+                        woken.recv().await;
                         Event::Woken
                     },
                     async {
