@@ -1,6 +1,9 @@
 //! The thin handle the broker keeps to a connection: wake it, or tell it to end.
 
 use std::cell::Cell;
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
 
 /// Shared between a connection task and the session it holds. The broker never
 /// writes to a socket; it queues deliveries on the session and wakes the connection.
@@ -8,28 +11,77 @@ use std::cell::Cell;
 pub struct ConnLink {
     /// Unique per connection, so a session can tell which connection holds it.
     pub id: u64,
-    wake: smol::channel::Sender<()>,
+    wake: Rc<WakeFlag>,
     kick: Cell<Option<u8>>,
 }
 
+/// One pending wake-up and the task waiting for it. Everything runs on the broker's
+/// one thread, so a flag and a waker in cells are the whole of it: a channel would
+/// cost every idle connection a few hundred bytes more for nothing it uses.
+#[derive(Default)]
+struct WakeFlag {
+    pending: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl std::fmt::Debug for WakeFlag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeFlag")
+            .field("pending", &self.pending.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection's end of its link: waits for a wake-up.
+#[derive(Debug)]
+pub struct Woken(Rc<WakeFlag>);
+
+impl Woken {
+    /// Waits until the link is woken, consuming the wake-up. Wake-ups while nobody
+    /// waits are one wake-up, which is all a wake-up says.
+    pub async fn recv(&self) {
+        poll_fn(|cx| {
+            if self.0.pending.replace(false) {
+                return Poll::Ready(());
+            }
+            let waker = match self.0.waker.take() {
+                Some(w) if w.will_wake(cx.waker()) => w,
+                _ => cx.waker().clone(),
+            };
+            self.0.waker.set(Some(waker));
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
+impl Drop for Woken {
+    /// The waker goes with the task: a session keeping the link keeps no ended task.
+    fn drop(&mut self) {
+        self.0.waker.take();
+    }
+}
+
 impl ConnLink {
-    /// A link and the receiver its connection task waits on.
-    pub fn new(id: u64) -> (ConnLink, smol::channel::Receiver<()>) {
-        let (wake, woken) = smol::channel::bounded(1);
+    /// A link and the end its connection task waits on.
+    pub fn new(id: u64) -> (ConnLink, Woken) {
+        let wake = Rc::new(WakeFlag::default());
         (
             ConnLink {
                 id,
-                wake,
+                wake: wake.clone(),
                 kick: Cell::new(None),
             },
-            woken,
+            Woken(wake),
         )
     }
 
     /// Wakes the connection to write what its session has queued.
     pub fn wake(&self) {
-        // Full means a wake-up is already pending, which is all a wake-up says.
-        let _ = self.wake.try_send(());
+        self.wake.pending.set(true);
+        if let Some(waker) = self.wake.waker.take() {
+            waker.wake();
+        }
     }
 
     /// Tells the connection to end with `reason` (a DISCONNECT reason code).
@@ -41,5 +93,23 @@ impl ConnLink {
     /// The reason the connection was told to end with, if it was.
     pub fn kicked(&self) -> Option<u8> {
         self.kick.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_ups_while_nobody_waits_are_one_wake_up() {
+        let (link, woken) = ConnLink::new(1);
+        link.wake();
+        link.wake();
+        futures_lite::future::block_on(woken.recv());
+        let again = futures_lite::future::block_on(futures_lite::future::poll_once(woken.recv()));
+        assert_eq!(again, None, "the second wake-up was the first one");
+        link.kick(0x8E);
+        futures_lite::future::block_on(woken.recv());
+        assert_eq!(link.kicked(), Some(0x8E));
     }
 }

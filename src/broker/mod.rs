@@ -23,7 +23,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use connection_link::ConnLink;
+pub use connection_link::{ConnLink, Woken};
 pub use settings::{Settings, TOPIC_ALIAS_MAXIMUM};
 
 use crate::codec::reason;

@@ -21,6 +21,12 @@ use super::properties::{self, Allowed, Properties};
 /// a Maximum Packet Size compares `out.len()` before and after. Strings and binary
 /// fields over 65,535 bytes are cut to that length (a string at a character boundary).
 pub fn encode(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) {
+    if let Packet::Publish(p) = packet {
+        if encode_publish_header(p, version, out) {
+            out.extend_from_slice(&p.payload);
+        }
+        return;
+    }
     let start = out.len();
     out.push(first_byte(packet));
     let body = out.len();
@@ -30,12 +36,30 @@ pub fn encode(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) {
     }
 }
 
+/// Appends everything of a PUBLISH but its payload: the fixed header, whose remaining
+/// length counts the payload, and the variable header. The caller sends the payload
+/// right after these bytes - from the message it belongs to, without copying it into
+/// `out`. Encoded as [`encode`] does; `false`, with nothing appended, when the packet
+/// would exceed MQTT's 268,435,455 bytes.
+pub fn encode_publish_header(p: &Publish, version: ProtocolVersion, out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    out.push(publish_first_byte(p));
+    let body = out.len();
+    publish_header(p, version == ProtocolVersion::V5, out);
+    // The length goes in front of the variable header alone: the payload is not moved.
+    if !wire::insert_length_counting(out, body, p.payload.len()) {
+        out.truncate(start);
+        return false;
+    }
+    true
+}
+
 /// The packet type and flags: fixed by the type except for PUBLISH.
 fn first_byte(packet: &Packet) -> u8 {
     match packet {
         Packet::Connect(_) => 0x10,
         Packet::ConnAck(_) => 0x20,
-        Packet::Publish(p) => 0x30 | u8::from(p.dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain),
+        Packet::Publish(p) => publish_first_byte(p),
         Packet::PubAck(_) => 0x40,
         Packet::PubRec(_) => 0x50,
         Packet::PubRel(_) => 0x62,
@@ -51,13 +75,21 @@ fn first_byte(packet: &Packet) -> u8 {
     }
 }
 
+/// PUBLISH's first byte: DUP, QoS and RETAIN in the flags.
+fn publish_first_byte(p: &Publish) -> u8 {
+    0x30 | u8::from(p.dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain)
+}
+
 /// Writes the body after the fixed header; `false` when the packet has no encoding.
 fn write_body(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) -> bool {
     let v5 = version == ProtocolVersion::V5;
     match packet {
         Packet::Connect(c) => connect(c, out),
         Packet::ConnAck(c) => connack(c, v5, out),
-        Packet::Publish(p) => publish(p, v5, out),
+        Packet::Publish(p) => {
+            publish_header(p, v5, out);
+            out.extend_from_slice(&p.payload);
+        }
         Packet::PubAck(a) | Packet::PubRec(a) | Packet::PubRel(a) | Packet::PubComp(a) => {
             ack(a, v5, out)
         }
@@ -118,7 +150,8 @@ fn connack(c: &ConnAck, v5: bool, out: &mut Vec<u8>) {
     }
 }
 
-fn publish(p: &Publish, v5: bool, out: &mut Vec<u8>) {
+/// A PUBLISH's variable header: topic, packet identifier, properties.
+fn publish_header(p: &Publish, v5: bool, out: &mut Vec<u8>) {
     wire::put_str(out, &p.topic);
     if p.qos as u8 > 0 {
         out.extend_from_slice(&p.packet_id.unwrap_or(0).to_be_bytes());
@@ -126,7 +159,6 @@ fn publish(p: &Publish, v5: bool, out: &mut Vec<u8>) {
     if v5 {
         properties::write(&p.properties, Allowed::PUBLISH, out);
     }
-    out.extend_from_slice(&p.payload);
 }
 
 fn ack(a: &Ack, v5: bool, out: &mut Vec<u8>) {
@@ -245,7 +277,12 @@ pub(crate) mod wire {
     /// Inserts, at `start`, the variable byte integer length of everything after it.
     /// `false` (and a clamped length) when that length is over [`VARINT_MAX`].
     pub(crate) fn insert_length(out: &mut Vec<u8>, start: usize) -> bool {
-        let len = out.len() - start;
+        insert_length_counting(out, start, 0)
+    }
+
+    /// As [`insert_length`], counting `more` bytes the caller sends after `out`.
+    pub(crate) fn insert_length_counting(out: &mut Vec<u8>, start: usize, more: usize) -> bool {
+        let len = (out.len() - start).saturating_add(more);
         let (bytes, n) = varint(u32::try_from(len).unwrap_or(u32::MAX));
         out.splice(start..start, bytes[..n].iter().copied());
         len <= VARINT_MAX

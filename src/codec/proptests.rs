@@ -485,6 +485,18 @@ proptest! {
     }
 
     #[test]
+    fn a_publish_header_then_its_payload_is_the_whole_publish((version, packet) in versioned_packet()) {
+        if let Packet::Publish(p) = &packet {
+            let mut whole = Vec::new();
+            encode(&packet, version, &mut whole);
+            let mut split = vec![0xAA]; // appended, never overwritten
+            prop_assert!(encode_publish_header(p, version, &mut split));
+            split.extend_from_slice(&p.payload);
+            prop_assert_eq!(&split[1..], &whole[..]);
+        }
+    }
+
+    #[test]
     fn a_fixed_header_is_none_on_every_short_prefix((version, packet) in versioned_packet()) {
         let mut out = Vec::new();
         encode(&packet, version, &mut out);

@@ -1,6 +1,6 @@
 //! Reading whole packets off a socket without trusting the peer: the declared length
 //! is checked against the limit before a byte of the body is buffered, and the buffer
-//! grows with the packet and shrinks back once it is handled.
+//! grows with the packet and is released once it is handled.
 
 use std::io;
 
@@ -120,9 +120,7 @@ impl FrameReader {
     /// The socket's.
     pub async fn try_fill(&mut self, stream: &mut Socket) -> io::Result<usize> {
         let want = READ_CHUNK;
-        if self.buf.len() < self.filled + want {
-            self.buf.resize(self.filled + want, 0);
-        }
+        self.grow(self.filled + want);
         // One poll: a read that would wait is dropped unstarted (reads are cancel-safe).
         let read = stream.read(&mut self.buf[self.filled..self.filled + want]);
         let n = futures_lite::future::poll_once(read)
@@ -144,19 +142,38 @@ impl FrameReader {
             stream.readable().await?;
         }
         let want = match self.expected {
+            // A large packet's rest and the head of the next one behind it, in one
+            // read. Only for a packet larger than a chunk: reading ahead of small
+            // ones let a publisher outrun its subscribers' acknowledgements (peak RSS
+            // 9.4 -> 18 MiB on qos1-1to100-128B). The total was checked against the
+            // size limit before anything was buffered.
+            Some(total) if self.connected && total > READ_CHUNK => {
+                (total - self.filled + READ_CHUNK).min(MAX_READ)
+            }
             Some(total) => (total - self.filled).min(MAX_READ),
             // A CONNECT is small and every socket sends one: reading it in a small
             // buffer keeps the handshake of a thousand idle clients cheap.
             None if !self.connected => CONNECT_CHUNK,
             None => READ_CHUNK,
         };
-        if self.buf.len() < self.filled + want {
-            self.buf.resize(self.filled + want, 0);
-        }
+        self.grow(self.filled + want);
         let n = stream
             .read(&mut self.buf[self.filled..self.filled + want])
             .await?;
         self.filled += n;
         Ok(n)
+    }
+
+    /// Makes the buffer at least `len` bytes long, keeping what is filled. The new
+    /// buffer comes zeroed from the allocator (`vec![0; len]` is one `calloc`): the
+    /// shipped build optimizes for size, and there `Vec::resize` zeroes a byte at a
+    /// time, which cost a fifth of the broker's time on 16 KiB publishes.
+    fn grow(&mut self, len: usize) {
+        if self.buf.len() >= len {
+            return;
+        }
+        let mut bigger = vec![0; len];
+        bigger[..self.filled].copy_from_slice(&self.buf[..self.filled]);
+        self.buf = bigger;
     }
 }

@@ -13,6 +13,7 @@ use smol::io::AsyncWriteExt;
 
 mod acl;
 mod channels;
+mod outbox;
 mod queue;
 mod verbs;
 
@@ -55,11 +56,11 @@ struct Conn {
     peer: String,
     shared: Rc<Shared>,
     reader: FrameReader,
-    out: Vec<u8>,
+    out: outbox::Outbox,
     protocol: ProtocolVersion,
     client_id: Arc<str>,
     link: Rc<ConnLink>,
-    woken: smol::channel::Receiver<()>,
+    woken: crate::broker::Woken,
     keep_alive: Option<Duration>,
     /// Topic aliases the client registered, allocated at its first alias.
     aliases: Option<Box<[Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
@@ -158,7 +159,9 @@ pub(crate) async fn run(
         // Clean Start discards what a durable consumer kept (gaps G-11).
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
-            if let Err(e) = provider.drop_positions(&connect.client_id).await {
+            // Boxed, like the handshake: inline, a storage request's state would
+            // enlarge every connection's task for as long as it lives.
+            if let Err(e) = Box::pin(provider.drop_positions(&connect.client_id)).await {
                 log::error!(
                     "{peer}: positions of {:?} not discarded: {e}",
                     connect.client_id
@@ -177,7 +180,7 @@ pub(crate) async fn run(
         stream,
         peer,
         reader,
-        out: Vec::new(),
+        out: outbox::Outbox::default(),
         protocol,
         client_id: accepted.client_id.clone(),
         link,
@@ -511,6 +514,14 @@ async fn write_with_timeout(
         stream.write_all(bytes).await?;
         stream.flush().await
     };
+    with_write_timeout(write, timeout).await
+}
+
+/// Runs `write`, giving up after `timeout` (`None` waits as long as it takes).
+async fn with_write_timeout(
+    write: impl Future<Output = std::io::Result<()>>,
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
     future::or(write, async {
         match timeout {
             Some(timeout) => smol::Timer::after(timeout).await,
@@ -630,23 +641,19 @@ impl Conn {
     }
 
     fn queue_packet(&mut self, packet: &Packet) {
-        codec::encode(packet, self.protocol, &mut self.out);
+        self.out.packet(packet, self.protocol);
     }
 
     async fn flush(&mut self) -> Result<(), End> {
         if self.out.is_empty() {
             return Ok(());
         }
-        let result = write_with_timeout(
-            &mut self.stream,
-            &self.out,
+        let result = with_write_timeout(
+            self.out.write_to(&mut self.stream),
             self.shared.settings.write_timeout,
         )
         .await;
         self.out.clear();
-        if self.out.capacity() > 1024 {
-            self.out = Vec::new();
-        }
         result.map_err(|e| {
             log::debug!("{}: write failed: {e}", self.peer);
             End::Close
@@ -691,7 +698,7 @@ impl Conn {
                 async { Event::Read(reader.fill(stream).await) },
                 future::or(
                     async {
-                        let _ = woken.recv().await;
+                        woken.recv().await;
                         Event::Woken
                     },
                     async {
@@ -1277,20 +1284,8 @@ impl Conn {
                 continue;
             }
             let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
-            let start = self.out.len();
-            codec::encode(
-                &Packet::Publish(publish_packet(
-                    &delivery,
-                    packet_id,
-                    false,
-                    now,
-                    self.protocol,
-                )),
-                self.protocol,
-                &mut self.out,
-            );
-            if self.out.len() - start > max_packet {
-                self.out.truncate(start);
+            let publish = publish_packet(&delivery, packet_id, false, now, self.protocol);
+            if !self.out.publish(&publish, self.protocol, max_packet) {
                 if delivery.origin.is_some() {
                     // A channel's record is not skipped: the consumer is told why it
                     // cannot have it, and its position stays (gaps G-17).

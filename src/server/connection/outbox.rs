@@ -1,0 +1,191 @@
+//! What a connection has to write: encoded packets, and the payloads of large
+//! publishes, which go out from the message they belong to rather than being copied
+//! into the buffer for every subscriber. One vectored write sends it all in order.
+
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+
+use smol::io::AsyncWriteExt;
+
+use super::Socket;
+use crate::codec::{self, Packet, ProtocolVersion, Publish};
+
+/// A payload at least this long is written from the message itself; a shorter one is
+/// copied, since an extra slice costs more than copying a few hundred bytes.
+const SHARED_PAYLOAD: usize = 2048;
+/// The most slices handed to one vectored write (Linux takes at most 1024).
+const MAX_SLICES: usize = 64;
+/// Buffer capacity kept between writes; anything larger is released once written.
+const KEEP_CAPACITY: usize = 1024;
+
+/// Bytes waiting to be written, in order: `bytes`, with each shared payload going
+/// after the byte of `bytes` its offset names.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    bytes: Vec<u8>,
+    payloads: Vec<(usize, Arc<[u8]>)>,
+}
+
+impl Outbox {
+    /// Whether nothing is waiting.
+    pub(super) fn is_empty(&self) -> bool {
+        self.bytes.is_empty() && self.payloads.is_empty()
+    }
+
+    /// Appends `packet`, encoded for `version`.
+    pub(super) fn packet(&mut self, packet: &Packet, version: ProtocolVersion) {
+        match packet {
+            Packet::Publish(p) => {
+                self.publish(p, version, usize::MAX);
+            }
+            _ => codec::encode(packet, version, &mut self.bytes),
+        }
+    }
+
+    /// Appends a PUBLISH unless it would be larger than `max_size` bytes; returns
+    /// whether it was appended. A packet with no encoding (over MQTT's largest remaining
+    /// length) appends nothing and counts as appended, as `codec::encode` has it.
+    pub(super) fn publish(
+        &mut self,
+        p: &Publish,
+        version: ProtocolVersion,
+        max_size: usize,
+    ) -> bool {
+        let start = self.bytes.len();
+        if !codec::encode_publish_header(p, version, &mut self.bytes) {
+            return true;
+        }
+        if self.bytes.len() - start + p.payload.len() > max_size {
+            self.bytes.truncate(start);
+            return false;
+        }
+        if p.payload.len() >= SHARED_PAYLOAD {
+            self.payloads.push((self.bytes.len(), p.payload.clone()));
+        } else {
+            self.bytes.extend_from_slice(&p.payload);
+        }
+        true
+    }
+
+    /// The slices still to write once `skip` bytes of the whole have been written, at
+    /// most `MAX_SLICES` of them.
+    fn slices(&self, mut skip: usize) -> Vec<IoSlice<'_>> {
+        let mut slices = Vec::with_capacity(MAX_SLICES.min(2 * self.payloads.len() + 1));
+        let mut from = 0;
+        let ends = self.payloads.iter().map(|(at, p)| (*at, Some(p)));
+        for (at, payload) in ends.chain([(self.bytes.len(), None)]) {
+            let parts = [&self.bytes[from..at], payload.map_or(&[][..], |p| &p[..])];
+            for part in parts {
+                if skip >= part.len() {
+                    skip -= part.len();
+                } else if slices.len() < MAX_SLICES {
+                    slices.push(IoSlice::new(&part[skip..]));
+                    skip = 0;
+                }
+            }
+            from = at;
+        }
+        slices
+    }
+
+    /// Total bytes waiting.
+    fn len(&self) -> usize {
+        self.bytes.len() + self.payloads.iter().map(|(_, p)| p.len()).sum::<usize>()
+    }
+
+    /// Writes everything and flushes. Safe to drop part-way only when the connection
+    /// is abandoned with it (a write timeout), as every caller does.
+    ///
+    /// # Errors
+    /// The socket's, or `WriteZero` when it takes nothing.
+    pub(super) async fn write_to(&self, stream: &mut Socket) -> io::Result<()> {
+        let total = self.len();
+        let mut written = 0;
+        while written < total {
+            let n = stream.write_vectored(&self.slices(written)).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            written += n;
+        }
+        stream.flush().await
+    }
+
+    /// Empties the outbox after a write, releasing a large buffer.
+    pub(super) fn clear(&mut self) {
+        self.bytes.clear();
+        self.payloads.clear();
+        if self.bytes.capacity() > KEEP_CAPACITY {
+            self.bytes = Vec::new();
+        }
+        if self.payloads.capacity() > MAX_SLICES {
+            self.payloads = Vec::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox(parts: &[&[u8]]) -> Outbox {
+        // Even parts are encoded bytes, odd parts shared payloads.
+        let mut o = Outbox::default();
+        for (i, part) in parts.iter().enumerate() {
+            if i % 2 == 0 {
+                o.bytes.extend_from_slice(part);
+            } else {
+                o.payloads.push((o.bytes.len(), Arc::from(*part)));
+            }
+        }
+        o
+    }
+
+    fn joined(o: &Outbox, skip: usize) -> Vec<u8> {
+        o.slices(skip).iter().flat_map(|s| s.to_vec()).collect()
+    }
+
+    #[test]
+    fn slices_are_the_bytes_in_order_from_any_point() {
+        let o = outbox(&[b"ab", b"cde", b"", b"fg", b"h"]);
+        let all = b"abcdefgh";
+        assert_eq!(o.len(), all.len());
+        for skip in 0..=all.len() {
+            assert_eq!(joined(&o, skip), &all[skip..]);
+        }
+        assert!(o.slices(0).iter().all(|s| !s.is_empty()));
+    }
+
+    #[test]
+    fn a_vectored_write_takes_at_most_max_slices() {
+        let parts: Vec<&[u8]> = (0..300)
+            .map(|i| if i % 2 == 0 { &b"h"[..] } else { &b"pp"[..] })
+            .collect();
+        let o = outbox(&parts);
+        assert_eq!(o.slices(0).len(), MAX_SLICES);
+        assert_eq!(o.slices(o.len() - 1).len(), 1);
+    }
+
+    #[test]
+    fn an_oversized_publish_appends_nothing() {
+        let mut o = Outbox::default();
+        let p = Publish {
+            dup: false,
+            qos: crate::codec::QoS::AtMostOnce,
+            retain: false,
+            topic: Arc::from("t"),
+            packet_id: None,
+            properties: Default::default(),
+            payload: Arc::from(vec![7u8; 4096]),
+        };
+        // 0x30, a two-byte remaining length, the topic's length and its byte.
+        let size = 1 + 2 + 2 + 1 + 4096;
+        assert!(!o.publish(&p, ProtocolVersion::V311, size - 1));
+        assert!(o.is_empty());
+        assert!(o.publish(&p, ProtocolVersion::V311, size));
+        assert_eq!(o.len(), size);
+        let mut whole = Vec::new();
+        codec::encode(&Packet::Publish(p), ProtocolVersion::V311, &mut whole);
+        assert_eq!(joined(&o, 0), whole);
+    }
+}
