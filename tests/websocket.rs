@@ -155,7 +155,20 @@ fn an_mqtt_client_over_websocket_publishes_and_subscribes_beside_tcp_clients() {
         }
         other => panic!("expected PUBLISH, got {other:?}"),
     }
-    // A 64 KiB payload crosses in one message each way.
+    // A large payload reaches a WebSocket subscriber whole (its headers and payload
+    // leave in separate writes, so in separate messages).
+    let big_down = vec![3u8; 40 * 1024];
+    assert_eq!(
+        tcp.publish("plant/big", &big_down, QoS::AtMostOnce, false),
+        None
+    );
+    match ws.recv() {
+        Packet::Publish(p) => {
+            assert_eq!((&*p.topic, p.payload.len()), ("plant/big", big_down.len()))
+        }
+        other => panic!("expected PUBLISH, got {other:?}"),
+    }
+    // A 64 KiB payload crosses in one message the other way.
     let big = vec![7u8; 64 * 1024];
     let mut p = publish("hmi/screen", &big, QoS::AtLeastOnce, false);
     p.packet_id = Some(9);
