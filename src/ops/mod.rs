@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use smol::LocalExecutor;
-use smol::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use smol::io::AsyncWriteExt;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -34,8 +34,6 @@ use base64::engine::general_purpose::STANDARD;
 use crate::auth::{Gate, Identity, Refusal};
 use crate::server::{Door, Shared, Socket, admit};
 
-/// The most a request head may take.
-const MAX_HEAD: usize = 8 * 1024;
 /// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most requests answered at once, across every door. A scraper asks one at a
@@ -239,7 +237,7 @@ async fn answer(
         return;
     };
     let peer = peer.as_str();
-    let head = future::or(read_head(&mut stream), async {
+    let head = future::or(crate::server::http::read_request_head(&mut stream), async {
         smol::Timer::at(deadline).await;
         Err(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -248,7 +246,8 @@ async fn answer(
     })
     .await;
     let response = match head {
-        Ok(head) => {
+        // A GET carries no body; whatever followed the head is not read.
+        Ok((head, _)) => {
             let asker = Asker {
                 peer,
                 gate,
@@ -272,30 +271,6 @@ async fn answer(
     .await;
     // A TLS reader is told the answer is whole (close_notify), not cut off.
     stream.close_write();
-}
-
-async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> io::Result<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 512];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "closed before the request head",
-            ));
-        }
-        head.extend_from_slice(&chunk[..n]);
-        if head.windows(4).any(|w| w == b"\r\n\r\n") {
-            return Ok(head);
-        }
-        if head.len() > MAX_HEAD {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head over 8 KiB",
-            ));
-        }
-    }
 }
 
 /// Who sent a request: where from, on which door, with which verified certificate.

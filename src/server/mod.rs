@@ -6,6 +6,7 @@
 
 mod connection;
 mod frame;
+pub(crate) mod http;
 mod proxy;
 mod slots;
 mod socket;

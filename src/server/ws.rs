@@ -20,7 +20,7 @@ use async_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use async_tungstenite::tungstenite::{Bytes, Message};
 use futures_lite::{Stream, future};
 use futures_sink::Sink;
-use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use smol::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::slots::Slot;
 use super::socket::Socket;
@@ -170,9 +170,6 @@ impl OriginRules {
     }
 }
 
-/// The most an upgrade request's head may take.
-const MAX_REQUEST_HEAD: usize = 8 * 1024;
-
 /// Why an upgrade request is answered without upgrading.
 struct Refused {
     status: u16,
@@ -204,7 +201,7 @@ pub async fn upgrade(
     deadline: Instant,
     peer: &str,
 ) -> Option<(Socket, Slot)> {
-    let read = future::or(read_head(&mut stream), async {
+    let read = future::or(super::http::read_request_head(&mut stream), async {
         smol::Timer::at(deadline).await;
         Err(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -273,38 +270,6 @@ async fn write_by(stream: &mut Socket, bytes: &[u8], deadline: Instant) -> bool 
     })
     .await;
     matches!(written, Some(Ok(())))
-}
-
-/// Reads the request head; returns it and whatever the client sent after it (the
-/// start of its CONNECT, perhaps).
-async fn read_head(stream: &mut Socket) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "closed before its request head",
-            ));
-        }
-        let searched_from = head.len().saturating_sub(3);
-        head.extend_from_slice(&chunk[..n]);
-        if let Some(at) = head[searched_from..]
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-        {
-            let end = searched_from + at + 4;
-            let rest = head.split_off(end);
-            return Ok((head, rest));
-        }
-        if head.len() > MAX_REQUEST_HEAD {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head over 8 KiB",
-            ));
-        }
-    }
 }
 
 /// The `101 Switching Protocols` answer to an admissible upgrade request.

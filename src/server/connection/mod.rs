@@ -913,7 +913,6 @@ impl Conn {
         }
         if publish.qos == QoS::ExactlyOnce {
             let packet_id = publish.packet_id.unwrap_or(0);
-            let message = self.message_from(&publish);
             let mut broker = self.shared.broker.borrow_mut();
             let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
                 return Err(End::Close);
@@ -929,10 +928,11 @@ impl Conn {
                     code = reason::QUOTA_EXCEEDED;
                     broker.metrics.refuse_publish("qos2 inflight exceeded");
                 } else {
-                    // Held until PUBREL, so a retransmission is never delivered twice.
+                    // Held until PUBREL, so a retransmission is never delivered twice;
+                    // the message is built only for a publish that is kept.
                     let held = HeldQos2 {
                         since: Instant::now(),
-                        message: Some(Arc::new(message)),
+                        message: Some(Arc::new(self.message_from(&publish))),
                     };
                     session.incoming.insert(packet_id, held);
                 }
