@@ -67,6 +67,51 @@ fn a_silent_client_is_disconnected_after_one_and_a_half_keepalives() {
     assert!(waited >= Duration::from_millis(1400), "{waited:?}");
 }
 
+/// What the broker sends a client is not the client speaking: a subscriber that only
+/// receives is still disconnected after one and a half keepalives (MQTT-3.1.2-24).
+#[test]
+fn a_client_that_only_receives_is_still_disconnected_after_its_keepalive() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "listener", true);
+    c.keep_alive = 1;
+    let (mut listener, _) = Raw::handshake(broker.addr, c);
+    listener.subscribe("chatter/#", opts(QoS::AtMostOnce));
+    let started = Instant::now();
+    let mut talker = Raw::connected(broker.addr, V5, "talker");
+    let publishing = std::thread::spawn(move || {
+        for _ in 0..30 {
+            if !talker.try_send(&Packet::Publish(common::publish(
+                "chatter/now",
+                b"hi",
+                QoS::AtMostOnce,
+                false,
+            ))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut delivered = 0;
+    let code = loop {
+        match listener.recv() {
+            Packet::Publish(_) => delivered += 1,
+            Packet::Disconnect(d) => break d.code,
+            other => panic!("expected PUBLISH or DISCONNECT, got {other:?}"),
+        }
+    };
+    let waited = started.elapsed();
+    assert_eq!(code, 0x8D);
+    assert!(
+        delivered >= 5,
+        "only {delivered} deliveries before the DISCONNECT"
+    );
+    assert!(
+        (Duration::from_millis(1400)..Duration::from_millis(2500)).contains(&waited),
+        "{waited:?}"
+    );
+    publishing.join().expect("the publishing thread");
+}
+
 #[test]
 fn disconnect_may_not_turn_a_zero_session_expiry_into_a_kept_session() {
     let broker = Broker::start("");

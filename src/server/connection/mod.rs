@@ -13,6 +13,7 @@ use smol::io::AsyncWriteExt;
 
 mod acl;
 mod channels;
+mod keep_alive;
 mod outbox;
 mod queue;
 mod verbs;
@@ -61,7 +62,7 @@ struct Conn {
     client_id: Arc<str>,
     link: Rc<ConnLink>,
     woken: crate::broker::Woken,
-    keep_alive: Option<Duration>,
+    keep_alive: Option<keep_alive::KeepAlive>,
     /// Topic aliases the client registered, allocated at its first alias.
     aliases: Option<Box<[Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
     /// The client asked for Reason Strings (Request Problem Information, default 1).
@@ -194,7 +195,9 @@ pub(crate) async fn run(
         acl: admitted.ok().flatten(),
         shared,
     };
-    conn.keep_alive = conn.send_connack(&connect, &accepted);
+    conn.keep_alive = conn
+        .send_connack(&connect, &accepted)
+        .map(keep_alive::KeepAlive::new);
     conn.bind_acl_to_session();
     log::debug!(
         "{}: {} connected ({protocol:?}, session present {})",
@@ -687,11 +690,11 @@ impl Conn {
                 return end;
             }
             Box::pin(self.store_positions(false)).await;
-            let deadline = self.keep_alive.map(|k| Instant::now() + k);
             let Conn {
                 stream,
                 reader,
                 woken,
+                keep_alive,
                 ..
             } = self;
             let event = future::or(
@@ -702,9 +705,9 @@ impl Conn {
                         Event::Woken
                     },
                     async {
-                        match deadline {
-                            Some(at) => smol::Timer::at(at).await,
-                            None => smol::Timer::never().await,
+                        match keep_alive {
+                            Some(watch) => watch.expired().await,
+                            None => future::pending().await,
                         };
                         Event::KeepAliveExpired
                     },
@@ -713,7 +716,12 @@ impl Conn {
             .await;
             match event {
                 Event::Read(Ok(0)) | Event::Read(Err(_)) => return End::Close,
-                Event::Read(Ok(_)) | Event::Woken => {}
+                Event::Read(Ok(_)) => {
+                    if let Some(watch) = &mut self.keep_alive {
+                        watch.heard();
+                    }
+                }
+                Event::Woken => {}
                 Event::KeepAliveExpired => {
                     log::info!("{}: {} missed its keepalive", self.peer, self.client_id);
                     return End::Broker(reason::KEEP_ALIVE_TIMEOUT);

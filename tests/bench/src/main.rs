@@ -303,6 +303,10 @@ impl Rd {
 
 type Wr = BufWriter<OwnedWriteHalf>;
 
+/// Every client asks for the Keep Alive stock clients use (mosquitto_sub, Paho: 60 s),
+/// so each broker pays for watching it as it would in the field.
+const KEEPALIVE: u16 = 60;
+
 async fn connect(addr: &str, id: &str, keepalive: u16) -> io::Result<(Rd, Wr)> {
     connect_level(addr, id, keepalive, 4).await
 }
@@ -593,13 +597,13 @@ async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io
     let topic = sc.topic.clone();
     let mut sub_tasks = Vec::new();
     for i in 0..sc.subs {
-        let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-s{i}"), 0).await?;
+        let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-s{i}"), KEEPALIVE).await?;
         subscribe(&mut rd, &mut w, &topic, sc.qos).await?;
         sub_tasks.push(tokio::spawn(subscriber(rd, w, sh.clone())));
     }
     let mut pubs = Vec::new();
     for i in 0..sc.pubs {
-        pubs.push(connect(&t.addr, &format!("sb{tag}-p{i}"), 0).await?);
+        pubs.push(connect(&t.addr, &format!("sb{tag}-p{i}"), KEEPALIVE).await?);
     }
     sleep(Duration::from_millis(200)).await; // let subscriptions settle
 
@@ -610,7 +614,7 @@ async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io
     // Phase 1 uses publisher connections of its own; phase 2 the ones made above,
     // which stayed idle until now.
     for i in 0..sc.pubs {
-        let (rd, w) = connect(&t.addr, &format!("sb{tag}-l{i}"), 0).await?;
+        let (rd, w) = connect(&t.addr, &format!("sb{tag}-l{i}"), KEEPALIVE).await?;
         let mode = Mode::Paced { per_s: sc.paced_rate / sc.pubs as f64, until };
         handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, sems[i].clone())));
     }
@@ -714,7 +718,7 @@ async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io
     };
     let mut conns = Vec::new();
     for i in 0..pubs {
-        conns.push(connect(&t.addr, &format!("sb{tag}-a{i}"), 0).await?);
+        conns.push(connect(&t.addr, &format!("sb{tag}-a{i}"), KEEPALIVE).await?);
     }
     let t0 = Instant::now();
     let until = t0 + Duration::from_secs_f64(cfg.duration);
@@ -744,7 +748,7 @@ async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io
 /// last record. Stops at `expected` records, or after 3 s without one.
 async fn append_replay(t: &Target, expected: u64, tag: usize) -> io::Result<ChanOutcome> {
     let (peak, on) = rss_sampler(t.pid);
-    let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-replay"), 0).await?;
+    let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-replay"), KEEPALIVE).await?;
     let t0 = Instant::now();
     w.write_all(&subscribe_packet(1, LOG_FILTER, 1)).await?;
     w.flush().await?;
@@ -805,7 +809,7 @@ async fn append_replay(t: &Target, expected: u64, tag: usize) -> io::Result<Chan
 /// Publishes `jobs` jobs to the queue at QoS 1 (3.1.1, at most 32 unacknowledged),
 /// returning when every one is acknowledged, i.e. stored.
 async fn enqueue(t: &Target, jobs: u64, tag: usize) -> io::Result<()> {
-    let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-producer"), 0).await?;
+    let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-producer"), KEEPALIVE).await?;
     let (mut sent, mut acked, mut pkt) = (0u64, 0u64, Vec::new());
     while acked < jobs {
         while sent < jobs && sent - acked < 32 {
@@ -877,7 +881,7 @@ async fn queue_drain(t: &Target, workers: usize, jobs: u64, tag: usize) -> io::R
     enqueue(t, jobs, tag).await?;
     let mut conns = Vec::new();
     for i in 0..workers {
-        conns.push(connect_level(&t.addr, &format!("sb{tag}-w{i}"), 0, 5).await?);
+        conns.push(connect_level(&t.addr, &format!("sb{tag}-w{i}"), KEEPALIVE, 5).await?);
     }
     let done = Arc::new(AtomicU64::new(0));
     let end_ns = Arc::new(AtomicU64::new(0));
@@ -921,7 +925,7 @@ async fn queue_drain(t: &Target, workers: usize, jobs: u64, tag: usize) -> io::R
 /// (A job whose `ack` the broker had not taken would come back when its worker left.)
 /// Whatever it is offered it answers, so the next run starts from an empty queue.
 async fn leftover(t: &Target, tag: usize) -> io::Result<u64> {
-    let (mut rd, mut w) = connect_level(&t.addr, &format!("sb{tag}-check"), 0, 5).await?;
+    let (mut rd, mut w) = connect_level(&t.addr, &format!("sb{tag}-check"), KEEPALIVE, 5).await?;
     w.write_all(&subscribe_packet_v5(1, &format!("$saguin/queue/{JOBS_QUEUE}"), 1)).await?;
     w.flush().await?;
     let done = Arc::new(AtomicU64::new(0));
@@ -987,7 +991,7 @@ async fn idle_connections(t: &Target, n: usize, tag: usize) -> (Option<u64>, Opt
         let batch: Vec<_> = (i..(i + 50).min(n))
             .map(|k| {
                 let addr = t.addr.clone();
-                tokio::spawn(async move { connect(&addr, &format!("sb{tag}-idle{k}"), 0).await })
+                tokio::spawn(async move { connect(&addr, &format!("sb{tag}-idle{k}"), KEEPALIVE).await })
             })
             .collect();
         for b in batch {
