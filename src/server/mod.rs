@@ -254,7 +254,10 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<
                         connection::run(stream, peer, shared, slot, gate, websocket).await;
                     }
                     slots::Admission::Wait(place, handed) => {
-                        wait_for_slot(stream, peer, shared, gate, arrived, place, handed).await;
+                        // Boxed: a rare path, and inline it would size every task.
+                        let waiting =
+                            wait_for_slot(stream, peer, shared, gate, arrived, place, handed);
+                        Box::pin(waiting).await;
                     }
                     slots::Admission::Full => {}
                 }

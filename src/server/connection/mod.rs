@@ -79,39 +79,66 @@ struct Conn {
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
 /// (B-056); `gate` is its door's TLS and credentials (`crate::auth`).
-pub(crate) async fn run(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn would keep its arguments twice in every connection's task (rust-lang/rust#62958)"
+)]
+pub(crate) fn run(
+    stream: Socket,
+    peer: String,
+    shared: Rc<Shared>,
+    slot: Slot,
+    gate: Rc<crate::auth::Gate>,
+    websocket: Option<Rc<super::ws::OriginPolicy>>,
+) -> impl Future<Output = ()> {
+    async move {
+        // Boxed, and a function of its own: what the handshake holds (the CONNECT, its
+        // answer) is gone once it ends, and no idle connection's task keeps room for it.
+        let established = establish(stream, peer, shared, slot, gate, websocket);
+        if let Some((conn, slot)) = Box::pin(established).await {
+            live(conn, slot).await;
+        }
+    }
+}
+
+/// Serves an established connection to its end. The connection is boxed: the task
+/// keeps it across an await, and a future holds such a value twice when it is moved
+/// into it (rust-lang/rust#62958).
+async fn live(mut conn: Box<Conn>, slot: Slot) {
+    let end = conn.serve().await;
+    // The slot is free before the ending is written: the client may reconnect at once.
+    drop(slot);
+    Box::pin(conn.finish(end)).await;
+}
+
+/// Everything from the first byte to the CONNACK: PROXY header, WebSocket upgrade,
+/// CONNECT, credentials, takeover. `None` when the connection ended there.
+async fn establish(
     stream: Socket,
     mut peer: String,
     shared: Rc<Shared>,
     slot: Slot,
     gate: Rc<crate::auth::Gate>,
     websocket: Option<Rc<super::ws::OriginPolicy>>,
-) {
+) -> Option<(Box<Conn>, Slot)> {
     let mut reader = FrameReader::default();
     // One deadline for the TLS handshake, the WebSocket upgrade and the CONNECT
     // together (B-062).
     let deadline = Instant::now() + shared.settings.connect_timeout;
-    let Some((stream, certificate)) = Box::pin(super::proxy::admit(
-        &gate, stream, deadline, &mut peer, &shared,
-    ))
-    .await
-    else {
-        return;
-    };
+    let (stream, certificate) =
+        super::proxy::admit(&gate, stream, deadline, &mut peer, &shared).await?;
     let (mut stream, slot) = match websocket {
         None => (stream, slot),
         Some(policy) => {
             let max = shared.settings.max_message_size as usize;
             let upgrade = super::ws::upgrade(stream, slot, &policy, max, deadline, &peer);
-            match Box::pin(upgrade).await {
+            match upgrade.await {
                 Some(upgraded) => upgraded,
-                None => return,
+                None => return None,
             }
         }
     };
-    // The handshake and the ending are boxed so their state does not enlarge the
-    // future every idle connection keeps (see ARCHITECTURE.md, memory).
-    let connect = match Box::pin(read_connect(&mut stream, &mut reader, &shared, deadline)).await {
+    let connect = match read_connect(&mut stream, &mut reader, &shared, deadline).await {
         Ok(connect) => connect,
         Err(reply) => {
             shared
@@ -121,10 +148,10 @@ pub(crate) async fn run(
                 .refuse_connection("unreadable connect");
             drop(slot);
             if let Some(bytes) = reply {
-                Box::pin(close_with(&mut stream, &bytes, &shared)).await;
+                close_with(&mut stream, &bytes, &shared).await;
             }
             log::debug!("{peer}: connection refused before CONNECT was read");
-            return;
+            return None;
         }
     };
     reader.connected();
@@ -151,8 +178,8 @@ pub(crate) async fn run(
             protocol,
         );
         drop(slot);
-        Box::pin(close_with(&mut stream, &bytes, &shared)).await;
-        return;
+        close_with(&mut stream, &bytes, &shared).await;
+        return None;
     }
     let (link, woken) = ConnLink::new(shared.next_link_id());
     let link = Rc::new(link);
@@ -160,9 +187,7 @@ pub(crate) async fn run(
         // Clean Start discards what a durable consumer kept (gaps G-11).
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
-            // Boxed, like the handshake: inline, a storage request's state would
-            // enlarge every connection's task for as long as it lives.
-            if let Err(e) = Box::pin(provider.drop_positions(&connect.client_id)).await {
+            if let Err(e) = provider.drop_positions(&connect.client_id).await {
                 log::error!(
                     "{peer}: positions of {:?} not discarded: {e}",
                     connect.client_id
@@ -171,7 +196,7 @@ pub(crate) async fn run(
         }
     }
     if !connect.client_id.is_empty() {
-        Box::pin(take_over(&shared, &connect.client_id)).await;
+        take_over(&shared, &connect.client_id).await;
     }
     let accepted = shared
         .broker
@@ -205,11 +230,7 @@ pub(crate) async fn run(
         conn.client_id,
         accepted.session_present
     );
-    drop(connect);
-    let end = conn.serve().await;
-    // The slot is free before the ending is written: the client may reconnect at once.
-    drop(slot);
-    Box::pin(conn.finish(end)).await;
+    Some((Box::new(conn), slot))
 }
 
 /// Answers a socket that held an overflow place but got no slot: once the opening
@@ -686,7 +707,9 @@ impl Conn {
             if let Err(end) = self.write_owed() {
                 return end;
             }
-            if let Err(end) = self.flush().await {
+            // Boxed: a write's state (slices, its timeout) is the largest this loop
+            // awaits, and inline every idle connection would keep room for it.
+            if let Err(end) = Box::pin(self.flush()).await {
                 return end;
             }
             Box::pin(self.store_positions(false)).await;

@@ -27,7 +27,9 @@ use super::settings::{ChannelSettings, SqliteSettings};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Requests that may wait for the writer before a sender waits in turn.
+/// Requests that may wait for the writer before a sender waits in turn. Boxed in the
+/// queue: a bounded queue's slots are all allocated and touched when it is made, and
+/// 4,096 inline requests were 0.9 MiB of resident memory per queue.
 const WRITE_QUEUE: usize = 4096;
 /// Reads that may wait for a reader before a sender waits in turn.
 const READ_QUEUE: usize = 256;
@@ -39,9 +41,9 @@ pub struct SqliteProvider {
     name: String,
     file_path: PathBuf,
     max_bytes: u64,
-    writes: Sender<WriteOp>,
+    writes: Sender<Box<WriteOp>>,
     /// Consumer positions: taken by the writer after `writes`.
-    background: Sender<WriteOp>,
+    background: Sender<Box<WriteOp>>,
     /// `None` when `read_connections` is 0: reads go to the writer (B-153).
     reads: Option<Sender<ReadOp>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -257,11 +259,13 @@ impl SqliteProvider {
 
     async fn write_on<T>(
         &self,
-        lane: &Sender<WriteOp>,
+        lane: &Sender<Box<WriteOp>>,
         make: impl FnOnce(Done<T>) -> WriteOp,
     ) -> Result<T, StorageError> {
         let (tx, rx) = smol::channel::bounded(1);
-        lane.send(make(tx)).await.map_err(|_| self.closed())?;
+        lane.send(Box::new(make(tx)))
+            .await
+            .map_err(|_| self.closed())?;
         rx.recv().await.map_err(|_| self.closed())?
     }
 
@@ -272,7 +276,7 @@ impl SqliteProvider {
             Some(reads) => reads.send(op).await.map_err(|_| self.closed())?,
             None => self
                 .writes
-                .send(WriteOp::Read(op))
+                .send(Box::new(WriteOp::Read(op)))
                 .await
                 .map_err(|_| self.closed())?,
         }

@@ -53,9 +53,9 @@ pub(crate) struct Writer {
     name: String,
     conn: Connection,
     /// Writes a client's packet is waiting on: publishes, job state, dead-lettering.
-    rx: Receiver<WriteOp>,
+    rx: Receiver<Box<WriteOp>>,
     /// Writes nobody waits on a packet for (consumer positions): taken after `rx`.
-    bg: Receiver<WriteOp>,
+    bg: Receiver<Box<WriteOp>>,
     commit: CommitMode,
     flush_interval: Duration,
     wal_path: PathBuf,
@@ -80,7 +80,7 @@ impl Writer {
     pub(crate) fn new(
         settings: &SqliteSettings,
         conn: Connection,
-        (rx, bg): (Receiver<WriteOp>, Receiver<WriteOp>),
+        (rx, bg): (Receiver<Box<WriteOp>>, Receiver<Box<WriteOp>>),
         wal_path: PathBuf,
     ) -> Result<Writer, StorageError> {
         let name = settings.name.clone();
@@ -122,7 +122,11 @@ impl Writer {
     /// The next request already queued, urgent ones first (RFC 0004 "Group commit", as
     /// gaps.md proposes it: the writes a client's packet waits on first, the rest after).
     fn try_next(&self) -> Option<WriteOp> {
-        self.rx.try_recv().or_else(|_| self.bg.try_recv()).ok()
+        self.rx
+            .try_recv()
+            .or_else(|_| self.bg.try_recv())
+            .ok()
+            .map(|op| *op)
     }
 
     /// Waits for the next request, or until `deadline`.
@@ -139,7 +143,7 @@ impl Writer {
                     (true, false) => bg.recv().await,
                     (false, true) => rx.recv().await,
                 };
-                got.map_or(Next::Retry, Next::Op)
+                got.map_or(Next::Retry, |op| Next::Op(*op))
             };
             let next = match deadline {
                 None => smol::block_on(wait),
