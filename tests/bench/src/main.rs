@@ -1228,6 +1228,32 @@ async fn main() {
         ));
         results.insert(i, (oa, ob));
     }
+    // Idle connections right after the broadcast rows, which both brokers ran: the
+    // channel rows below are Sagüin's alone, and what their storage keeps in the heap
+    // would be charged to its idle connections.
+    let mut idle_row = String::new();
+    if cfg.idle > 0 {
+        tag += 1;
+        let (_, wa, ra, ea) = idle_connections(a, cfg.idle, tag).await;
+        tag += 1;
+        let (_, wb, rb, eb) = idle_connections(b, cfg.idle, tag).await;
+        for (n, e) in [(&a.name, &ea), (&b.name, &eb)] {
+            if let Some(e) = e {
+                eprintln!("idle connections on {n}: {e}");
+            }
+        }
+        idle_row = format!(
+            "| {} idle connections | {}{} | {}{} | {} | {:.0} | {:.0} |\n",
+            cfg.idle,
+            fmt_num(mib(wa)),
+            if ea.is_some() { " (error)" } else { "" },
+            fmt_num(mib(wb)),
+            if eb.is_some() { " (error)" } else { "" },
+            ratio(mib(wa), mib(wb)),
+            ra,
+            rb
+        );
+    }
     // Channels: Sagüin only (mosquitto has none), so a target not named saguin… is n/a.
     // --only: a substring of a row's name, or a row name of which the family is a prefix.
     let wanted = |name: &str| cfg.only.as_ref().is_none_or(|o| name.contains(o.as_str()) || o.starts_with(name));
@@ -1324,28 +1350,7 @@ async fn main() {
         fmt_num(mib(idle_b)),
         ratio(mib(idle_a), mib(idle_b))
     ));
-    if cfg.idle > 0 {
-        tag += 1;
-        let (_, wa, ra, ea) = idle_connections(a, cfg.idle, tag).await;
-        tag += 1;
-        let (_, wb, rb, eb) = idle_connections(b, cfg.idle, tag).await;
-        for (n, e) in [(&a.name, &ea), (&b.name, &eb)] {
-            if let Some(e) = e {
-                eprintln!("idle connections on {n}: {e}");
-            }
-        }
-        md.push_str(&format!(
-            "| {} idle connections | {}{} | {}{} | {} | {:.0} | {:.0} |\n",
-            cfg.idle,
-            fmt_num(mib(wa)),
-            if ea.is_some() { " (error)" } else { "" },
-            fmt_num(mib(wb)),
-            if eb.is_some() { " (error)" } else { "" },
-            ratio(mib(wa), mib(wb)),
-            ra,
-            rb
-        ));
-    }
+    md.push_str(&idle_row);
     println!("{md}");
     if let Some(path) = &cfg.out {
         std::fs::write(path, &md).expect("write --out");
