@@ -77,6 +77,8 @@ pub struct Broker {
     budgets: PublishBudgets,
     /// Wills bound for a channel, waiting to be stored.
     unstored: Vec<(ChannelId, Arc<Message>)>,
+    /// Broadcast deliveries handed to sessions since the start (`handed`).
+    handed: u64,
     next_assigned: u64,
 }
 
@@ -107,6 +109,7 @@ impl Broker {
             wills: HashMap::new(),
             budgets,
             unstored: Vec::new(),
+            handed: 0,
             next_assigned: 0,
         }
     }
@@ -556,7 +559,14 @@ impl Broker {
                 origin: None,
             };
             self.deliver_as(&client, delivery, true);
+            self.handed += 1;
         }
+    }
+
+    /// How many broadcast deliveries have been handed to sessions since the start: a
+    /// connection compares it around its work to learn how many it handed out.
+    pub fn handed(&self) -> u64 {
+        self.handed
     }
 
     /// Messages the broker published itself (Wills) that a channel must store.

@@ -92,6 +92,11 @@ impl FrameReader {
         self.connected = true;
     }
 
+    /// Whether nothing is buffered: no packet is partly read.
+    pub fn is_empty(&self) -> bool {
+        self.filled == 0
+    }
+
     /// The body of `frame`.
     pub fn body(&self, frame: &Frame) -> &[u8] {
         &self.buf[frame.start..frame.end]

@@ -75,6 +75,9 @@ struct Conn {
     suback_reason: Option<String>,
     /// This client under the acl_file, when one is held (`connection/acl.rs`).
     acl: Option<Rc<crate::acl::Principal>>,
+    /// A wait for the client or the broker was not over at once since the last
+    /// packet was handled.
+    waited: bool,
 }
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
@@ -218,6 +221,7 @@ async fn establish(
         positions_stored_at: None,
         suback_reason: None,
         acl: admitted.ok().flatten(),
+        waited: false,
         shared,
     };
     conn.keep_alive = conn
@@ -589,6 +593,10 @@ async fn linger(stream: &mut Socket) {
     .await;
 }
 
+/// Deliveries a publisher's batch may hand out and still let them be written before
+/// its own acknowledgements (`Conn::serve`).
+const DELIVER_FIRST_UP_TO: u64 = 8;
+
 /// What one wait of the main loop ended with.
 enum Event {
     Read(std::io::Result<usize>),
@@ -698,10 +706,26 @@ impl Conn {
                     }
                 }
             }
+            let handed_before = self.shared.broker.borrow().handed();
             // Boxed: what handling a packet awaits (storage, cursors) is large, and
             // inline it would be paid by every idle connection's task.
             if let Err(end) = Box::pin(self.handle_buffered()).await {
                 return end;
+            }
+            let handed = self.shared.broker.borrow().handed() - handed_before;
+            if self.waited && (1..=DELIVER_FIRST_UP_TO).contains(&handed) && !self.out.is_empty() {
+                // The few subscribers this woke write before this publisher's PUBACKs
+                // do, as they would on a broker that writes to them in place: on one
+                // thread a delivery otherwise waits behind the acknowledgement's write
+                // and the publisher's wake-up it causes. Only for a publisher that
+                // waited for this packet: one in full flow is better served by its
+                // subscribers writing larger batches, and a fan-out's publisher would
+                // wait behind every subscriber's write.
+                future::yield_now().await;
+            }
+            if self.reader.is_empty() {
+                // What was waited for is handled; a packet still arriving keeps it.
+                self.waited = false;
             }
             Box::pin(self.pump_channels()).await;
             if let Err(end) = self.write_owed() {
@@ -713,30 +737,39 @@ impl Conn {
                 return end;
             }
             Box::pin(self.store_positions(false)).await;
-            let Conn {
-                stream,
-                reader,
-                woken,
-                keep_alive,
-                ..
-            } = self;
-            let event = future::or(
-                async { Event::Read(reader.fill(stream).await) },
-                future::or(
-                    async {
-                        woken.recv().await;
-                        Event::Woken
-                    },
-                    async {
-                        match keep_alive {
-                            Some(watch) => watch.expired().await,
-                            None => future::pending().await,
-                        };
-                        Event::KeepAliveExpired
-                    },
-                ),
-            )
-            .await;
+            let (event, waited) = {
+                let Conn {
+                    stream,
+                    reader,
+                    woken,
+                    keep_alive,
+                    ..
+                } = self;
+                let event = future::or(
+                    async { Event::Read(reader.fill(stream).await) },
+                    future::or(
+                        async {
+                            woken.recv().await;
+                            Event::Woken
+                        },
+                        async {
+                            match keep_alive {
+                                Some(watch) => watch.expired().await,
+                                None => future::pending().await,
+                            };
+                            Event::KeepAliveExpired
+                        },
+                    ),
+                );
+                let mut event = std::pin::pin!(event);
+                // Whether the connection had to wait: a publisher that did is not in a
+                // stream of packets, and its deliveries go out before its PUBACKs.
+                match future::poll_once(event.as_mut()).await {
+                    Some(event) => (event, false),
+                    None => (event.await, true),
+                }
+            };
+            self.waited |= waited;
             match event {
                 Event::Read(Ok(0)) | Event::Read(Err(_)) => return End::Close,
                 Event::Read(Ok(_)) => {
