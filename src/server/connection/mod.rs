@@ -733,7 +733,9 @@ impl Conn {
             }
             // Boxed: a write's state (slices, its timeout) is the largest this loop
             // awaits, and inline every idle connection would keep room for it.
-            if let Err(end) = Box::pin(self.flush()).await {
+            if !self.out.is_empty()
+                && let Err(end) = Box::pin(self.flush()).await
+            {
                 return end;
             }
             Box::pin(self.store_positions(false)).await;
