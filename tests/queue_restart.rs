@@ -249,7 +249,23 @@ fn a_queue_deeper_than_the_owners_table_is_offered_whole_and_in_order() {
     let broker = Broker::start_in(dir, CONFIG);
     put_many(&broker, JOBS);
     let mut w = worker(&broker, "deep-worker");
-    let first = drain(&mut w, 300);
+    let mut first = drain(&mut w, 299);
+    // The last ack at QoS 1: its PUBACK says it is resolved, so the stop below cannot
+    // overtake it (a QoS 0 ack in flight at a stop is rightly offered again).
+    let last = w.recv_offer();
+    w.puback(&last);
+    let topic = last
+        .properties
+        .response_topic
+        .clone()
+        .expect("a Response Topic");
+    let correlation = last.properties.correlation_data.clone();
+    assert_eq!(w.answer_qos1(&topic, correlation, b"ack"), 0);
+    first.push(
+        String::from_utf8_lossy(&last.payload)
+            .parse()
+            .expect("a job number"),
+    );
     assert_eq!(first, (0..300).collect::<Vec<_>>());
     drop(w);
     let dir = broker.stop();
