@@ -341,7 +341,7 @@ impl Conn {
 
     /// The cursor to read next, where it starts, and how many bytes the session has
     /// room for; `None` when nothing is owed or there is no room.
-    fn next_read(&self) -> Option<(ChannelId, u64, usize)> {
+    pub(super) fn next_read(&self) -> Option<(ChannelId, u64, usize)> {
         let mut broker = self.shared.broker.borrow_mut();
         let session = broker.session_of(&self.client_id, self.link.id)?;
         let room = (session.queue_bound / 2).checked_sub(session.queued_bytes)?;
@@ -352,14 +352,16 @@ impl Conn {
         Some((*id, cursor.next, room))
     }
 
+    /// Whether `ACK_COMMIT_INTERVAL` has passed since positions were last written.
+    pub(super) fn positions_due(&self) -> bool {
+        self.positions_stored_at
+            .is_none_or(|at| at.elapsed() >= ACK_COMMIT_INTERVAL)
+    }
+
     /// Writes the positions of a durable consumer that moved: at most every
     /// `ACK_COMMIT_INTERVAL`, or now when `force`.
     pub(super) async fn store_positions(&mut self, force: bool) {
-        if !force
-            && self
-                .positions_stored_at
-                .is_some_and(|at| at.elapsed() < ACK_COMMIT_INTERVAL)
-        {
+        if !force && !self.positions_due() {
             return;
         }
         let moved: Vec<(ChannelId, u64)> = {

@@ -708,8 +708,11 @@ impl Conn {
             }
             let handed_before = self.shared.broker.borrow().handed();
             // Boxed: what handling a packet awaits (storage, cursors) is large, and
-            // inline it would be paid by every idle connection's task.
-            if let Err(end) = Box::pin(self.handle_buffered()).await {
+            // inline it would be paid by every idle connection's task. Each boxed
+            // step below runs only when it has work, so a turn allocates no more.
+            if !self.reader.is_empty()
+                && let Err(end) = Box::pin(self.handle_buffered()).await
+            {
                 return end;
             }
             let handed = self.shared.broker.borrow().handed() - handed_before;
@@ -727,7 +730,9 @@ impl Conn {
                 // What was waited for is handled; a packet still arriving keeps it.
                 self.waited = false;
             }
-            Box::pin(self.pump_channels()).await;
+            if self.next_read().is_some() {
+                Box::pin(self.pump_channels()).await;
+            }
             if let Err(end) = self.write_owed() {
                 return end;
             }
@@ -738,7 +743,9 @@ impl Conn {
             {
                 return end;
             }
-            Box::pin(self.store_positions(false)).await;
+            if self.positions_due() {
+                Box::pin(self.store_positions(false)).await;
+            }
             let (event, waited) = {
                 let Conn {
                     stream,
