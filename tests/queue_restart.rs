@@ -276,3 +276,46 @@ fn a_queue_deeper_than_the_owners_table_is_offered_whole_and_in_order() {
     assert_eq!(rest, (300..JOBS).collect::<Vec<_>>());
     w.expect_nothing(Duration::from_millis(300));
 }
+
+/// An answer the broker has PUBACKed is applied before a graceful stop ends: no job
+/// acknowledged by its worker is offered again after the restart (C-063, C-150).
+#[test]
+fn answers_acknowledged_before_a_stop_are_kept_across_it() {
+    const WORKERS: usize = 48;
+    let dir = temp_dir("queue-settle");
+    let broker = Broker::start_in(dir, CONFIG);
+    put_many(&broker, WORKERS);
+    let mut workers: Vec<(Raw, saguin::codec::Publish)> = (0..WORKERS)
+        .map(|i| {
+            let mut w = worker(&broker, &format!("settle-{i}"));
+            let offer = w.recv_offer();
+            w.puback(&offer);
+            (w, offer)
+        })
+        .collect();
+    // Every answer leaves before any PUBACK is read, so the owner has a full mailbox
+    // when the stop arrives.
+    for (w, offer) in &mut workers {
+        let mut answer = common::publish(
+            offer
+                .properties
+                .response_topic
+                .as_deref()
+                .expect("a Response Topic"),
+            b"ack",
+            QoS::AtLeastOnce,
+            false,
+        );
+        answer.packet_id = Some(7);
+        answer.properties.correlation_data = offer.properties.correlation_data.clone();
+        w.send(&saguin::codec::Packet::Publish(answer));
+    }
+    for (w, _) in &mut workers {
+        assert!(matches!(w.recv(), saguin::codec::Packet::PubAck(a) if a.code == 0));
+    }
+    drop(workers);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, CONFIG);
+    let mut w = worker(&broker, "after");
+    w.expect_nothing(Duration::from_millis(500));
+}

@@ -187,7 +187,7 @@ pub fn serve(
             crate::broker::records::now_ms,
             sweeps_stopped,
         ));
-        crate::broker::queue::owner::spawn(&executor, &shared);
+        let owners = crate::broker::queue::owner::spawn(&executor, &shared);
         stop.await;
         // Dropping the accept tasks closes the listeners: a stopping broker admits
         // nothing more.
@@ -197,6 +197,7 @@ pub fn serve(
         sweeping.await;
         shutdown(&shared).await;
         store_unstored(&shared).await;
+        settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
             if let Err(e) = provider.close(crate::broker::records::now_ms()) {
@@ -348,6 +349,29 @@ pub(crate) async fn store_unstored(shared: &Shared) {
         if code != 0 {
             log::warn!("a Will bound for a channel was refused 0x{code:02X}");
         }
+    }
+}
+
+/// Lets every queue owner apply what its mailbox still holds (answers already
+/// PUBACKed, workers that left) before storage closes, within `write_timeout`.
+async fn settle_queues(shared: &Shared, owners: Vec<smol::Task<()>>) {
+    shared.broker.borrow().queues.close();
+    let settled = async {
+        for owner in owners {
+            owner.await;
+        }
+        true
+    };
+    let limit = shared
+        .settings
+        .write_timeout
+        .unwrap_or(Duration::from_secs(5));
+    let timeout = async {
+        smol::Timer::after(limit).await;
+        false
+    };
+    if !futures_lite::future::or(settled, timeout).await {
+        log::warn!("stopping: queue owners did not settle within {limit:?}");
     }
 }
 

@@ -258,6 +258,13 @@ impl Queues {
         }
     }
 
+    /// Closes every mailbox: what is in them is still delivered, then each owner ends.
+    pub fn close(&self) {
+        for (tx, _) in self.senders.values() {
+            tx.close();
+        }
+    }
+
     /// The mailboxes whose owners are not running yet.
     pub fn take_unstarted(&mut self) -> Vec<(ChannelId, Receiver<Event>, std::rc::Rc<Missed>)> {
         std::mem::take(&mut self.unstarted)

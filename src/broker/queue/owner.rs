@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_lite::future;
-use smol::LocalExecutor;
 use smol::channel::Receiver;
+use smol::{LocalExecutor, Task};
 
 use super::lease::{DeadReason, Job, Lease, Outcome, Verdict, Worker};
 use super::{DeliveryId, Event, FORM_PREFIX, Policy, TICK, dlq_topic};
@@ -43,14 +43,15 @@ struct Backlog {
     jobs: u64,
 }
 
-/// Starts the owner of every queue.
-pub fn spawn(executor: &LocalExecutor<'static>, shared: &Rc<Shared>) {
+/// Starts the owner of every queue. Each task ends once its mailbox is closed
+/// ([`super::Queues::close`]) and every event already in it is applied, so a stopping
+/// broker that awaits them loses no acknowledged answer.
+pub fn spawn(executor: &LocalExecutor<'static>, shared: &Rc<Shared>) -> Vec<Task<()>> {
     let unstarted = shared.broker.borrow_mut().queues.take_unstarted();
-    for (id, mailbox, missed) in unstarted {
-        executor
-            .spawn(run(shared.clone(), id, mailbox, missed))
-            .detach();
-    }
+    unstarted
+        .into_iter()
+        .map(|(id, mailbox, missed)| executor.spawn(run(shared.clone(), id, mailbox, missed)))
+        .collect()
 }
 
 /// One queue's owner.
