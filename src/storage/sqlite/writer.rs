@@ -145,13 +145,7 @@ impl Writer {
                 };
                 got.map_or(Next::Retry, |op| Next::Op(*op))
             };
-            let next = match deadline {
-                None => smol::block_on(wait),
-                Some(at) => smol::block_on(wait.or(async {
-                    smol::Timer::at(at).await;
-                    Next::Timeout
-                })),
-            };
+            let next = wait_until(wait, deadline).unwrap_or(Next::Timeout);
             if !matches!(next, Next::Retry) {
                 return next;
             }
@@ -416,5 +410,56 @@ impl Writer {
             total.add(r);
         }
         Ok(total)
+    }
+}
+
+/// Runs `future` on this thread until it is ready (`Some`) or `deadline` passes
+/// (`None`), parking in between. Not `smol::block_on`: that one takes async-io's reactor
+/// whenever the serving thread lets go of it, and then runs the broker's epoll from this
+/// thread, so every socket event crosses threads and wakes the writer for nothing.
+fn wait_until<T>(future: impl Future<Output = T>, deadline: Option<Instant>) -> Option<T> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(t) = future.as_mut().poll(&mut cx) {
+            return Some(t);
+        }
+        match deadline {
+            None => std::thread::park(),
+            Some(at) => {
+                let left = at.checked_duration_since(Instant::now())?;
+                std::thread::park_timeout(left);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_until_gives_up_at_the_deadline_and_wakes_for_a_message() {
+        let (tx, rx) = smol::channel::bounded::<u8>(1);
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert_eq!(wait_until(rx.recv(), Some(soon)), None);
+        assert!(Instant::now() >= soon);
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send_blocking(7)
+        });
+        let later = Instant::now() + Duration::from_secs(10);
+        assert_eq!(wait_until(rx.recv(), Some(later)), Some(Ok(7)));
+        assert!(sender.join().is_ok_and(|sent| sent.is_ok()));
     }
 }
