@@ -13,7 +13,7 @@ pub use crate::codec::valid_topic_filter as is_valid_filter;
 
 /// The number of levels in a topic or filter.
 pub fn level_count(name: &str) -> usize {
-    name.split('/').count()
+    name.bytes().filter(|&b| b == b'/').count() + 1
 }
 
 pub use crate::routing::filter::matches;
@@ -204,6 +204,13 @@ mod tests {
         }
         for bad in ["", "a/#/c", "a+", "a/b#", "#/", "a/+b"] {
             assert!(!is_valid_filter(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn levels_are_counted_as_split_on_slash_counts_them() {
+        for name in ["", "a", "/", "a/b", "//", "a//b/", "é/日本/x"] {
+            assert_eq!(level_count(name), name.split('/').count(), "{name:?}");
         }
     }
 

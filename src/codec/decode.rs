@@ -261,7 +261,7 @@ fn connack(r: &mut Reader<'_>, v5: bool) -> Result<ConnAck, DecodeError> {
 fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, DecodeError> {
     let qos = QoS::from_bits((flags >> 1) & 0x03).ok_or(Malformed("PUBLISH QoS of 3"))?; // MQTT-3.3.1-4, A-255
     let topic = r.topic("topic name")?;
-    if topic.contains(['+', '#']) {
+    if super::topic::has_wildcard(topic) {
         return Err(Protocol("wildcard in a PUBLISH topic name")); // MQTT-3.3.2-2, A-188
     }
     let packet_id = if qos == QoS::AtMostOnce {

@@ -26,7 +26,7 @@ pub use encode::{encode, encode_publish_header};
 pub use error::{ConnectError, DecodeError};
 pub use packet::*;
 pub use properties::Properties;
-pub use topic::{valid_topic_filter, valid_topic_name};
+pub use topic::{has_wildcard, valid_topic_filter, valid_topic_name};
 
 #[cfg(test)]
 mod proptests;

@@ -19,7 +19,7 @@ pub fn valid_topic_filter(filter: &str) -> bool {
         let ok = match level {
             "#" => last,
             "+" => true,
-            _ => !level.contains(['+', '#']),
+            _ => !has_wildcard(level),
         };
         if !ok {
             return false;
@@ -28,10 +28,16 @@ pub fn valid_topic_filter(filter: &str) -> bool {
     true
 }
 
+/// Whether `text` holds `+` or `#`. By byte: both are ASCII, which no byte of a
+/// multi-byte UTF-8 character can be, and it runs for every PUBLISH.
+pub fn has_wildcard(text: &str) -> bool {
+    text.bytes().any(|b| b == b'+' || b == b'#')
+}
+
 /// Whether `topic` may be published to: non-empty, no `+` or `#`, no U+0000
 /// (MQTT-3.3.2-2, MQTT-4.7.3-1, MQTT-4.7.3-2).
 pub fn valid_topic_name(topic: &str) -> bool {
-    !topic.is_empty() && !topic.contains(['+', '#', '\0'])
+    !topic.is_empty() && !has_wildcard(topic) && !topic.contains('\0')
 }
 
 #[cfg(test)]
@@ -54,5 +60,7 @@ mod tests {
         assert!(!valid_topic_name(""));
         assert!(!valid_topic_name("a/+"));
         assert!(!valid_topic_name("a/#"));
+        assert!(!valid_topic_name("a\0b"));
+        assert!(valid_topic_name("é/日本"));
     }
 }

@@ -488,7 +488,7 @@ fn lands(router: &Router, subject: &str, inbound: bool, r: &super::BridgeRule) -
     } else {
         "lands in"
     };
-    if !pattern.contains(['+', '#']) {
+    if !crate::codec::has_wildcard(&pattern) {
         return match router.resolve(&pattern) {
             Route::Channel { name, kind, .. } => format!("{verb} {name} ({})", kind.as_str()),
             Route::Broadcast => format!("{verb} broadcast"),
@@ -540,7 +540,7 @@ pub(crate) fn substitution_notes(channels: &[Channel], bridges: &[Bridge]) -> Ve
                 );
                 if r.direction == super::Direction::In {
                     let pattern = template_pattern(t);
-                    let latest: Vec<&str> = if pattern.contains(['+', '#']) {
+                    let latest: Vec<&str> = if crate::codec::has_wildcard(&pattern) {
                         router
                             .reach(&pattern)
                             .channels

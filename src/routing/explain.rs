@@ -13,7 +13,7 @@ fn shared(router: &Router, subject: &str, rest: &str) -> Vec<Line> {
     let Some((name, inner)) = rest.split_once('/') else {
         return refused(subject, "0x8F: write $share/<ShareName>/<filter>");
     };
-    if name.is_empty() || name.contains(['+', '#']) || inner.is_empty() {
+    if name.is_empty() || crate::codec::has_wildcard(name) || inner.is_empty() {
         return refused(
             subject,
             "0x8F: write $share/<ShareName>/<filter>, a name holding no + or #",
@@ -71,7 +71,7 @@ pub const HEADER: &str = "# topic-or-filter\tchannel\ttype\twhy";
 type Line = (String, Option<String>, String, Option<String>);
 
 fn is_filter(s: &str) -> bool {
-    s.contains(['+', '#'])
+    crate::codec::has_wildcard(s)
 }
 
 fn refused(s: &str, why: &str) -> Vec<Line> {

@@ -459,7 +459,7 @@ fn is_control(c: char) -> bool {
 /// Whether a topic name may be published to (RFC 0002 "Publishing"): `Err` carries the
 /// reason code.
 fn check_topic_name(topic_name: &str, settings: &crate::broker::Settings) -> Result<(), u8> {
-    if topic_name.contains(['+', '#']) {
+    if crate::codec::has_wildcard(topic_name) {
         return Err(reason::TOPIC_NAME_INVALID);
     }
     if topic_name.len() > settings.max_topic_length
@@ -1265,7 +1265,7 @@ impl Conn {
                 return Ok(Err(reason::TOPIC_FILTER_INVALID));
             };
             if name.is_empty()
-                || name.contains(['+', '#'])
+                || crate::codec::has_wildcard(name)
                 || f.is_empty()
                 || f.to_lowercase().starts_with("$share")
             {

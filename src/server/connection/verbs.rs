@@ -179,7 +179,7 @@ impl Conn {
         let settings = &self.shared.settings;
         if key.len() > settings.max_topic_length
             || topic::level_count(key) > settings.max_topic_levels
-            || key.contains(['+', '#'])
+            || crate::codec::has_wildcard(key)
             || key.starts_with('$')
         {
             return (reason::TOPIC_NAME_INVALID, None);
