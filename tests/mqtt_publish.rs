@@ -236,3 +236,44 @@ fn garbage_and_half_packets_harm_no_other_client() {
     );
     assert_eq!(&*sub.recv_publish().payload, b"ok");
 }
+
+/// Large and small publishes back to back, in one write and split across writes, reach
+/// a subscriber whole and in order: the reader sizes its reads by the last packet
+/// (server/frame.rs) and must still find every packet's edge.
+#[test]
+fn large_and_small_publishes_in_any_split_arrive_whole_and_in_order() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "edges-sub");
+    assert_eq!(sub.subscribe("edges/#", opts(QoS::AtMostOnce)), [0]);
+    let mut publisher = Raw::connected(broker.addr, V311, "edges-pub");
+    let sizes = [20_000usize, 30_000, 10, 70_000, 5, 16_384, 16_384, 1];
+    let payload = |i: usize, n: usize| -> Vec<u8> { (0..n).map(|k| (k * 7 + i) as u8).collect() };
+    let mut bytes = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let p = publish(
+            &format!("edges/{i}"),
+            &payload(i, n),
+            QoS::AtMostOnce,
+            false,
+        );
+        saguin::codec::encode(&Packet::Publish(p), V311, &mut bytes);
+    }
+    // All of it in one write, then again cut at awkward places with pauses between.
+    publisher.send_bytes(&bytes);
+    for piece in [
+        &bytes[..3],
+        &bytes[3..20_010],
+        &bytes[20_010..50_100],
+        &bytes[50_100..],
+    ] {
+        std::thread::sleep(Duration::from_millis(20));
+        publisher.send_bytes(piece);
+    }
+    for _ in 0..2 {
+        for (i, &n) in sizes.iter().enumerate() {
+            let p = sub.recv_publish();
+            assert_eq!(&*p.topic, format!("edges/{i}"));
+            assert!(*p.payload == *payload(i, n), "payload {i} of {n} bytes");
+        }
+    }
+}

@@ -50,6 +50,10 @@ pub struct FrameReader {
     expected: Option<usize>,
     /// Past the CONNECT: reads may take `READ_CHUNK` at once.
     connected: bool,
+    /// The size of the last whole packet, when it was larger than a chunk: the next
+    /// read from empty takes that much, so a stream of large publishes costs one read
+    /// each rather than a chunk and then the rest.
+    last_large: Option<usize>,
 }
 
 impl FrameReader {
@@ -80,6 +84,7 @@ impl FrameReader {
             return Ok(None);
         }
         self.expected = None;
+        self.last_large = (total > READ_CHUNK).then_some(total);
         Ok(Some(Frame {
             first_byte,
             start: header_len,
@@ -159,7 +164,13 @@ impl FrameReader {
             // A CONNECT is small and every socket sends one: reading it in a small
             // buffer keeps the handshake of a thousand idle clients cheap.
             None if !self.connected => CONNECT_CHUNK,
-            None => READ_CHUNK,
+            // After a large packet, as much again and the head of the one behind it
+            // (as above): a stream of them then never waits for the reactor between
+            // packets. After a small one a chunk, so a publisher of small packets
+            // cannot outrun its subscribers.
+            None => self
+                .last_large
+                .map_or(READ_CHUNK, |last| (last + READ_CHUNK).min(MAX_READ)),
         };
         self.grow(self.filled + want);
         let n = stream

@@ -156,7 +156,7 @@ pub fn serve(
     channels: crate::broker::channels::Channels,
     sweeps: crate::storage::RetentionSchedule,
     operations: Option<crate::ops::OpsDoors>,
-    stop: impl std::future::Future<Output = ()>,
+    stop: impl std::future::Future<Output = ()> + 'static,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
     let shared = Rc::new(Shared {
@@ -188,7 +188,9 @@ pub fn serve(
             sweeps_stopped,
         ));
         let owners = crate::broker::queue::owner::spawn(&executor, &shared);
-        stop.await;
+        // A task of its own: the executor polls this body whenever any task is
+        // scheduled, and polling the signal stream in place is a read syscall each time.
+        executor.spawn(stop).await;
         // Dropping the accept tasks closes the listeners: a stopping broker admits
         // nothing more.
         drop(accepting);

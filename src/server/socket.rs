@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 
+use futures_lite::future;
 use smol::Async;
 use smol::io::{AsyncRead, AsyncWrite};
 
@@ -51,14 +52,16 @@ impl Socket {
     /// how an idle connection costs nothing but its task.
     pub async fn readable(&mut self) -> io::Result<()> {
         match self {
-            Socket::Tcp(s) => s.readable().await,
-            Socket::Unix(s) => s.readable().await,
+            // `poll_readable`, not `readable()`: its interest outlives the wait, so a
+            // connection woken by something else and waiting again costs no epoll_ctl.
+            Socket::Tcp(s) => future::poll_fn(|cx| s.poll_readable(cx)).await,
+            Socket::Unix(s) => future::poll_fn(|cx| s.poll_readable(cx)).await,
             Socket::Tls(s) => {
                 let (io, conn) = s.get_mut();
                 if super::tls::has_plaintext(conn) {
                     return Ok(());
                 }
-                io.readable().await
+                future::poll_fn(|cx| io.poll_readable(cx)).await
             }
             // tungstenite may hold a whole message already read off the socket: a
             // WebSocket connection waits in its read, with its buffer, instead.
