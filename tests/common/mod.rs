@@ -17,6 +17,14 @@ use saguin::codec::{self, Packet, ProtocolVersion};
 /// How long any single wait in a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// How long a broker may take to start: longer on ARM, where CI runs the suite under
+/// qemu-user and seven emulated brokers starting at once translate a debug binary.
+const START_WAIT: Duration = if cfg!(target_arch = "arm") {
+    Duration::from_secs(30)
+} else {
+    WAIT
+};
+
 /// A running broker process, killed when dropped.
 pub struct Broker {
     child: Child,
@@ -113,13 +121,21 @@ impl Broker {
                 }
             }
         });
-        let deadline = Instant::now() + WAIT;
+        let deadline = Instant::now() + START_WAIT;
+        let mut seen = Vec::new();
         let addr = loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = log.recv_timeout(left).unwrap_or_else(|_| {
+            let line = log.recv_timeout(left).unwrap_or_else(|e| {
                 let _ = child.kill();
-                panic!("the broker did not report a listener within {WAIT:?}")
+                panic!(
+                    "the broker did not report a listener within {START_WAIT:?} ({e}); \
+                     it printed:\n{}",
+                    seen.join("\n")
+                )
             });
+            if seen.len() < 50 {
+                seen.push(line.clone());
+            }
             if let Some(addr) = line.split("listening on ").nth(1) {
                 break addr.trim().parse().expect("a socket address");
             }
