@@ -519,7 +519,7 @@ pub(crate) fn check_template(
     if t.is_empty() {
         return Err("is empty; write the topic records take, such as readings/$1/$#".into());
     }
-    if t.replace("$#", "").contains(['+', '#']) {
+    if crate::codec::has_wildcard(&t.replace("$#", "")) {
         return Err(
             "holds + or #, which no published topic carries; write literal levels and $1.., $#"
                 .into(),
