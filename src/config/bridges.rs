@@ -589,3 +589,21 @@ pub(crate) fn check_template(
     }
     Ok((1..=plus).filter(|n| !used[*n]).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_with_a_wildcard_is_refused_but_its_trailing_dollar_hash_is_not() {
+        let limits = Limits::default();
+        for bad in ["readings/+/x", "readings/#", "a/b#/$1"] {
+            let e = check_template(bad, "site/+/x", &limits).expect_err(bad);
+            assert!(e.starts_with("holds + or #"), "{bad}: {e}");
+        }
+        assert!(check_template("readings/$1/x", "site/+/x", &limits).is_ok());
+        assert!(
+            check_template("readings/$#", "site/#", &limits).is_ok_and(|unused| unused.is_empty())
+        );
+    }
+}
