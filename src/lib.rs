@@ -6,6 +6,7 @@ pub mod auth;
 pub mod broker;
 pub mod codec;
 pub mod config;
+pub mod licenses;
 pub mod ops;
 pub mod routing;
 pub mod server;

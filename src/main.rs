@@ -34,6 +34,9 @@ struct Args {
     /// [PASSWORD] (prompts when it is not given), delete FILE USER
     #[argh(option)]
     passwd: Option<String>,
+    /// print the licences of the code in this binary and exit
+    #[argh(switch)]
+    licenses: bool,
     /// with --route, the topic or filter to answer; with --acl, the user name and
     /// client id; with --passwd, the file and user
     #[argh(positional)]
@@ -58,8 +61,25 @@ fn tune_allocator() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn tune_allocator() {}
 
+fn licenses() -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    match saguin::licenses::write(&mut out).and_then(|()| std::io::Write::flush(&mut out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `saguin --licenses | head` is a reader that has seen enough.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("saguin: writing the licences: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Args = argh::from_env();
+    // B-564: before any configuration is read.
+    if args.licenses {
+        return licenses();
+    }
     if args.output && args.check_config.is_none() {
         eprintln!("saguin: --output is given with --check-config and refused without it");
         return ExitCode::from(2);
