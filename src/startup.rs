@@ -235,9 +235,9 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
     }
     // Read, validated, and not yet applied: said once, so nobody believes otherwise.
     log::info!(
-        "sessions, held QoS 2 publishes and shared groups are kept in memory by this build: \
-         broker.session.storage and broker.share are validated but not applied (broker.qos2's \
-         bounds apply to the publishes held in memory)"
+        "sessions, held QoS 2 publishes and shared groups' backlogs are kept in memory by this \
+         build: broker.session.storage is validated but not applied (broker.qos2's bounds apply \
+         to the publishes held in memory, broker.share.expires_after to the backlogs)"
     );
     let tcp = tcp_doors("broker.mqtt.listen.tcp", &listen.tcp, &gates.tcp)?;
     let mut ws = Vec::new();

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Broker, Raw, opts};
+use common::{Broker, Raw, connect, opts};
 use saguin::codec::{
     Packet, Properties,
     ProtocolVersion::{V5, V311},
@@ -265,4 +265,54 @@ fn unsubscribe_stops_deliveries_and_reports_what_did_not_exist() {
     let mut publisher = Raw::connected(broker.addr, V5, "p");
     publisher.publish("u/t", b"x", QoS::AtLeastOnce, false);
     sub.expect_nothing(Duration::from_millis(200));
+}
+
+/// B-446: a delivery held for a shared group because no member could take it waits
+/// `broker.share.expires_after` at most, and is counted when it is dropped; what came
+/// later is still owed, and so is everything a session's own subscription holds.
+#[test]
+fn a_groups_backlog_is_dropped_after_share_expires_after() {
+    let dir = common::temp_dir("share-expiry");
+    let extra = "  share:\n    expires_after: 1s\n  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n";
+    let broker = Broker::start_in(dir, &common::config(extra));
+    let away = |id: &str, filter: &str| {
+        let mut c = connect(V5, id, false);
+        c.properties.session_expiry_interval = Some(300);
+        let (mut raw, _) = Raw::handshake(broker.addr, c.clone());
+        assert_eq!(raw.subscribe(filter, opts(QoS::AtLeastOnce)), [1]);
+        drop(raw);
+        c
+    };
+    let member = away("member", "$share/g/jobs/#");
+    let own = away("own", "jobs/#");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    assert_eq!(
+        publisher.publish("jobs/1", b"stale", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(
+        publisher.publish("jobs/2", b"fresh", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+
+    let (mut raw, ack) = Raw::handshake(broker.addr, member);
+    assert!(ack.session_present);
+    assert_eq!(&*raw.recv_publish().payload, b"fresh");
+    raw.expect_nothing(Duration::from_millis(300));
+
+    let (mut raw, _) = Raw::handshake(broker.addr, own);
+    assert_eq!(&*raw.recv_publish().payload, b"stale");
+    assert_eq!(&*raw.recv_publish().payload, b"fresh");
+
+    let ops =
+        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        body.lines()
+            .any(|l| l == "saguin_shares_dropped_total{cause=\"expired\"} 1"),
+        "{body}"
+    );
 }

@@ -19,6 +19,8 @@ pub struct Metrics {
     pub deliveries_refused: Cell<u64>,
     /// Shared-group messages no member could take.
     pub dropped_no_shared_member: Cell<u64>,
+    /// Shared-group deliveries dropped after waiting `broker.share.expires_after`.
+    pub dropped_share_expired: Cell<u64>,
     /// Storage operations that failed.
     pub storage_errors: Cell<u64>,
     /// Inbound QoS 2 publishes given up for want of their PUBREL.

@@ -129,10 +129,20 @@ impl Broker {
 
     /// The session `client_id` holds through the connection `link_id`, if it still does.
     pub fn session_of(&mut self, client_id: &str, link_id: u64) -> Option<&mut Session> {
-        self.sessions
+        self.session_and_metrics(client_id, link_id).map(|(s, _)| s)
+    }
+
+    /// [`Broker::session_of`], with the counters beside it for what the caller drops.
+    pub fn session_and_metrics(
+        &mut self,
+        client_id: &str,
+        link_id: u64,
+    ) -> Option<(&mut Session, &Metrics)> {
+        let session = self
+            .sessions
             .get_mut(client_id)
-            .filter(|s| s.link.as_ref().is_some_and(|l| l.id == link_id))
-            .map(|s| &mut **s)
+            .filter(|s| s.link.as_ref().is_some_and(|l| l.id == link_id))?;
+        Some((&mut **session, &self.metrics))
     }
 
     /// Wills waiting out their delay.
@@ -491,7 +501,8 @@ impl Broker {
     /// Hands `message` to every subscription matching its topic (only the shared
     /// groups when `shared_only`, for a channel's record).
     fn fan_out(&mut self, message: Arc<Message>, shared_only: bool) {
-        let mut targets: Vec<(Arc<str>, SubEntry)> = Vec::new();
+        // (client, subscription, held for a group because no member could take it now)
+        let mut targets: Vec<(Arc<str>, SubEntry, bool)> = Vec::new();
         let sessions = &self.sessions;
         let publisher = &message.publisher;
         let topic = &*message.topic;
@@ -501,18 +512,18 @@ impl Broker {
                 Target::Client(client, entry) => {
                     let own = entry.options.no_local && client == publisher;
                     if !shared_only && !own {
-                        targets.push((client.clone(), *entry));
+                        targets.push((client.clone(), *entry, false));
                     }
                 }
                 Target::Group(group) => {
                     let qos = message.qos;
-                    let chosen = group
-                        .turn_order()
-                        .find(|(c, _)| {
-                            sessions
-                                .get(*c)
-                                .is_some_and(|s| s.can_take(qos) && s.may_read(topic))
-                        })
+                    let taker = group.turn_order().find(|(c, _)| {
+                        sessions
+                            .get(*c)
+                            .is_some_and(|s| s.can_take(qos) && s.may_read(topic))
+                    });
+                    let held = taker.is_none();
+                    let chosen = taker
                         .or_else(|| {
                             group.turn_order().find(|(c, _)| {
                                 sessions
@@ -524,7 +535,7 @@ impl Broker {
                     match chosen {
                         Some((client, entry)) => {
                             group.last = Some(client.clone());
-                            targets.push((client, entry));
+                            targets.push((client, entry, held));
                         }
                         None => unplaced += 1,
                     }
@@ -539,16 +550,24 @@ impl Broker {
         // QoS they grant, with every Subscription Identifier (MQTT-3.3.4-2, -3.3.4-3).
         targets.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut i = 0;
+        let held_until = self
+            .settings
+            .share_expires_after
+            .map(|d| Instant::now() + d);
         while i < targets.len() {
             let client = targets[i].0.clone();
             let mut qos = QoS::AtMostOnce;
             let mut retain_as_published = false;
             let mut identifiers = Vec::new();
+            // Only a group's backlog expires: a subscription of the client's own that
+            // matched too is owed the message for as long as the session lives.
+            let mut only_held = true;
             while i < targets.len() && targets[i].0 == client {
-                let entry = targets[i].1;
+                let (_, entry, held) = targets[i];
                 qos = qos.max(entry.options.qos);
                 retain_as_published |= entry.options.retain_as_published;
                 identifiers.extend(entry.identifier);
+                only_held &= held;
                 i += 1;
             }
             let delivery = Delivery {
@@ -557,6 +576,7 @@ impl Broker {
                 identifiers,
                 message: message.clone(),
                 origin: None,
+                held_until: held_until.filter(|_| only_held),
             };
             self.deliver_as(&client, delivery, true);
             self.handed += 1;

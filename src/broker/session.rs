@@ -74,6 +74,9 @@ pub struct Delivery {
     pub identifiers: Vec<u32>,
     /// The channel record it is, for a channel delivery: settling it moves the cursor.
     pub origin: Option<(ChannelId, u64)>,
+    /// For a shared group's delivery no member could take when it came, the moment
+    /// `broker.share.expires_after` gives it up (B-446).
+    pub held_until: Option<Instant>,
 }
 
 /// An outbound QoS 1 or 2 exchange on the wire.
@@ -363,6 +366,7 @@ mod tests {
                 retain: false,
                 identifiers: vec![],
                 origin: None,
+                held_until: None,
             });
         }
         assert!(s.queued_bytes <= 1000);

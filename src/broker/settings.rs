@@ -44,6 +44,9 @@ pub struct Settings {
     pub qos2_max_inflight: usize,
     /// `broker.qos2.expires_after`: how long a held QoS 2 publish waits for its PUBREL.
     pub qos2_expires_after: Duration,
+    /// `broker.share.expires_after`: how long a shared group's delivery waits for a
+    /// member to take it before it is dropped; `None` keeps it as long as the session.
+    pub share_expires_after: Option<Duration>,
     /// Bytes the in-memory retained store may hold.
     pub retained_max_bytes: usize,
     /// `limits.max_header_count`: User Properties a publish may carry.
@@ -81,6 +84,7 @@ impl Default for Settings {
             receive_maximum: 32,
             qos2_max_inflight: 20,
             qos2_expires_after: Duration::from_secs(300),
+            share_expires_after: None,
             retained_max_bytes: 16 * 1024 * 1024,
             max_header_count: 32,
             max_header_bytes: 8 * 1024,
@@ -124,6 +128,7 @@ impl Settings {
             max_connect_rate: limits.max_connect_rate,
             qos2_max_inflight: broker.qos2.max_inflight_per_client as usize,
             qos2_expires_after: broker.qos2.expires_after,
+            share_expires_after: broker.share.expires_after,
             ..Settings::default()
         }
     }

@@ -188,6 +188,15 @@ pub fn render(
             ),
         ],
     );
+    f.emit(
+        "saguin_shares_dropped_total",
+        "counter",
+        "Shared-group deliveries given up, by cause.",
+        [(
+            "{cause=\"expired\"}".to_string(),
+            m.dropped_share_expired.get(),
+        )],
+    );
     f.one(
         "saguin_deliveries_dropped_total",
         "counter",

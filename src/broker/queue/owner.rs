@@ -657,6 +657,7 @@ impl Owner {
             retain: false,
             identifiers: identifier.into_iter().collect(),
             origin: Some((self.id, offset)),
+            held_until: None,
         };
         self.shared
             .broker

@@ -331,6 +331,7 @@ impl Conn {
                     retain,
                     identifiers,
                     origin,
+                    held_until: None,
                 });
             }
             for delivery in deliveries {

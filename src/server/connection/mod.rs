@@ -1221,6 +1221,7 @@ impl Conn {
                 identifiers: identifier.into_iter().collect(),
                 message,
                 origin: None,
+                held_until: None,
             };
             broker.deliver(&self.client_id, delivery);
         }
@@ -1337,7 +1338,8 @@ impl Conn {
     fn write_owed(&mut self) -> Result<(), End> {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
-        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+        let Some((session, metrics)) = broker.session_and_metrics(&self.client_id, self.link.id)
+        else {
             return Ok(());
         };
         let now = Instant::now();
@@ -1354,6 +1356,13 @@ impl Conn {
             // its countdown left out (gaps G-16).
             if delivery.origin.is_none() && delivery.message.expired(now) {
                 session.queued_bytes -= charge;
+                continue;
+            }
+            // A group's backlog waits `broker.share.expires_after` at most (B-446).
+            if delivery.held_until.is_some_and(|at| at <= now) {
+                session.queued_bytes -= charge;
+                let dropped = &metrics.dropped_share_expired;
+                dropped.set(dropped.get() + 1);
                 continue;
             }
             let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
