@@ -75,6 +75,8 @@ pub struct Broker {
     /// Wills waiting out their delay: the session generation they belong to and when.
     wills: HashMap<Arc<str>, (u64, Instant)>,
     budgets: PublishBudgets,
+    /// When the next sweep of groups' backlogs held by away members is due.
+    next_backlog_sweep: Instant,
     /// Wills bound for a channel, waiting to be stored.
     unstored: Vec<(ChannelId, Arc<Message>)>,
     /// Broadcast deliveries handed to sessions since the start (`handed`).
@@ -106,6 +108,7 @@ impl Broker {
             sessions: HashMap::new(),
             tree: TopicTree::default(),
             expiring: HashMap::new(),
+            next_backlog_sweep: Instant::now(),
             wills: HashMap::new(),
             budgets,
             unstored: Vec::new(),
@@ -300,6 +303,28 @@ impl Broker {
         self.retained.purge_expired(now);
         self.budgets.prune(now);
         self.abandon_held_qos2(now);
+        self.drop_expired_backlog(now);
+    }
+
+    /// Drops what members away from their connections hold for shared groups past
+    /// `broker.share.expires_after` (B-446), sweeping at most twice a period: a member
+    /// that is connected drops its own as it writes (`Conn::write_owed`).
+    fn drop_expired_backlog(&mut self, now: Instant) {
+        let Some(wait) = self.settings.share_expires_after else {
+            return;
+        };
+        if now < self.next_backlog_sweep {
+            return;
+        }
+        self.next_backlog_sweep = now + wait / 2;
+        let dropped: usize = self
+            .sessions
+            .values_mut()
+            .filter(|s| s.link.is_none())
+            .map(|s| s.drop_expired_backlog(now))
+            .sum();
+        let total = &self.metrics.dropped_share_expired;
+        total.set(total.get() + dropped as u64);
     }
 
     /// Gives up inbound QoS 2 publishes whose PUBREL has not come within

@@ -195,6 +195,21 @@ impl Session {
         }
     }
 
+    /// Gives up the groups' deliveries held past their `held_until`; how many.
+    pub fn drop_expired_backlog(&mut self, now: Instant) -> usize {
+        let before = self.queue.len();
+        let mut freed = 0;
+        self.queue.retain(|d| {
+            let expired = d.held_until.is_some_and(|at| at <= now);
+            if expired {
+                freed += d.message.charge();
+            }
+            !expired
+        });
+        self.queued_bytes -= freed;
+        before - self.queue.len()
+    }
+
     /// Queues a delivery, giving up the oldest not on the wire while over the bound.
     /// Returns how many deliveries were given up.
     pub fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
@@ -371,6 +386,29 @@ mod tests {
         }
         assert!(s.queued_bytes <= 1000);
         assert_eq!(s.queue.len(), 1000 / message(100).charge());
+    }
+
+    #[test]
+    fn a_groups_expired_backlog_goes_and_frees_its_bytes() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let now = Instant::now();
+        for held_until in [
+            Some(now),
+            None,
+            Some(now + std::time::Duration::from_secs(60)),
+        ] {
+            s.enqueue(Delivery {
+                message: message(100),
+                qos: QoS::AtLeastOnce,
+                retain: false,
+                identifiers: vec![],
+                origin: None,
+                held_until,
+            });
+        }
+        assert_eq!(s.drop_expired_backlog(now), 1);
+        assert_eq!(s.queue.len(), 2);
+        assert_eq!(s.queued_bytes, 2 * message(100).charge());
     }
 
     #[test]
