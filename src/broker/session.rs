@@ -371,18 +371,23 @@ mod tests {
         })
     }
 
+    /// A 100-byte QoS 1 broadcast.
+    fn owed(held_until: Option<Instant>) -> Delivery {
+        Delivery {
+            message: message(100),
+            qos: QoS::AtLeastOnce,
+            retain: false,
+            identifiers: vec![],
+            origin: None,
+            held_until,
+        }
+    }
+
     #[test]
     fn a_full_queue_gives_up_its_oldest() {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         for _ in 0..20 {
-            s.enqueue(Delivery {
-                message: message(100),
-                qos: QoS::AtLeastOnce,
-                retain: false,
-                identifiers: vec![],
-                origin: None,
-                held_until: None,
-            });
+            s.enqueue(owed(None));
         }
         assert!(s.queued_bytes <= 1000);
         assert_eq!(s.queue.len(), 1000 / message(100).charge());
@@ -397,14 +402,7 @@ mod tests {
             None,
             Some(now + std::time::Duration::from_secs(60)),
         ] {
-            s.enqueue(Delivery {
-                message: message(100),
-                qos: QoS::AtLeastOnce,
-                retain: false,
-                identifiers: vec![],
-                origin: None,
-                held_until,
-            });
+            s.enqueue(owed(held_until));
         }
         assert_eq!(s.drop_expired_backlog(now), 1);
         assert_eq!(s.queue.len(), 2);
