@@ -532,6 +532,7 @@ impl Broker {
         let publisher = &message.publisher;
         let topic = &*message.topic;
         let mut unplaced = 0u64;
+        let mut any_held = false;
         self.tree
             .for_each_match(&message.topic, |target| match target {
                 Target::Client(client, entry) => {
@@ -548,6 +549,7 @@ impl Broker {
                             .is_some_and(|s| s.can_take(qos) && s.may_read(topic))
                     });
                     let held = taker.is_none();
+                    any_held |= held;
                     let chosen = taker
                         .or_else(|| {
                             group.turn_order().find(|(c, _)| {
@@ -575,9 +577,11 @@ impl Broker {
         // QoS they grant, with every Subscription Identifier (MQTT-3.3.4-2, -3.3.4-3).
         targets.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut i = 0;
+        // The clock is read only when a group's message is held: not on every publish.
         let held_until = self
             .settings
             .share_expires_after
+            .filter(|_| any_held)
             .map(|d| Instant::now() + d);
         while i < targets.len() {
             let client = targets[i].0.clone();

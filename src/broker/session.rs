@@ -79,6 +79,14 @@ pub struct Delivery {
     pub held_until: Option<Instant>,
 }
 
+impl Delivery {
+    /// Whether this is a shared group's backlog that waited out
+    /// `broker.share.expires_after` (B-446).
+    pub fn backlog_expired(&self, now: Instant) -> bool {
+        self.held_until.is_some_and(|at| at <= now)
+    }
+}
+
 /// An outbound QoS 1 or 2 exchange on the wire.
 #[derive(Debug)]
 pub enum Inflight {
@@ -200,7 +208,7 @@ impl Session {
         let before = self.queue.len();
         let mut freed = 0;
         self.queue.retain(|d| {
-            let expired = d.held_until.is_some_and(|at| at <= now);
+            let expired = d.backlog_expired(now);
             if expired {
                 freed += d.message.charge();
             }

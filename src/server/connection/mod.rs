@@ -1359,7 +1359,7 @@ impl Conn {
                 continue;
             }
             // A group's backlog waits `broker.share.expires_after` at most (B-446).
-            if delivery.held_until.is_some_and(|at| at <= now) {
+            if delivery.backlog_expired(now) {
                 session.queued_bytes -= charge;
                 let dropped = &metrics.dropped_share_expired;
                 dropped.set(dropped.get() + 1);
