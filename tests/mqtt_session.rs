@@ -190,6 +190,25 @@ fn a_will_delay_is_cancelled_by_a_resuming_connection_and_otherwise_fires() {
 }
 
 #[test]
+fn a_clean_start_ends_the_session_and_publishes_its_waiting_will_c271() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    let c = with_will(V5, "restarts", "wills/restarts", Some(30), 60);
+    let (raw, _) = Raw::handshake(broker.addr, c);
+    drop(raw);
+    // The Will waits out its 30 s delay; a Clean Start ends the session it belongs to.
+    watcher.expect_nothing(Duration::from_millis(300));
+    let (_fresh, ack) = Raw::handshake(broker.addr, connect(V5, "restarts", true));
+    assert!(!ack.session_present);
+    let got = watcher.recv_publish();
+    assert_eq!(
+        (&*got.topic, &*got.payload),
+        ("wills/restarts", &b"gone"[..])
+    );
+}
+
+#[test]
 fn a_will_never_outlives_its_session() {
     let broker = Broker::start("");
     let mut watcher = Raw::connected(broker.addr, V5, "watcher");

@@ -196,14 +196,17 @@ impl Broker {
         };
         let expiry = requested.min(self.settings.max_session_expiry);
 
-        if let Some(old) = self.sessions.get_mut(&client_id)
-            && let Some(old_link) = old.link.take()
-        {
-            old_link.kick(reason::SESSION_TAKEN_OVER);
-            // The old connection ended without a DISCONNECT: its Will is due, unless
-            // its delay lets this resuming connection cancel it.
+        if let Some(old) = self.sessions.get_mut(&client_id) {
+            let cut = old
+                .link
+                .take()
+                .inspect(|link| link.kick(reason::SESSION_TAKEN_OVER));
+            // A connection cut here ends without a DISCONNECT: its Will is due unless
+            // its delay lets this resuming connection cancel it. A Clean Start ends
+            // the session, and a session ending publishes the Will it still holds,
+            // whether its connection is cut now or left earlier (C-271).
             if let Some(will) = old.will.take()
-                && (will.delay == 0 || connect.clean_start)
+                && ((cut.is_some() && will.delay == 0) || connect.clean_start)
             {
                 let publisher = old.client_id.clone();
                 self.publish_will(&publisher, will);
