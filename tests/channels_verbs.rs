@@ -60,6 +60,33 @@ fn a_point_read_of_an_absent_key_answers_an_empty_payload() {
 }
 
 #[test]
+fn a_point_read_without_correlation_data_is_answered_with_the_key_as_its_correlation_c007() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    let mut request = get("state/never", Some("replies/me"));
+    request.properties.correlation_data = None;
+    assert_eq!(asker.publish_packet(request), Some(0));
+    let reply = asker.recv_publish();
+    assert_eq!(
+        reply.properties.correlation_data.as_deref(),
+        Some(&b"state/never"[..])
+    );
+}
+
+#[test]
+fn a_point_read_at_qos0_is_dropped_unanswered_c005() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/pump", b"on", QoS::AtLeastOnce, false);
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    let mut request = get("state/pump", Some("replies/me"));
+    request.qos = QoS::AtMostOnce;
+    request.packet_id = None;
+    asker.send(&Packet::Publish(request));
+    asker.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
 fn point_reads_are_refused_on_the_puback_with_the_spec_codes() {
     let broker = start();
     let mut asker = Raw::connected(broker.addr, V5, "asker");

@@ -8,7 +8,11 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{Broker, Raw, connect, opts};
-use saguin::codec::{ProtocolVersion::V5, QoS};
+use saguin::codec::{
+    Packet,
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
 
 #[test]
 fn a_filter_past_max_subscriptions_is_refused_0x97_and_a_replacement_is_not() {
@@ -77,6 +81,24 @@ fn max_keepalive_answers_a_longer_or_zero_keepalive_with_server_keep_alive() {
         ack.properties.server_keep_alive, None,
         "inside the ceiling is left alone"
     );
+}
+
+#[test]
+fn a_311_client_keeps_the_keepalive_it_asked_for_under_max_keepalive_b076() {
+    let broker = Broker::start("  limits:\n    max_keepalive: 1s\n");
+    for asked in [0u16, 60] {
+        let mut c = connect(V311, "ka311", true);
+        c.keep_alive = asked;
+        let (mut raw, _) = Raw::handshake(broker.addr, c);
+        // Past 1.5 times the ceiling, silent: a ceiling it was never told of would
+        // have cut it off by now.
+        std::thread::sleep(Duration::from_millis(2000));
+        raw.send(&Packet::PingReq);
+        assert!(
+            matches!(raw.recv(), Packet::PingResp),
+            "keepalive {asked} kept"
+        );
+    }
 }
 
 #[test]

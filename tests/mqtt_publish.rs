@@ -93,6 +93,25 @@ fn a_3_1_1_refusal_closes_the_connection_instead_of_acknowledging() {
 }
 
 #[test]
+fn a_refused_qos0_publish_is_dropped_without_closing_on_3_1_1_as_on_5_a183() {
+    let broker = Broker::start("");
+    for protocol in [V311, V5] {
+        let mut raw = Raw::connected(broker.addr, protocol, "quiet-refusal");
+        raw.send(&Packet::Publish(publish(
+            "$SYS/x",
+            b"x",
+            QoS::AtMostOnce,
+            false,
+        )));
+        raw.send(&Packet::PingReq);
+        assert!(
+            matches!(raw.recv(), Packet::PingResp),
+            "{protocol:?} still connected"
+        );
+    }
+}
+
+#[test]
 fn payload_format_utf8_with_bad_bytes_is_refused_0x99() {
     let broker = Broker::start("");
     let mut raw = Raw::connected(broker.addr, V5, "pfi");

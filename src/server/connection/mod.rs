@@ -629,11 +629,9 @@ impl Conn {
                 keep_alive = max;
             }
             self.features_in_connack(&mut properties);
-        } else if let Some(max) = settings.max_keepalive
-            && (keep_alive == 0 || keep_alive > max)
-        {
-            keep_alive = max;
         }
+        // A 3.1.1 client cannot be told a Server Keep Alive, so it keeps the one it
+        // asked for: a ceiling it never heard of would only cut it off (B-076).
         let ack = connack(
             self.protocol,
             accepted.session_present,
@@ -936,6 +934,16 @@ impl Conn {
             return answered;
         }
         if let Some(verb) = Verb::of(&publish.topic) {
+            // A 3.1.1 client cannot name a Response Topic: asking to hang somebody up
+            // ends its own connection, whatever the QoS (B-302).
+            if matches!(verb, Verb::HangUp) && self.protocol == ProtocolVersion::V311 {
+                return Err(End::Close);
+            }
+            // A point read or a catalogue question at QoS 0 has no PUBACK to carry
+            // its refusals, so it is dropped unread (C-005, B-327).
+            if publish.qos == QoS::AtMostOnce && verb.needs_acknowledgement() {
+                return Ok(());
+            }
             let (code, reply) = self.perform(verb, &publish).await;
             if code != reason::SUCCESS {
                 log::info!(
@@ -944,6 +952,12 @@ impl Conn {
                     self.client_id,
                     publish.topic
                 );
+                let label = match code {
+                    reason::NOT_AUTHORIZED => "not authorized",
+                    reason::TOPIC_NAME_INVALID => "topic name invalid",
+                    _ => "implementation specific error",
+                };
+                self.shared.broker.borrow().metrics.refuse_publish(label); // C-006
             }
             self.answer_publish(&publish, code)?;
             if let Some(reply) = reply {
@@ -999,7 +1013,7 @@ impl Conn {
                 if session.incoming.len() >= settings.qos2_max_inflight {
                     // Refused before ownership is taken; the connection stays.
                     code = reason::QUOTA_EXCEEDED;
-                    broker.metrics.refuse_publish("qos2 inflight exceeded");
+                    broker.metrics.refuse_publish("inflight allowance exceeded");
                 } else {
                     // Held until PUBREL, so a retransmission is never delivered twice;
                     // the message is built only for a publish that is kept.
@@ -1043,15 +1057,16 @@ impl Conn {
         reason::QUOTA_EXCEEDED
     }
 
-    /// Answers a publish with `code`: PUBACK or PUBREC, nothing at QoS 0, and on 3.1.1
-    /// a refusal closes the connection, since its acknowledgements carry no code.
+    /// Answers a publish with `code`: PUBACK or PUBREC, and on 3.1.1 a refusal closes
+    /// the connection, since its acknowledgements carry no code. At QoS 0 nothing is
+    /// sent and nothing closes, on 3.1.1 as on MQTT 5 (A-183, B-122, B-287).
     fn answer_publish(&mut self, publish: &Publish, code: u8) -> Result<(), End> {
-        if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
-            return Err(End::Close);
-        }
         let Some(packet_id) = publish.packet_id else {
             return Ok(());
         };
+        if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
+            return Err(End::Close);
+        }
         let mut ack = Ack::new(packet_id, code);
         if code >= 0x80 && self.problem_info {
             ack.properties.reason_string = Some(refusal_text(code).to_string());

@@ -33,6 +33,12 @@ pub(super) enum Verb {
 }
 
 impl Verb {
+    /// Whether only a PUBACK can carry this verb's refusals, so that at QoS 0 it is
+    /// dropped unread (C-005, B-327). A hang-up at QoS 0 is acted on (B-301).
+    pub(super) fn needs_acknowledgement(&self) -> bool {
+        matches!(self, Verb::PointRead | Verb::Catalogue(_))
+    }
+
     /// The verb `topic_name` names.
     pub(super) fn of(topic_name: &str) -> Option<Verb> {
         if topic_name == KV_GET {
@@ -194,7 +200,14 @@ impl Conn {
             Ok(found) => found.filter(|r| matches!(r.state, RecordState::Stored)),
             Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
         };
-        let correlation = publish.properties.correlation_data.clone();
+        // The reply names its request: its Correlation Data, or else the key (C-007).
+        let correlation = Some(
+            publish
+                .properties
+                .correlation_data
+                .clone()
+                .unwrap_or_else(|| key.as_bytes().to_vec()),
+        );
         let reply = match found {
             Some(record) => {
                 let message = records::from_record(record, QoS::AtMostOnce, now_ms());
