@@ -123,12 +123,16 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    init_logging(config.broker.log_level);
+    init_logging(config.broker.log_level, &config.broker.id);
     tune_allocator();
     // B-248: a door beside the acl_file that identifies nobody is warned about at
     // the start as well as by --check-config.
     for note in config.notes.iter().filter(|n| n.contains("acl_file")) {
         log::warn!("{note}");
+    }
+    // B-504: a provider nothing names is said to be inert once, at the start.
+    for note in config.notes.iter().filter(|n| n.contains("inert")) {
+        log::info!("{note}");
     }
     let settings = saguin::broker::Settings::from_config(&config);
     let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
@@ -421,13 +425,25 @@ fn reload_configuration(
 }
 
 /// Logs to standard output, which the init system bounds (RFC 0002: no log_file).
-/// `SAGUIN_LOG` overrides the level for one run.
-fn init_logging(level: saguin::config::LogLevel) {
+/// Every line names the broker by `broker.id` (B-016), so the lines of several
+/// gateways gathered in one place stay apart. `SAGUIN_LOG` overrides the level for
+/// one run.
+fn init_logging(level: saguin::config::LogLevel, broker_id: &str) {
+    use std::io::Write;
     let overridden = std::env::var_os("SAGUIN_LOG").is_some();
+    let id = broker_id.to_owned();
     env_logger::Builder::new()
         .filter_level(log::LevelFilter::Trace)
         .parse_env(env_logger::Env::default().filter("SAGUIN_LOG"))
-        .format_timestamp_millis()
+        .format(move |buf, record| {
+            writeln!(
+                buf,
+                "[{} {:<5} {id}] {}",
+                buf.timestamp_millis(),
+                record.level(),
+                record.args()
+            )
+        })
         .target(env_logger::Target::Stdout)
         .init();
     if !overridden {

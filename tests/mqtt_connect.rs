@@ -209,3 +209,30 @@ fn a_first_packet_other_than_connect_closes_the_connection() {
     raw.send_bytes(&[0xC0, 0x00]);
     raw.expect_closed_silently();
 }
+
+#[test]
+fn at_info_connects_and_disconnects_are_logged_and_every_line_names_the_broker_b022_b016_b504() {
+    let yaml = common::config("").replace("log_level: debug", "log_level: info").replace(
+        "        snapshot_dir: none\n",
+        "        snapshot_dir: none\n      spare:\n        type: memory\n        snapshot_dir: none\n",
+    );
+    let broker = Broker::start_with(&yaml);
+    assert!(
+        broker
+            .startup
+            .iter()
+            .any(|l| l.contains("provider spare") && l.contains("inert")),
+        "the inert provider is named at the start: {:#?}",
+        broker.startup
+    );
+    assert!(
+        broker.startup.iter().all(|l| l.contains(" test] ")),
+        "{:#?}",
+        broker.startup
+    );
+    let raw = Raw::connected(broker.addr, V5, "logged");
+    let line = broker.wait_log("logged connected");
+    assert!(line.contains(" test] "), "{line}");
+    raw.disconnect();
+    broker.wait_log("logged disconnected");
+}

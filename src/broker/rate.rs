@@ -98,9 +98,10 @@ impl PublishBudgets {
         messages.refill(rate, now);
         volume.refill(bytes, now);
         // A message larger than a whole second's bytes may go when the bucket is full,
-        // or it could never be sent at all.
-        let size = (size as f64).min(bytes);
-        if messages.tokens < 1.0 || volume.tokens < size {
+        // or it could never be sent at all; it spends the bucket into deficit, so
+        // the rate holds over time (B-118).
+        let size = size as f64;
+        if messages.tokens < 1.0 || volume.tokens < size.min(bytes) {
             return false;
         }
         messages.tokens -= 1.0;
@@ -132,6 +133,20 @@ mod tests {
         assert!(b.spend(&c, 10, t));
         assert!(!b.spend(&c, 10, t));
         assert!(b.spend(&c, 10, t + Duration::from_millis(600)));
+    }
+
+    #[test]
+    fn a_message_larger_than_a_seconds_bytes_goes_and_leaves_a_deficit_b118() {
+        let mut b = PublishBudgets::new(None, Some(1000));
+        let c: Arc<str> = Arc::from("c");
+        let t = Instant::now();
+        assert!(b.spend(&c, 10_000, t), "admitted on a full bucket");
+        assert!(
+            !b.spend(&c, 10, t + Duration::from_secs(1)),
+            "9 s in deficit"
+        );
+        assert!(!b.spend(&c, 10, t + Duration::from_secs(8)));
+        assert!(b.spend(&c, 10, t + Duration::from_millis(9100)));
     }
 
     #[test]

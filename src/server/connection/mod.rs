@@ -228,7 +228,7 @@ async fn establish(
         .send_connack(&connect, &accepted)
         .map(keep_alive::KeepAlive::new);
     conn.bind_acl_to_session();
-    log::debug!(
+    log::info!(
         "{}: {} connected ({protocol:?}, session present {})",
         conn.peer,
         conn.client_id,
@@ -1435,7 +1435,7 @@ impl Conn {
         }
         let _ = self.flush().await;
         linger(&mut self.stream).await;
-        log::debug!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
+        log::info!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
     }
 }
 
