@@ -16,10 +16,14 @@ fn a_unix_socket_door_serves_mqtt_beside_tcp() {
     let sock = dir.join("saguin.sock");
     let yaml = common::config(&format!("      unix:\n        path: {}\n", sock.display()));
     let broker = Broker::start_in(dir, &yaml);
+    let unix = UnixStream::connect(&sock).expect("connect to the unix door");
+    publish_over(unix, &broker);
+}
+
+/// Connects over `unix`, publishes, and checks a TCP subscriber of `broker` hears it.
+fn publish_over(mut unix: UnixStream, broker: &Broker) {
     let mut tcp = Raw::connected(broker.addr, V5, "over-tcp");
     tcp.subscribe("door/#", opts(QoS::AtLeastOnce));
-
-    let mut unix = UnixStream::connect(&sock).expect("connect to the unix door");
     unix.set_read_timeout(Some(WAIT)).expect("timeout");
     let mut out = Vec::new();
     codec::encode(
@@ -43,6 +47,51 @@ fn a_unix_socket_door_serves_mqtt_beside_tcp() {
     assert_eq!(head[0], 0x20);
     let got = tcp.recv_publish();
     assert_eq!((&*got.topic, &*got.payload), ("door/unix", &b"hello"[..]));
+}
+
+#[test]
+fn a_leftover_socket_is_replaced_and_anything_else_at_the_path_is_refused_untouched_b525_b527() {
+    let dir = temp_dir("unix-leftover");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let sock = dir.join("saguin.sock");
+    let yaml = common::config(&format!("      unix:\n        path: {}\n", sock.display()));
+
+    std::fs::write(&sock, b"an operator's file").expect("a regular file");
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(text.contains("is not a socket"), "{text}");
+    assert_eq!(
+        std::fs::read(&sock).expect("still there"),
+        b"an operator's file"
+    );
+    std::fs::remove_file(&sock).expect("remove");
+
+    drop(std::os::unix::net::UnixListener::bind(&sock).expect("a leftover socket"));
+    let broker = Broker::start_in(dir, &yaml);
+    let unix = UnixStream::connect(&sock).expect("connect to the unix door");
+    publish_over(unix, &broker);
+}
+
+#[test]
+fn an_abstract_unix_name_serves_without_a_lock_file_b529() {
+    use std::os::linux::net::SocketAddrExt;
+    let dir = temp_dir("unix-abstract");
+    let name = format!("saguin-test-{}", std::process::id());
+    let yaml = common::config(&format!("      unix:\n        path: \"@{name}\"\n"));
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("name");
+    let unix = UnixStream::connect_addr(&addr).expect("connect to the abstract door");
+    publish_over(unix, &broker);
+    // Nothing on disk: not in the broker's working directory, which it shares with
+    // this test, nor beside its configuration.
+    for place in [std::env::current_dir().expect("cwd"), dir] {
+        for file in [format!("@{name}"), format!("@{name}.lock")] {
+            assert!(
+                !place.join(&file).exists(),
+                "{}",
+                place.join(&file).display()
+            );
+        }
+    }
 }
 
 /// B-187: a certificate that cannot be read stops the broker naming the door.

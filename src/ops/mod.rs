@@ -56,7 +56,8 @@ pub struct OpsDoors {
 pub struct UnixDoor {
     listener: std::os::unix::net::UnixListener,
     path: PathBuf,
-    _lock: std::fs::File,
+    /// `None` for an abstract name, which the kernel frees with the process (B-529).
+    lock: Option<std::fs::File>,
 }
 
 impl UnixDoor {
@@ -76,17 +77,53 @@ impl UnixDoor {
 
 impl Drop for UnixDoor {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        // The socket goes before its lock is released; the lock file stays (B-528).
+        if self.lock.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
 /// Binds the Unix socket at `path`: `<path>.lock` is taken first, so a leftover socket
 /// from a broker that died is replaced and one held by a running broker is refused.
+/// Anything at `path` that is not a socket is refused and left as it is (B-527). A
+/// path beginning `@` is an abstract name: no file, so no lock (B-529).
 ///
 /// # Errors
-/// The lock is held, or the socket cannot be made; the message names the path.
+/// The lock is held, something other than a socket is in the way, or the socket
+/// cannot be made; the message names the path.
 pub fn bind_unix(path: &std::path::Path, mode: u32) -> io::Result<UnixDoor> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let cannot_listen = |e: io::Error| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot listen on {}: {e}", path.display()),
+        )
+    };
+    if let Some(name) = path.to_str().and_then(|p| p.strip_prefix('@')) {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .map_err(cannot_listen)?;
+        let listener = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(cannot_listen)?;
+        return Ok(UnixDoor {
+            listener,
+            path: path.to_path_buf(),
+            lock: None,
+        });
+    }
+    let is_socket = match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "{} exists and is not a socket; it is left as it is: move it away or choose another path",
+                    path.display()
+                ),
+            ));
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    };
     let lock_path = PathBuf::from(format!("{}.lock", path.display()));
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -103,21 +140,19 @@ pub fn bind_unix(path: &std::path::Path, mode: u32) -> io::Result<UnixDoor> {
             ),
         )
     })?;
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
+    if is_socket {
+        // A leftover of a broker that died: its lock was free (B-525).
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(cannot_listen(e)),
+            _ => {}
+        }
     }
-    let listener = std::os::unix::net::UnixListener::bind(path).map_err(|e| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot listen on {}: {e}", path.display()),
-        )
-    })?;
+    let listener = std::os::unix::net::UnixListener::bind(path).map_err(cannot_listen)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(UnixDoor {
         listener,
         path: path.to_path_buf(),
-        _lock: lock,
+        lock: Some(lock),
     })
 }
 
