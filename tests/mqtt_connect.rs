@@ -175,6 +175,29 @@ fn a_will_that_could_never_be_delivered_is_refused_0x90() {
 }
 
 #[test]
+fn a_will_bound_for_a_dead_letter_channel_is_refused_0x90_a245_c254() {
+    let broker = Broker::start("channels:\n  jobs:\n    type: queue\n    filter: jobs/#\n");
+    let mut c = connect(V5, "w", true);
+    c.will = Some(Will {
+        topic: "jobs/__dlq/x".into(),
+        payload: b"x".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Properties::default(),
+    });
+    let (_raw, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.code, 0x90);
+    c.protocol = V311;
+    let (_raw, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.code, 0x05);
+    // The queue itself takes a Will.
+    c.protocol = V5;
+    c.will.as_mut().expect("will").topic = "jobs/x".into();
+    let (_raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+}
+
+#[test]
 fn a_connect_with_its_reserved_flag_set_is_malformed() {
     let broker = Broker::start("");
     let mut raw = Raw::open(broker.addr, V5);

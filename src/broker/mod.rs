@@ -396,6 +396,7 @@ impl Broker {
                 "the Will of {client_id} to {:?} is not published: the acl_file no longer lets it publish there",
                 armed.will.topic
             );
+            self.metrics.refuse_publish("not authorized"); // C-265
             return;
         }
         let will = armed.will;
@@ -405,7 +406,11 @@ impl Broker {
             .wills_published
             .set(self.metrics.wills_published.get() + 1);
         // A Will's topic passed the same checks as a publish at CONNECT.
-        let _ = self.publish(Arc::new(message));
+        let topic = message.topic.clone();
+        let code = self.publish(Arc::new(message));
+        if code != reason::SUCCESS {
+            log::warn!("the Will of {client_id} to {topic:?} was refused 0x{code:02X}"); // C-266
+        }
     }
 
     /// Ends a session: its subscriptions leave the index and it is forgotten.

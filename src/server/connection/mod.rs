@@ -448,6 +448,16 @@ fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
             code
         });
     }
+    if let Some(will) = &connect.will {
+        // A dead-letter channel takes records from its queue alone, so a Will bound
+        // there could never be stored (A-245, C-254).
+        let broker = shared.broker.borrow();
+        if broker.channels.resolve(&will.topic).is_some_and(|id| {
+            broker.channels.get(id).kind == crate::broker::channels::Kind::DeadLetter
+        }) {
+            return Some(reason::TOPIC_NAME_INVALID);
+        }
+    }
     None
 }
 
