@@ -29,6 +29,32 @@ fn a_filter_past_max_subscriptions_is_refused_0x97_and_a_replacement_is_not() {
 }
 
 #[test]
+fn a_channel_filter_past_max_subscriptions_is_never_served_and_the_suback_says_why_a149_b094() {
+    let broker = Broker::start(
+        "  limits:\n    max_subscriptions: 1\nchannels:\n  events:\n    type: append\n    filter: events/#\n",
+    );
+    let mut raw = Raw::connected(broker.addr, V5, "subs");
+    assert_eq!(raw.subscribe("a", opts(QoS::AtMostOnce)), [0]);
+    raw.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![("events/#".into(), opts(QoS::AtLeastOnce))],
+    }));
+    let Packet::SubAck(ack) = raw.recv() else {
+        panic!("expected SUBACK")
+    };
+    assert_eq!(ack.codes, [0x97]);
+    let why = ack.properties.reason_string.expect("a Reason String");
+    assert!(why.contains("limits.max_subscriptions"), "{why}");
+    let mut publisher = Raw::connected(broker.addr, V5, "pub");
+    assert_eq!(
+        publisher.publish("events/x", b"1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    raw.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
 fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
     let broker = Broker::start("  limits:\n    max_header_count: 2\n    max_header_bytes: 64\n");
     let mut raw = Raw::connected(broker.addr, V5, "headers");

@@ -1137,6 +1137,21 @@ impl Conn {
         Ok(())
     }
 
+    /// Why `filter` is refused when it would be one subscription more than
+    /// `limits.max_subscriptions` allows (replacing one the session holds is not one
+    /// more): the SUBACK's Reason String, naming the key (B-094).
+    pub(super) fn past_max_subscriptions(&self, filter: &str) -> Option<String> {
+        let max = self.shared.settings.max_subscriptions;
+        let mut broker = self.shared.broker.borrow_mut();
+        let over = broker.subscription_count(&self.client_id) >= max
+            && !broker
+                .session(&self.client_id)
+                .is_some_and(|s| s.subscriptions.contains_key(filter));
+        over.then(|| {
+            format!("limits.max_subscriptions ({max}) reached: {filter:?} would be one more")
+        })
+    }
+
     async fn on_subscribe(&mut self, mut subscribe: Subscribe) -> Result<(), End> {
         self.features_on_subscribe(&mut subscribe)?;
         let identifier = subscribe
@@ -1175,6 +1190,12 @@ impl Conn {
                     Ok(share) if !self.may_subscribe(share.map_or(filter, |(_, f)| f)) => {
                         self.not_granted(filter)
                     }
+                    // Refused before any channel cursor opens, so nothing of it is
+                    // ever served (A-149, B-094).
+                    Ok(_) if let Some(why) = self.past_max_subscriptions(filter) => {
+                        self.suback_reason = Some(why);
+                        reason::QUOTA_EXCEEDED
+                    }
                     Ok(share) => {
                         if share.is_none() {
                             let deletions = subscribe
@@ -1186,14 +1207,7 @@ impl Conn {
                                 .await;
                         }
                         let mut broker = self.shared.broker.borrow_mut();
-                        let full = broker.subscription_count(&self.client_id)
-                            >= self.shared.settings.max_subscriptions;
-                        let exists = broker
-                            .session(&self.client_id)
-                            .is_some_and(|s| s.subscriptions.contains_key(filter));
-                        if full && !exists {
-                            reason::QUOTA_EXCEEDED
-                        } else {
+                        {
                             let (share, inner) = match share {
                                 Some((name, inner)) => (Some(name.to_string()), inner.to_string()),
                                 None => (None, filter.clone()),

@@ -116,16 +116,12 @@ impl Conn {
                 "the acl_file grants this client no consume on the queue",
             ));
         }
-        let mut broker = self.shared.broker.borrow_mut();
-        let full =
-            broker.subscription_count(&self.client_id) >= self.shared.settings.max_subscriptions;
-        let exists = broker
-            .session(&self.client_id)
-            .is_some_and(|s| s.subscriptions.contains_key(filter));
-        if full && !exists {
-            broker.metrics.refuse_subscription(reason::QUOTA_EXCEEDED);
-            return Some(reason::QUOTA_EXCEEDED);
+        if let Some(why) = self.past_max_subscriptions(filter) {
+            let code = refuse(reason::QUOTA_EXCEEDED, &why);
+            self.suback_reason = Some(why);
+            return Some(code);
         }
+        let mut broker = self.shared.broker.borrow_mut();
         // Granted at 1: offers go at QoS 1.
         let options = SubscriptionOptions {
             qos: QoS::AtLeastOnce,
