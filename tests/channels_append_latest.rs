@@ -162,6 +162,35 @@ fn clean_start_discards_a_stored_position() {
 }
 
 #[test]
+fn a_consumer_whose_session_lapsed_starts_again_at_the_floor_a079() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
+    for (id, ending) in [("expires", None), ("ends-it", Some(0))] {
+        let mut c = connect(V5, id, false);
+        c.properties.session_expiry_interval = Some(1);
+        let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+        reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+        let got = reader.recv_publish();
+        assert_eq!(&*got.payload, b"x");
+        reader.puback(&got);
+        // A session of 1 s that expires, or a DISCONNECT that ends it at once.
+        let mut disconnect = Disconnect::new(0);
+        disconnect.properties.session_expiry_interval = ending;
+        reader.send(&Packet::Disconnect(disconnect));
+        std::thread::sleep(Duration::from_millis(2500));
+        let (mut reader, ack) = Raw::handshake(broker.addr, c);
+        assert!(!ack.session_present, "{id}");
+        reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+        assert_eq!(
+            &*reader.recv_publish().payload,
+            b"x",
+            "{id}: replayed from the floor, not resumed at a lapsed session's position"
+        );
+    }
+}
+
+#[test]
 fn a_latest_channel_serves_current_values_with_retain_and_an_empty_publish_deletes() {
     let broker = start();
     let mut publisher = Raw::connected(broker.addr, V5, "producer");

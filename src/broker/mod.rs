@@ -79,6 +79,9 @@ pub struct Broker {
     next_backlog_sweep: Instant,
     /// Wills bound for a channel, waiting to be stored.
     unstored: Vec<(ChannelId, Arc<Message>)>,
+    /// Client ids whose lapsed sessions left channel positions in storage, to be
+    /// discarded by the server, which awaits the providers.
+    lapsed: Vec<Arc<str>>,
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
@@ -112,6 +115,7 @@ impl Broker {
             wills: HashMap::new(),
             budgets,
             unstored: Vec::new(),
+            lapsed: Vec::new(),
             handed: 0,
             next_assigned: 0,
         }
@@ -274,7 +278,7 @@ impl Broker {
             }
         }
         if expiry == 0 {
-            self.end_session(client_id);
+            self.lapse_session(client_id);
         } else if expiry != u32::MAX {
             self.expiring
                 .insert(client_id.clone(), now + Duration::from_secs(expiry.into()));
@@ -301,7 +305,7 @@ impl Broker {
         for client_id in expired {
             self.expiring.remove(&client_id);
             self.fire_delayed_will(&client_id);
-            self.end_session(&client_id);
+            self.lapse_session(&client_id);
         }
         self.retained.purge_expired(now);
         self.budgets.prune(now);
@@ -411,6 +415,25 @@ impl Broker {
         if code != reason::SUCCESS {
             log::warn!("the Will of {client_id} to {topic:?} was refused 0x{code:02X}"); // C-266
         }
+    }
+
+    /// Ends a session that lapsed (it expired, or its connection ended it) rather than
+    /// one a Clean Start replaced: the positions it stored go too, so a later session
+    /// of the same client id starts where the channel's `start` says.
+    fn lapse_session(&mut self, client_id: &Arc<str>) {
+        let stored = self
+            .sessions
+            .get(client_id)
+            .is_some_and(|s| s.cursors.values().any(|c| c.stored.is_some()));
+        self.end_session(client_id);
+        if stored {
+            self.lapsed.push(client_id.clone());
+        }
+    }
+
+    /// The client ids whose stored positions are to be discarded.
+    pub fn take_lapsed(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.lapsed)
     }
 
     /// Ends a session: its subscriptions leave the index and it is forgotten.

@@ -340,6 +340,23 @@ async fn housekeeping(shared: Rc<Shared>) {
         smol::Timer::after(Duration::from_secs(1)).await;
         shared.broker.borrow_mut().tick(Instant::now());
         store_unstored(&shared).await;
+        drop_lapsed_positions(&shared).await;
+    }
+}
+
+/// Discards the channel positions of sessions that lapsed.
+pub(crate) async fn drop_lapsed_positions(shared: &Shared) {
+    let lapsed = shared.broker.borrow_mut().take_lapsed();
+    if lapsed.is_empty() {
+        return;
+    }
+    let providers = shared.broker.borrow().channels.providers();
+    for client_id in lapsed {
+        for provider in &providers {
+            if let Err(e) = provider.drop_positions(&client_id).await {
+                log::error!("positions of the lapsed session {client_id:?} not discarded: {e}");
+            }
+        }
     }
 }
 

@@ -1450,6 +1450,8 @@ impl Conn {
             will_due,
             Instant::now(),
         );
+        // Before this client can connect again and read them.
+        super::drop_lapsed_positions(&self.shared).await;
         if let (Some(code), ProtocolVersion::V5) = (code, self.protocol) {
             let mut disconnect = Disconnect::new(code);
             if self.problem_info {
