@@ -124,6 +124,37 @@ fn shared_groups_take_turns_in_client_id_order() {
 }
 
 #[test]
+fn a_shared_message_passes_over_a_member_too_small_for_it_a125_a126() {
+    let broker = Broker::start("");
+    let mut small = connect(V5, "m-a", true);
+    small.properties.maximum_packet_size = Some(64);
+    let (mut small, _) = Raw::handshake(broker.addr, small);
+    let mut large = Raw::connected(broker.addr, V5, "m-b");
+    for member in [&mut small, &mut large] {
+        assert_eq!(
+            member.subscribe("$share/grp/work/#", opts(QoS::AtLeastOnce)),
+            [1]
+        );
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    for i in 0..2u8 {
+        publisher.publish("work/x", &[i; 500], QoS::AtLeastOnce, false);
+    }
+    for i in 0..2u8 {
+        let got = large.recv_publish();
+        assert_eq!(&*got.payload, &[i; 500][..]);
+        large.puback(&got);
+    }
+    small.expect_nothing(Duration::from_millis(300));
+    // What fits still takes turns.
+    for i in 0..2u8 {
+        publisher.publish("work/x", &[i], QoS::AtLeastOnce, false);
+    }
+    assert_eq!(&*small.recv_publish().payload, &[0u8][..]);
+    assert_eq!(&*large.recv_publish().payload, &[1u8][..]);
+}
+
+#[test]
 fn shared_subscriptions_get_no_retained_messages() {
     let broker = Broker::start("");
     let mut publisher = Raw::connected(broker.addr, V5, "p");

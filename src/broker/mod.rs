@@ -564,6 +564,7 @@ impl Broker {
         let topic = &*message.topic;
         let mut unplaced = 0u64;
         let mut any_held = false;
+        let mut size = None;
         self.tree
             .for_each_match(&message.topic, |target| match target {
                 Target::Client(client, entry) => {
@@ -574,10 +575,11 @@ impl Broker {
                 }
                 Target::Group(group) => {
                     let qos = message.qos;
+                    let size = *size.get_or_insert_with(|| message.wire_size_bound());
                     let taker = group.turn_order().find(|(c, _)| {
                         sessions
                             .get(*c)
-                            .is_some_and(|s| s.can_take(qos) && s.may_read(topic))
+                            .is_some_and(|s| s.can_take(qos, size) && s.may_read(topic))
                     });
                     let held = taker.is_none();
                     any_held |= held;

@@ -52,6 +52,26 @@ impl Message {
         self.payload.len() + self.topic.len() + props + ENTRY_OVERHEAD
     }
 
+    /// At least the size of its PUBLISH to any subscriber: fixed header, topic,
+    /// packet identifier, every property it carries (two Subscription Identifiers
+    /// allowed for) and the payload. A shared group's member whose Maximum Packet
+    /// Size is below it is passed over.
+    pub fn wire_size_bound(&self) -> usize {
+        let p = &self.properties;
+        let string = |s: &Option<String>| s.as_ref().map_or(0, |s| 3 + s.len());
+        let props = 2
+            + 5
+            + string(&p.content_type)
+            + string(&p.response_topic)
+            + p.correlation_data.as_ref().map_or(0, |c| 3 + c.len())
+            + p.user_properties
+                .iter()
+                .map(|(k, v)| 5 + k.len() + v.len())
+                .sum::<usize>()
+            + 2 * 5;
+        1 + 4 + 2 + self.topic.len() + 2 + 4 + props + self.payload.len()
+    }
+
     /// Whether its Message Expiry Interval has run out.
     pub fn expired(&self, now: Instant) -> bool {
         self.expires_at.is_some_and(|at| at <= now)
@@ -288,11 +308,13 @@ impl Session {
         self.principal.as_ref().is_none_or(|p| p.may_consume(queue))
     }
 
-    /// Whether this session can take one more delivery right now (for shared groups).
-    pub fn can_take(&self, qos: QoS) -> bool {
+    /// Whether this session can take one more delivery of at most `size` bytes on the
+    /// wire right now (for shared groups, A-125).
+    pub fn can_take(&self, qos: QoS, size: usize) -> bool {
         self.link.is_some()
             && self.queued_bytes < self.queue_bound
             && (qos == QoS::AtMostOnce || self.window_open())
+            && size <= self.max_packet_size as usize
     }
 
     /// The next free packet identifier for an outbound exchange.

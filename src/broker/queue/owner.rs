@@ -609,7 +609,7 @@ impl Owner {
             };
             if session.protocol != ProtocolVersion::V5
                 || !session.subscriptions.contains_key(&self.form)
-                || !session.can_take(QoS::AtLeastOnce)
+                || !session.can_take(QoS::AtLeastOnce, 0)
                 || !session.may_consume(&self.name)
             {
                 continue;
