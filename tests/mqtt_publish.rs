@@ -112,6 +112,44 @@ fn a_refused_qos0_publish_is_dropped_without_closing_on_3_1_1_as_on_5_a183() {
 }
 
 #[test]
+fn saguin_properties_a_client_sets_never_reach_broadcast_subscribers_c017_c249() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "sub");
+    sub.subscribe("news/#", opts(QoS::AtLeastOnce));
+    let props = vec![
+        ("saguin-schema".to_string(), "x".to_string()),
+        ("saguin-id".into(), "mine".into()),
+        ("saguin-id".into(), "second".into()),
+        ("foo".into(), "bar".into()),
+    ];
+    let mut p = publish("news/a", b"x", QoS::AtLeastOnce, false);
+    p.properties.user_properties = props.clone();
+    let mut publisher = Raw::connected(broker.addr, V5, "pub");
+    assert_eq!(publisher.publish_packet(p), Some(0));
+    let kept = |got: &saguin::codec::Publish| got.properties.user_properties.clone();
+    let want = vec![
+        ("saguin-id".to_string(), "mine".to_string()),
+        ("foo".into(), "bar".into()),
+    ];
+    assert_eq!(kept(&sub.recv_publish()), want);
+
+    let mut c = common::connect(V5, "will", true);
+    c.will = Some(saguin::codec::Will {
+        topic: "news/will".into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: saguin::codec::Properties {
+            user_properties: props,
+            ..Default::default()
+        },
+    });
+    let (raw, _) = Raw::handshake(broker.addr, c);
+    drop(raw);
+    assert_eq!(kept(&sub.recv_publish()), want);
+}
+
+#[test]
 fn payload_format_utf8_with_bad_bytes_is_refused_0x99() {
     let broker = Broker::start("");
     let mut raw = Raw::connected(broker.addr, V5, "pfi");

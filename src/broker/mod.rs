@@ -723,6 +723,7 @@ impl Message {
     pub fn from_will(publisher: Arc<str>, will: crate::codec::Will, now: Instant) -> Message {
         let mut properties = will.properties;
         properties.will_delay_interval = None;
+        records::strip_reserved(&mut properties.user_properties);
         let expires_at = properties
             .message_expiry_interval
             .map(|s| now + Duration::from_secs(s.into()));

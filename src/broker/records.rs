@@ -33,6 +33,20 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Drops every `saguin-` User Property a client set except its first `saguin-id`
+/// (C-017, C-146, C-249): the names are the broker's, on broadcast as in channels.
+pub fn strip_reserved(user_properties: &mut Vec<(String, String)>) {
+    let mut id_kept = false;
+    user_properties.retain(|(k, _)| {
+        if !k.starts_with(RESERVED_PREFIX) {
+            return true;
+        }
+        let first_id = k == "saguin-id" && !id_kept;
+        id_kept |= first_id;
+        first_id
+    });
+}
+
 /// The record a publish becomes. The publisher's own `saguin-id` is kept (first
 /// occurrence, invariant 8); every other `saguin-` property is dropped silently;
 /// otherwise a UUIDv7 is minted.

@@ -1093,6 +1093,7 @@ impl Conn {
         let mut properties = publish.properties.clone();
         properties.topic_alias = None;
         properties.subscription_identifiers.clear();
+        crate::broker::records::strip_reserved(&mut properties.user_properties);
         let expires_at = properties
             .message_expiry_interval
             .map(|s| Instant::now() + Duration::from_secs(u64::from(s)));
