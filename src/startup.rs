@@ -271,23 +271,35 @@ fn tcp_doors(
         .collect()
 }
 
-/// A tcp or ws door's socket address.
+/// A tcp or ws door's socket address: a host name is resolved here, at bind, and
+/// its first IPv4 address taken, else its first (B-183, B-185).
 ///
 /// # Errors
-/// The address names a host rather than an IP address: it is not resolved, so the
-/// door would otherwise silently not open.
+/// The host name does not resolve; the message names the door.
 fn socket_addr(
     key: &str,
     name: &str,
     address: &config::ListenAddress,
 ) -> std::io::Result<std::net::SocketAddr> {
-    address.socket_addr().ok_or_else(|| {
+    use std::net::ToSocketAddrs;
+    if let Some(addr) = address.socket_addr() {
+        return Ok(addr);
+    }
+    let host = address.bind_string();
+    let resolved = host.to_socket_addrs().map_err(|e| {
         unserved(format!(
-            "{key} {name}: {} names a host; write an IP address (127.0.0.1 for loopback, \
-             0.0.0.0 for every interface)",
-            address.bind_string()
+            "{key} {name}: {host} does not resolve ({e}); write an IP address (127.0.0.1 \
+             for loopback, 0.0.0.0 for every interface)"
         ))
-    })
+    })?;
+    let resolved: Vec<std::net::SocketAddr> = resolved.collect();
+    // IPv4 first: a gateway without IPv6 still resolves `localhost` to ::1.
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| resolved.first())
+        .copied()
+        .ok_or_else(|| unserved(format!("{key} {name}: {host} resolves to no address")))
 }
 
 /// Each unix door's path and mode beside its gate.

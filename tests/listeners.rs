@@ -94,6 +94,16 @@ fn an_abstract_unix_name_serves_without_a_lock_file_b529() {
     }
 }
 
+/// B-183, B-185: a host name passes --check-config, so a plain start serves on it.
+#[test]
+fn a_door_on_a_host_name_is_resolved_at_bind() {
+    let yaml = common::config("").replace("127.0.0.1:0", "localhost:0");
+    let broker = Broker::start_with(&yaml);
+    assert!(broker.addr.ip().is_loopback(), "{}", broker.addr);
+    let mut raw = Raw::connected(broker.addr, V5, "by-name");
+    assert_eq!(raw.subscribe("x", opts(QoS::AtMostOnce)), [0]);
+}
+
 /// B-187: a certificate that cannot be read stops the broker naming the door.
 #[test]
 fn a_tls_door_with_an_unreadable_certificate_is_refused_at_startup_naming_it() {
