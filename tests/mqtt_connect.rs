@@ -212,6 +212,46 @@ fn a_connect_with_its_reserved_flag_set_is_malformed() {
 }
 
 #[test]
+fn an_unreadable_3_1_1_connect_gets_the_3_1_1_code_or_a_silent_close_a227_a252() {
+    let broker = Broker::start("");
+    let head = |len: u8, flags: u8| {
+        vec![
+            0x10, len, 0x00, 0x04, b'M', b'Q', b'T', b'T', 0x04, flags, 0x00, 0x3C, 0x00, 0x01,
+            b'c',
+        ]
+    };
+    let cases: [(&str, Vec<u8>, Option<u8>); 4] = [
+        (
+            "user name not UTF-8",
+            [head(0x11, 0x82), vec![0x00, 0x02, 0xFF, 0xFE]].concat(),
+            Some(0x04),
+        ),
+        ("reserved flag", head(0x0D, 0x03), Some(0x05)),
+        (
+            "password without a user name",
+            [head(0x10, 0x42), vec![0x00, 0x01, b'p']].concat(),
+            Some(0x05),
+        ),
+        (
+            "a byte after the last field",
+            [head(0x0E, 0x02), vec![0x00]].concat(),
+            None,
+        ),
+    ];
+    for (what, bytes, want) in cases {
+        let mut raw = Raw::open(broker.addr, V311);
+        raw.send_bytes(&bytes);
+        match want {
+            Some(code) => match raw.recv() {
+                Packet::ConnAck(ack) => assert_eq!(ack.code, code, "{what}"),
+                other => panic!("{what}: {other:?}"),
+            },
+            None => raw.expect_closed_silently(),
+        }
+    }
+}
+
+#[test]
 fn will_retain_without_a_will_is_a_protocol_error() {
     let broker = Broker::start("");
     let mut raw = Raw::open(broker.addr, V5);

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::error::{ConnectError, DecodeError};
+use super::error::{CONNECT_FLAG_ERRORS, ConnectError, DecodeError, USER_NAME};
 use super::packet::{
     Ack, Auth, ConnAck, Connect, Disconnect, Packet, ProtocolVersion, Publish, QoS, RetainHandling,
     SubAck, Subscribe, SubscriptionOptions, UnsubAck, Unsubscribe, Will,
@@ -103,21 +103,21 @@ fn connect_body(r: &mut Reader<'_>, protocol: ProtocolVersion) -> Result<Connect
     let v5 = protocol == ProtocolVersion::V5;
     let flags = r.u8("connect flags")?;
     if flags & 0x01 != 0 {
-        return Err(Malformed("CONNECT reserved flag set")); // MQTT-3.1.2-3, A-227
+        return Err(Malformed(CONNECT_FLAG_ERRORS[0])); // MQTT-3.1.2-3, A-227
     }
     let has_will = flags & 0x04 != 0;
-    let will_qos = QoS::from_bits((flags >> 3) & 0x03).ok_or(Malformed("Will QoS of 3"))?;
+    let will_qos = QoS::from_bits((flags >> 3) & 0x03).ok_or(Malformed(CONNECT_FLAG_ERRORS[1]))?;
     let will_retain = flags & 0x20 != 0;
     if !has_will && will_qos != QoS::AtMostOnce {
-        return Err(Malformed("Will QoS set without a Will")); // MQTT-3.1.2-11, A-229
+        return Err(Malformed(CONNECT_FLAG_ERRORS[2])); // MQTT-3.1.2-11, A-229
     }
     if !has_will && will_retain {
-        return Err(Protocol("Will Retain set without a Will")); // MQTT-3.1.2-13, A-231
+        return Err(Protocol(CONNECT_FLAG_ERRORS[3])); // MQTT-3.1.2-13, A-231
     }
     let has_password = flags & 0x40 != 0;
     let has_username = flags & 0x80 != 0;
     if !v5 && has_password && !has_username {
-        return Err(Protocol("password without a user name")); // MQTT 3.1.1 MQTT-3.1.2-22
+        return Err(Protocol(CONNECT_FLAG_ERRORS[4])); // MQTT 3.1.1 MQTT-3.1.2-22
     }
     let keep_alive = r.u16("keep alive")?;
     let properties = if v5 {
@@ -151,7 +151,7 @@ fn connect_body(r: &mut Reader<'_>, protocol: ProtocolVersion) -> Result<Connect
     };
     // U+0000 is let through: the broker refuses such a name 0x86, not 0x81.
     let username = if has_username {
-        Some(r.utf8_allowing_nul("user name")?.to_owned())
+        Some(r.utf8_allowing_nul(USER_NAME)?.to_owned())
     } else {
         None
     };

@@ -18,7 +18,36 @@ pub enum DecodeError {
     UnsupportedProtocol(u8),
 }
 
+/// The CONNECT flag combinations a 3.1.1 CONNACK refuses 0x05 rather than closing:
+/// the reserved flag, Will QoS 3, a Will QoS or Will Retain without a Will, a
+/// password without a user name (A-227..A-229, A-231, A-232).
+pub(crate) const CONNECT_FLAG_ERRORS: [&str; 5] = [
+    "CONNECT reserved flag set",
+    "Will QoS of 3",
+    "Will QoS set without a Will",
+    "Will Retain set without a Will",
+    "password without a user name",
+];
+
+/// The field a CONNECT's user name is read as.
+pub(crate) const USER_NAME: &str = "user name";
+
 impl DecodeError {
+    /// The 3.1.1 CONNACK return code for an unreadable 3.1.1 CONNECT: 0x04 for a user
+    /// name that is not UTF-8, 0x05 for a flag error, and `None` (closed with
+    /// nothing written) for anything else.
+    pub fn v311_connect_code(&self) -> Option<u8> {
+        match self {
+            DecodeError::Malformed(field) if *field == USER_NAME => Some(0x04),
+            DecodeError::Malformed(what) | DecodeError::Protocol(what)
+                if CONNECT_FLAG_ERRORS.contains(what) =>
+            {
+                Some(0x05)
+            }
+            _ => None,
+        }
+    }
+
     /// The MQTT 5 reason code for this failure, or `None` where the connection closes
     /// with nothing sent.
     pub fn reason_code(&self) -> Option<u8> {

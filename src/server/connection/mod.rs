@@ -400,9 +400,7 @@ fn connect_refusal(protocol: Option<ProtocolVersion>, error: &DecodeError) -> Op
             let ack = connack(ProtocolVersion::V5, false, code, Properties::default());
             Some(encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5))
         }
-        (Some(ProtocolVersion::V311), DecodeError::Malformed(_) | DecodeError::Protocol(_)) => {
-            Some(vec![0x20, 0x02, 0x00, reason::v311::NOT_AUTHORIZED])
-        }
+        (Some(ProtocolVersion::V311), e) => Some(vec![0x20, 0x02, 0x00, e.v311_connect_code()?]),
         _ => None,
     }
 }
