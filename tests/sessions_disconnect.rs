@@ -59,6 +59,46 @@ fn an_operator_hangs_up_a_client_which_gets_0x98_and_keeps_its_session() {
 }
 
 #[test]
+fn a_client_that_keeps_publishing_is_still_hung_up_and_nobody_else_waits_b299() {
+    use std::io::{Read, Write};
+    let broker = Broker::start("");
+    let mut operator = Raw::connected(broker.addr, V5, "operator");
+    operator.subscribe("ops/reply", opts(QoS::AtLeastOnce));
+    let mut flood = std::net::TcpStream::connect(broker.addr).expect("connect");
+    let mut bytes = Vec::new();
+    let hello = Packet::Connect(Box::new(connect(V5, "flooder", true)));
+    saguin::codec::encode(&hello, V5, &mut bytes);
+    flood.write_all(&bytes).expect("CONNECT");
+    flood
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut connack = [0u8; 3];
+    flood.read_exact(&mut connack).expect("CONNACK");
+    let mut burst = Vec::new();
+    for _ in 0..100 {
+        let p = Packet::Publish(publish("flood/x", &[7; 100], QoS::AtMostOnce, false));
+        saguin::codec::encode(&p, V5, &mut burst);
+    }
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Until the broker closes it: a write fails, or a read sees the end.
+        flood
+            .set_write_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        while flood.write_all(&burst).is_ok() {}
+        let _ = done.send(());
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(hang_up(&mut operator, "flooder", Some("ops/reply")), 0);
+    assert_eq!(outcome(&mut operator), "hung-up");
+    operator.send(&Packet::PingReq);
+    assert!(matches!(operator.recv(), Packet::PingResp));
+    ended
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the flooding client's connection ended");
+}
+
+#[test]
 fn nobody_connected_under_the_id_is_no_such_client() {
     let broker = Broker::start("");
     let mut operator = Raw::connected(broker.addr, V5, "operator");

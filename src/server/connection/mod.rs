@@ -37,6 +37,9 @@ use crate::codec::{
 
 /// The SUBSCRIBE property asking to be told of deletions on latest channels.
 const DELETIONS: &str = "saguin-deletions";
+/// Bytes still read from a client after the broker told it to go, for what it sent
+/// before it knew (B-299).
+const DRAIN_AFTER_KICK: usize = 64 * 1024;
 
 /// Why a connection ends.
 #[derive(Debug)]
@@ -703,13 +706,18 @@ impl Conn {
             if let Some(code) = self.link.kicked() {
                 // What the client sent before it was told to go still counts: its
                 // acknowledgements, or the DISCONNECT that ends it on its own terms.
+                // Only so much, though: a client that keeps sending must not keep a
+                // connection that is ending alive, nor the thread busy (B-057, B-299).
+                let mut drained = 0;
                 loop {
                     if let Err(end) = Box::pin(self.handle_buffered()).await {
                         return end;
                     }
-                    if !matches!(self.reader.try_fill(&mut self.stream).await, Ok(n) if n > 0) {
-                        return End::Kicked(code);
+                    match self.reader.try_fill(&mut self.stream).await {
+                        Ok(n) if n > 0 && drained < DRAIN_AFTER_KICK => drained += n,
+                        _ => return End::Kicked(code),
                     }
+                    future::yield_now().await;
                 }
             }
             let handed_before = self.shared.broker.borrow().handed();
