@@ -10,6 +10,7 @@ pub mod channels;
 mod connection_link;
 pub mod cursor;
 pub mod metrics;
+pub mod partition;
 pub mod queue;
 mod rate;
 pub mod records;
