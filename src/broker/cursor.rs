@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use super::partition::Slice;
 use crate::codec::SubscriptionOptions;
 
 /// One of the session's subscriptions that touches the channel.
@@ -17,6 +18,9 @@ pub struct ChannelSub {
     pub identifier: Option<u32>,
     /// It asked to be told of deletions on latest channels (`saguin-deletions`).
     pub deletions: bool,
+    /// The slice its SUBSCRIBE declared (`saguin-filter`): records outside it are
+    /// stepped over like records its filter does not match (C-165, C-166, C-198).
+    pub slice: Option<Slice>,
 }
 
 /// A session's cursor on one channel.

@@ -13,6 +13,7 @@ use super::{Conn, Shared};
 use crate::acl::Verb;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::cursor::{ChannelSub, Cursor};
+use crate::broker::partition::{self, Slice};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Message};
 use crate::broker::{Destination, topic};
@@ -167,12 +168,14 @@ impl Conn {
         options: SubscriptionOptions,
         identifier: Option<u32>,
         deletions: bool,
+        slice: Option<Slice>,
     ) {
         let sub = ChannelSub {
             filter: filter.to_string(),
             options,
             identifier,
             deletions,
+            slice,
         };
         let touched = self.shared.broker.borrow().channels.reach(filter).0;
         for id in touched {
@@ -419,6 +422,9 @@ impl Conn {
 /// A deletion on a latest channel goes only to a subscription that asked for deletions
 /// (`saguin-deletions`), as a zero-length publish, and never in the current-state pass
 /// (gaps G-19).
+/// A subscription that declared a slice takes only records in it, in the replay, the
+/// current-state pass and live alike; a record no subscription takes is stepped over
+/// (C-165, C-166, C-198).
 fn select(
     subs: &[ChannelSub],
     topic_name: &str,
@@ -430,6 +436,7 @@ fn select(
         !(own && s.options.no_local)
             && (!deletion || s.deletions)
             && topic::matches(&s.filter, topic_name)
+            && partition::admits(s.slice.as_ref(), topic_name)
     };
     for sub in subs.iter().filter(wanted) {
         let (qos, ids, rap) = taken.get_or_insert((QoS::AtMostOnce, Vec::new(), false));

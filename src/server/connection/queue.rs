@@ -136,6 +136,7 @@ impl Conn {
             share: None,
             options,
             identifier,
+            slice: None,
         };
         broker.subscribe(&self.client_id, sub);
         broker
