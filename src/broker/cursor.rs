@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use super::partition::Slice;
 use crate::codec::SubscriptionOptions;
 
 /// One of the session's subscriptions that touches the channel.
@@ -17,6 +18,9 @@ pub struct ChannelSub {
     pub identifier: Option<u32>,
     /// It asked to be told of deletions on latest channels (`saguin-deletions`).
     pub deletions: bool,
+    /// The slice its SUBSCRIBE declared (`saguin-filter`): records outside it are
+    /// stepped over like records its filter does not match (C-165, C-166, C-198).
+    pub slice: Option<Slice>,
 }
 
 /// A session's cursor on one channel.
@@ -36,6 +40,8 @@ pub struct Cursor {
     pub pass_until: u64,
     /// The last read found nothing new: wait for a wake-up before reading again.
     pub caught_up: bool,
+    /// Wake-ups so far: a read that began before one cannot have seen what it was for.
+    pub wakes: u64,
 }
 
 impl Cursor {
@@ -48,6 +54,7 @@ impl Cursor {
             stored,
             pass_until,
             caught_up: false,
+            wakes: 0,
         }
     }
 
@@ -59,6 +66,18 @@ impl Cursor {
     /// Whether the position moved since it was last stored.
     pub fn dirty(&self) -> bool {
         self.stored != Some(self.position())
+    }
+
+    /// Something new may be readable: read again.
+    pub fn wake(&mut self) {
+        self.caught_up = false;
+        self.wakes = self.wakes.wrapping_add(1);
+    }
+
+    /// A read that began at `wakes_before` found nothing new: caught up, unless a
+    /// wake-up came while it was reading, whose record the read may have missed.
+    pub fn found_nothing(&mut self, wakes_before: u64) {
+        self.caught_up = self.wakes == wakes_before;
     }
 
     /// Adds or replaces a subscription reading through this cursor.

@@ -10,6 +10,7 @@ pub mod channels;
 mod connection_link;
 pub mod cursor;
 pub mod metrics;
+pub mod partition;
 pub mod queue;
 mod rate;
 pub mod records;
@@ -455,9 +456,25 @@ impl Broker {
     /// Adds or replaces a subscription (its filter already checked). Returns whether
     /// it replaced an existing one, which Retain Handling 1 needs.
     pub fn subscribe(&mut self, client_id: &Arc<str>, sub: Subscription) -> bool {
+        if let Some(slice) = &sub.slice
+            && sub.share.is_none()
+            && let Some((other, theirs)) =
+                self.tree
+                    .partition_disagreement(&sub.filter, client_id, slice.partitions())
+        {
+            // Two members of one space disagreeing on its size cannot both be right
+            // (C-195); only the identical filter string is compared (C-196).
+            log::warn!(
+                "{client_id} declares {} partitions on {:?} where {other} declares {theirs}: \
+                 their slices do not divide one space",
+                slice.partitions(),
+                sub.filter
+            );
+        }
         let entry = SubEntry {
             options: sub.options,
             identifier: sub.identifier,
+            slice: sub.slice.clone(),
         };
         let existed = self
             .tree
@@ -503,7 +520,7 @@ impl Broker {
         for reader in &self.channels.get(channel).readers {
             if let Some(session) = self.sessions.get_mut(reader) {
                 if let Some(cursor) = session.cursors.get_mut(&channel) {
-                    cursor.caught_up = false;
+                    cursor.wake();
                 }
                 session.wake();
             }
@@ -557,8 +574,9 @@ impl Broker {
     /// Hands `message` to every subscription matching its topic (only the shared
     /// groups when `shared_only`, for a channel's record).
     fn fan_out(&mut self, message: Arc<Message>, shared_only: bool) {
-        // (client, subscription, held for a group because no member could take it now)
-        let mut targets: Vec<(Arc<str>, SubEntry, bool)> = Vec::new();
+        // (client, options, identifier, held for a group because no member could take
+        // it now)
+        let mut targets: Vec<(Arc<str>, SubscriptionOptions, Option<u32>, bool)> = Vec::new();
         let sessions = &self.sessions;
         let publisher = &message.publisher;
         let topic = &*message.topic;
@@ -569,8 +587,10 @@ impl Broker {
             .for_each_match(&message.topic, |target| match target {
                 Target::Client(client, entry) => {
                     let own = entry.options.no_local && client == publisher;
-                    if !shared_only && !own {
-                        targets.push((client.clone(), *entry, false));
+                    // A subscription outside its declared slice is not owed it; another
+                    // of the client's that is still is (C-154, C-163).
+                    if !shared_only && !own && partition::admits(entry.slice.as_ref(), topic) {
+                        targets.push((client.clone(), entry.options, entry.identifier, false));
                     }
                 }
                 Target::Group(group) => {
@@ -591,11 +611,11 @@ impl Broker {
                                     .is_some_and(|s| s.outlives_connection() && s.may_read(topic))
                             })
                         })
-                        .map(|(c, e)| (c.clone(), *e));
+                        .map(|(c, e)| (c.clone(), e.options, e.identifier));
                     match chosen {
-                        Some((client, entry)) => {
+                        Some((client, options, identifier)) => {
                             group.last = Some(client.clone());
-                            targets.push((client, entry, held));
+                            targets.push((client, options, identifier, held));
                         }
                         None => unplaced += 1,
                     }
@@ -625,10 +645,10 @@ impl Broker {
             // matched too is owed the message for as long as the session lives.
             let mut only_held = true;
             while i < targets.len() && targets[i].0 == client {
-                let (_, entry, held) = targets[i];
-                qos = qos.max(entry.options.qos);
-                retain_as_published |= entry.options.retain_as_published;
-                identifiers.extend(entry.identifier);
+                let (_, options, identifier, held) = targets[i];
+                qos = qos.max(options.qos);
+                retain_as_published |= options.retain_as_published;
+                identifiers.extend(identifier);
                 only_held &= held;
                 i += 1;
             }
@@ -683,18 +703,24 @@ impl Broker {
         session.wake();
     }
 
-    /// Applies Retain Handling for one granted filter and returns what to send.
+    /// Applies Retain Handling for one granted filter and returns what to send: the
+    /// retained values its declared slice takes, if it declared one (C-164).
     pub fn retained_for_subscription(
         &mut self,
         filter: &str,
         options: SubscriptionOptions,
+        slice: Option<&partition::Slice>,
         existed: bool,
         now: Instant,
     ) -> Vec<Arc<Message>> {
         match options.retain_handling {
             RetainHandling::Never => Vec::new(),
             RetainHandling::OnNewSubscribe if existed => Vec::new(),
-            _ => self.retained_matching(filter, now),
+            _ => {
+                let mut messages = self.retained_matching(filter, now);
+                messages.retain(|m| partition::admits(slice, &m.topic));
+                messages
+            }
         }
     }
 
@@ -703,7 +729,7 @@ impl Broker {
     pub fn wake_every_cursor(&mut self) {
         for session in self.sessions.values_mut() {
             for cursor in session.cursors.values_mut() {
-                cursor.caught_up = false;
+                cursor.wake();
             }
             session.wake();
         }

@@ -127,6 +127,9 @@ pub struct Subscription {
     pub options: SubscriptionOptions,
     /// Subscription Identifier.
     pub identifier: Option<u32>,
+    /// The slice its SUBSCRIBE declared (`saguin-filter`), kept for as long as the
+    /// session, a resumed one included (C-160, C-200).
+    pub slice: Option<super::partition::Slice>,
 }
 
 /// A Will waiting for its connection to end abnormally, or for its delay to run out.

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::partition::Slice;
 use crate::codec::SubscriptionOptions;
 
 pub use crate::codec::valid_topic_filter as is_valid_filter;
@@ -19,12 +20,14 @@ pub fn level_count(name: &str) -> usize {
 pub use crate::routing::filter::matches;
 
 /// A subscription as the index keeps it: whose it is and how it asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubEntry {
     /// The subscription options the client asked for (QoS already granted).
     pub options: SubscriptionOptions,
     /// The Subscription Identifier it carried, if any.
     pub identifier: Option<u32>,
+    /// The slice its SUBSCRIBE declared (`saguin-filter`); never on a group's member.
+    pub slice: Option<Slice>,
 }
 
 /// A `$share/<name>/<filter>` group: its members in client-id order and whose turn
@@ -120,6 +123,25 @@ impl TopicTree {
             self.shared_members -= 1;
         }
         removed
+    }
+
+    /// Another client subscribed to exactly `filter` (not shared) whose declared
+    /// slice has a partition count other than `partitions`, with that count (C-195).
+    /// Only the identical filter string is compared (C-196).
+    pub fn partition_disagreement(
+        &self,
+        filter: &str,
+        client: &str,
+        partitions: u32,
+    ) -> Option<(Arc<str>, u32)> {
+        let mut node = &self.root;
+        for level in filter.split('/') {
+            node = node.children.get(level)?;
+        }
+        node.subscribers.iter().find_map(|(other, entry)| {
+            let theirs = entry.slice.as_ref()?.partitions();
+            (&**other != client && theirs != partitions).then(|| (other.clone(), theirs))
+        })
     }
 
     /// Whether any shared group has a member.
@@ -234,9 +256,10 @@ mod tests {
         let entry = SubEntry {
             options: SubscriptionOptions::with_qos(QoS::AtMostOnce),
             identifier: None,
+            slice: None,
         };
         for f in filters {
-            tree.insert(f, None, &Arc::from(f), entry);
+            tree.insert(f, None, &Arc::from(f), entry.clone());
         }
         for t in topics {
             let mut got = Vec::new();
@@ -261,14 +284,53 @@ mod tests {
     }
 
     #[test]
+    fn only_the_identical_filter_is_compared_for_partition_counts_c195_c196() {
+        let declared = |value: &str| SubEntry {
+            options: SubscriptionOptions::with_qos(QoS::AtMostOnce),
+            identifier: None,
+            slice: crate::broker::partition::declared(&[(
+                "saguin-filter".to_string(),
+                value.to_string(),
+            )])
+            .ok()
+            .flatten(),
+        };
+        let mut tree = TopicTree::default();
+        tree.insert(
+            "iot/+/events",
+            None,
+            &Arc::from("one"),
+            declared("topic_hash(3, 0)"),
+        );
+        tree.insert(
+            "iot/site-a/events",
+            None,
+            &Arc::from("two"),
+            declared("topic_hash(4, 0)"),
+        );
+        assert_eq!(
+            tree.partition_disagreement("iot/site-a/events", "two", 4),
+            None,
+            "overlapping filters may differ on purpose"
+        );
+        assert_eq!(tree.partition_disagreement("iot/+/events", "one", 3), None);
+        assert_eq!(
+            tree.partition_disagreement("iot/+/events", "three", 4),
+            Some((Arc::from("one"), 3))
+        );
+        assert_eq!(tree.partition_disagreement("nowhere", "three", 4), None);
+    }
+
+    #[test]
     fn shared_groups_rotate_in_client_id_order() {
         let mut group = SharedGroup::default();
         let entry = SubEntry {
             options: SubscriptionOptions::with_qos(QoS::AtMostOnce),
             identifier: None,
+            slice: None,
         };
         for c in ["c", "a", "b"] {
-            group.members.insert(Arc::from(c), entry);
+            group.members.insert(Arc::from(c), entry.clone());
         }
         let order: Vec<&str> = group.turn_order().map(|(c, _)| &**c).collect();
         assert_eq!(order, ["a", "b", "c"]);

@@ -13,6 +13,7 @@ use super::{Conn, Shared};
 use crate::acl::Verb;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::cursor::{ChannelSub, Cursor};
+use crate::broker::partition::{self, Slice};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Message};
 use crate::broker::{Destination, topic};
@@ -167,19 +168,21 @@ impl Conn {
         options: SubscriptionOptions,
         identifier: Option<u32>,
         deletions: bool,
+        slice: Option<Slice>,
     ) {
         let sub = ChannelSub {
             filter: filter.to_string(),
             options,
             identifier,
             deletions,
+            slice,
         };
         let touched = self.shared.broker.borrow().channels.reach(filter).0;
         for id in touched {
             let joined = self.with_session(|s| match s.cursors.get_mut(&id) {
                 Some(cursor) => {
                     cursor.add(sub.clone());
-                    cursor.caught_up = false;
+                    cursor.wake();
                     true
                 }
                 None => false,
@@ -245,7 +248,7 @@ impl Conn {
     /// room for what follows (RFC 0002 "How much a session may hold").
     pub(super) async fn pump_channels(&mut self) {
         loop {
-            let Some((id, from, room)) = self.next_read() else {
+            let Some((id, from, room, wakes)) = self.next_read() else {
                 return;
             };
             let (provider, name) = {
@@ -284,7 +287,7 @@ impl Conn {
                 cursor.next = window.floor;
             }
             if window.records.is_empty() {
-                cursor.caught_up = true;
+                cursor.found_nothing(wakes);
                 continue;
             }
             // Asked on every delivery, so a re-read acl_file applies (B-293).
@@ -340,9 +343,10 @@ impl Conn {
         }
     }
 
-    /// The cursor to read next, where it starts, and how many bytes the session has
-    /// room for; `None` when nothing is owed or there is no room.
-    pub(super) fn next_read(&self) -> Option<(ChannelId, u64, usize)> {
+    /// The cursor to read next, where it starts, how many bytes the session has room
+    /// for, and the cursor's wake-ups so far; `None` when nothing is owed or there is
+    /// no room.
+    pub(super) fn next_read(&self) -> Option<(ChannelId, u64, usize, u64)> {
         let mut broker = self.shared.broker.borrow_mut();
         let session = broker.session_of(&self.client_id, self.link.id)?;
         let room = (session.queue_bound / 2).checked_sub(session.queued_bytes)?;
@@ -350,7 +354,7 @@ impl Conn {
             return None;
         }
         let (id, cursor) = session.cursors.iter().find(|(_, c)| !c.caught_up)?;
-        Some((*id, cursor.next, room))
+        Some((*id, cursor.next, room, cursor.wakes))
     }
 
     /// Whether `ACK_COMMIT_INTERVAL` has passed since positions were last written.
@@ -419,6 +423,9 @@ impl Conn {
 /// A deletion on a latest channel goes only to a subscription that asked for deletions
 /// (`saguin-deletions`), as a zero-length publish, and never in the current-state pass
 /// (gaps G-19).
+/// A subscription that declared a slice takes only records in it, in the replay, the
+/// current-state pass and live alike; a record no subscription takes is stepped over
+/// (C-165, C-166, C-198).
 fn select(
     subs: &[ChannelSub],
     topic_name: &str,
@@ -430,6 +437,7 @@ fn select(
         !(own && s.options.no_local)
             && (!deletion || s.deletions)
             && topic::matches(&s.filter, topic_name)
+            && partition::admits(s.slice.as_ref(), topic_name)
     };
     for sub in subs.iter().filter(wanted) {
         let (qos, ids, rap) = taken.get_or_insert((QoS::AtMostOnce, Vec::new(), false));

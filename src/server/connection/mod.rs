@@ -28,7 +28,7 @@ use super::slots::{Place, Slot};
 use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
 use crate::broker::session::{Delivery, HeldQos2, Inflight, Message, Subscription};
-use crate::broker::{Accepted, ConnLink, topic};
+use crate::broker::{Accepted, ConnLink, partition, topic};
 use crate::codec::reason;
 use crate::codec::{
     self, Ack, ConnAck, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion,
@@ -1169,6 +1169,9 @@ impl Conn {
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         let mut retained = Vec::new();
         let now = Instant::now();
+        // Read once: the declaration applies to every filter of this packet (C-160).
+        let declared = partition::declared(&subscribe.properties.user_properties);
+        let slice = declared.as_ref().ok().and_then(Option::as_ref);
         for (filter, options) in &subscribe.filters {
             if let Some(code) =
                 self.queue_subscription(filter, *options, &subscribe.properties, identifier)
@@ -1176,66 +1179,69 @@ impl Conn {
                 codes.push(code);
                 continue;
             }
-            let granted =
-                match self.check_filter(filter, options.no_local, &subscribe.properties)? {
-                    Err(code) => {
-                        log::info!(
-                            "{}: {} refused filter {filter:?} 0x{code:02X}",
-                            self.peer,
-                            self.client_id
-                        );
-                        code
+            let granted = match self.check_filter(
+                filter,
+                options.no_local,
+                &subscribe.properties,
+                &declared,
+            )? {
+                Err(code) => {
+                    log::info!(
+                        "{}: {} refused filter {filter:?} 0x{code:02X}",
+                        self.peer,
+                        self.client_id
+                    );
+                    code
+                }
+                Ok(None) if let Some(queue) = self.inside_queue(filter) => {
+                    log::info!(
+                        "{}: {} refused {filter:?}: it lies inside queue {queue} (0x8F)",
+                        self.peer,
+                        self.client_id
+                    );
+                    reason::TOPIC_FILTER_INVALID
+                }
+                Ok(share) if !self.may_subscribe(share.map_or(filter, |(_, f)| f)) => {
+                    self.not_granted(filter)
+                }
+                // Refused before any channel cursor opens, so nothing of it is ever
+                // served (A-149, B-094).
+                Ok(_) if let Some(why) = self.past_max_subscriptions(filter) => {
+                    self.suback_reason = Some(why);
+                    reason::QUOTA_EXCEEDED
+                }
+                Ok(share) => {
+                    if share.is_none() {
+                        let deletions = subscribe
+                            .properties
+                            .user_properties
+                            .iter()
+                            .any(|(k, _)| k == DELETIONS);
+                        self.open_cursors(filter, *options, identifier, deletions, slice.cloned())
+                            .await;
                     }
-                    Ok(None) if let Some(queue) = self.inside_queue(filter) => {
-                        log::info!(
-                            "{}: {} refused {filter:?}: it lies inside queue {queue} (0x8F)",
-                            self.peer,
-                            self.client_id
-                        );
-                        reason::TOPIC_FILTER_INVALID
+                    let mut broker = self.shared.broker.borrow_mut();
+                    let (share, inner) = match share {
+                        Some((name, inner)) => (Some(name.to_string()), inner.to_string()),
+                        None => (None, filter.clone()),
+                    };
+                    let shared_sub = share.is_some();
+                    let sub = Subscription {
+                        filter: inner.clone(),
+                        share,
+                        options: *options,
+                        identifier,
+                        slice: slice.cloned(),
+                    };
+                    let existed = broker.subscribe(&self.client_id, sub);
+                    if !shared_sub {
+                        let messages =
+                            broker.retained_for_subscription(&inner, *options, slice, existed, now);
+                        retained.extend(messages.into_iter().map(|m| (m, *options)));
                     }
-                    Ok(share) if !self.may_subscribe(share.map_or(filter, |(_, f)| f)) => {
-                        self.not_granted(filter)
-                    }
-                    // Refused before any channel cursor opens, so nothing of it is
-                    // ever served (A-149, B-094).
-                    Ok(_) if let Some(why) = self.past_max_subscriptions(filter) => {
-                        self.suback_reason = Some(why);
-                        reason::QUOTA_EXCEEDED
-                    }
-                    Ok(share) => {
-                        if share.is_none() {
-                            let deletions = subscribe
-                                .properties
-                                .user_properties
-                                .iter()
-                                .any(|(k, _)| k == DELETIONS);
-                            self.open_cursors(filter, *options, identifier, deletions)
-                                .await;
-                        }
-                        let mut broker = self.shared.broker.borrow_mut();
-                        {
-                            let (share, inner) = match share {
-                                Some((name, inner)) => (Some(name.to_string()), inner.to_string()),
-                                None => (None, filter.clone()),
-                            };
-                            let shared_sub = share.is_some();
-                            let sub = Subscription {
-                                filter: inner.clone(),
-                                share,
-                                options: *options,
-                                identifier,
-                            };
-                            let existed = broker.subscribe(&self.client_id, sub);
-                            if !shared_sub {
-                                let messages = broker
-                                    .retained_for_subscription(&inner, *options, existed, now);
-                                retained.extend(messages.into_iter().map(|m| (m, *options)));
-                            }
-                            options.qos as u8
-                        }
-                    }
-                };
+                    options.qos as u8
+                }
+            };
             if granted >= 0x80 {
                 self.shared
                     .broker
@@ -1277,13 +1283,14 @@ impl Conn {
     /// Checks one filter of a SUBSCRIBE (RFC 0002 "Shared subscriptions" and the
     /// SUBACK table). `Ok(Ok(share))` grants it, with the share name and inner filter
     /// of a shared subscription; `Ok(Err(code))` refuses the filter alone; `Err` ends
-    /// the connection.
+    /// the connection. `declared` is the packet's `saguin-filter` declaration.
     #[allow(clippy::type_complexity)]
     fn check_filter<'f>(
-        &self,
+        &mut self,
         filter: &'f str,
         no_local: bool,
         properties: &Properties,
+        declared: &Result<Option<partition::Slice>, partition::Refusal>,
     ) -> Result<Result<Option<(&'f str, &'f str)>, u8>, End> {
         let v5 = self.protocol == ProtocolVersion::V5;
         if !topic::is_valid_filter(filter) {
@@ -1294,12 +1301,31 @@ impl Conn {
                 Err(End::Close)
             };
         }
-        // The one saguin- property a SUBSCRIBE may carry here is `saguin-deletions:
-        // true` (gaps G-19); any other, or another value, refuses every filter.
+        // The saguin- properties a SUBSCRIBE may carry are `saguin-deletions: true`
+        // (gaps G-19) and `saguin-filter`; any other, or another value, refuses every
+        // filter.
         let unread = |(k, v): &(String, String)| {
-            k.starts_with("saguin-") && !(k == DELETIONS && v == "true")
+            k.starts_with("saguin-") && !(k == DELETIONS && v == "true") && k != partition::PROPERTY
         };
         if properties.user_properties.iter().any(unread) {
+            return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
+        }
+        // A malformed declaration refuses every filter; a valid one refuses a shared
+        // or queue form alone, by its prefix (C-161, C-167..C-169).
+        let refused = match declared {
+            Err(refusal) => Some(refusal.clone()),
+            Ok(Some(_)) => partition::allowed_on(filter).err(),
+            Ok(None) => None,
+        };
+        if let Some(refusal) = refused {
+            log::debug!(
+                "{}: {} refused filter {filter:?} 0x83: {refusal}",
+                self.peer,
+                self.client_id
+            );
+            // The SUBACK's Reason String (C-187, C-189: dropped without Request
+            // Problem Information).
+            self.suback_reason = Some(refusal.to_string());
             return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
         }
         let mut inner = filter;

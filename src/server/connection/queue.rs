@@ -132,6 +132,7 @@ impl Conn {
             share: None,
             options,
             identifier,
+            slice: None,
         };
         broker.subscribe(&self.client_id, sub);
         broker

@@ -348,7 +348,7 @@ impl Conn {
             cursor.next = position;
             cursor.unsettled.clear();
             cursor.stored = Some(position);
-            cursor.caught_up = false;
+            cursor.wake();
             let before = s.queue.len();
             let mut freed = 0;
             s.queue.retain(|d| {
