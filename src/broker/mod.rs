@@ -87,15 +87,12 @@ pub struct Broker {
 impl Broker {
     /// A broker with no sessions, serving `channels`.
     pub fn new(settings: Settings, mut channels: Channels) -> Broker {
-        let mut retained = RetainedStore::new(settings.retained_max_bytes);
+        let mut retained = RetainedStore::new(settings.retained_retention_period);
         if let Some(durable) = &mut channels.retained {
-            for message in std::mem::take(&mut durable.loaded) {
-                if !retained.store(&message) {
-                    log::warn!(
-                        "retained value of {} does not fit retained_max_bytes; not served",
-                        message.topic
-                    );
-                }
+            let (now, now_ms) = (Instant::now(), records::now_ms());
+            for loaded in std::mem::take(&mut durable.loaded) {
+                let age = Duration::from_millis(now_ms.saturating_sub(loaded.stored_ms));
+                retained.load(loaded.message, age, now);
             }
         }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
@@ -303,7 +300,7 @@ impl Broker {
             self.fire_delayed_will(&client_id);
             self.end_session(&client_id);
         }
-        self.retained.purge_expired(now);
+        self.retained.purge(now);
         self.budgets.prune(now);
         self.abandon_held_qos2(now);
         self.drop_expired_backlog(now);
@@ -405,7 +402,7 @@ impl Broker {
             .wills_published
             .set(self.metrics.wills_published.get() + 1);
         // A Will's topic passed the same checks as a publish at CONNECT.
-        let _ = self.publish(Arc::new(message));
+        self.publish(Arc::new(message));
     }
 
     /// Ends a session: its subscriptions leave the index and it is forgotten.
@@ -502,28 +499,25 @@ impl Broker {
         self.retained.matching(filter, now)
     }
 
-    /// Routes a publish. Returns the reason code for the publisher (0x00, or 0x97 when
-    /// a retained value finds no room).
-    pub fn publish(&mut self, message: Arc<Message>) -> u8 {
+    /// Routes a publish whose storage is done: a broadcast (its retained value, if
+    /// any, already written through by `channels::write_retained`) is handed out now;
+    /// one bound for a channel is left for the server to store (`take_unstored`).
+    pub fn publish(&mut self, message: Arc<Message>) {
         match self.destination(&message.topic) {
             Destination::Broadcast => self.broadcast(message),
-            // Stored by the server, which awaits the provider (`take_unstored`).
-            Destination::Channel(id) => {
-                self.unstored.push((id, message));
-                reason::SUCCESS
-            }
+            Destination::Channel(id) => self.unstored.push((id, message)),
         }
     }
 
-    fn broadcast(&mut self, message: Arc<Message>) -> u8 {
-        if message.retain && !self.retained.store(&message) {
-            return reason::QUOTA_EXCEEDED;
+    fn broadcast(&mut self, message: Arc<Message>) {
+        if message.retain {
+            // Its provider took it already: the store's one bound (B-432).
+            self.retained.store(&message, Instant::now());
         }
         self.metrics
             .messages_received
             .set(self.metrics.messages_received.get() + 1);
         self.fan_out(message, false);
-        reason::SUCCESS
     }
 
     /// Hands `message` to every subscription matching its topic (only the shared

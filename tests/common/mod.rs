@@ -32,6 +32,8 @@ pub struct Broker {
     pub addr: SocketAddr,
     /// The directory holding its configuration.
     pub dir: PathBuf,
+    /// What it printed before it reported its listener (at most 200 lines).
+    pub startup_log: Vec<String>,
     log: mpsc::Receiver<String>,
 }
 
@@ -133,7 +135,7 @@ impl Broker {
                     seen.join("\n")
                 )
             });
-            if seen.len() < 50 {
+            if seen.len() < 200 {
                 seen.push(line.clone());
             }
             if let Some(addr) = line.split("listening on ").nth(1) {
@@ -144,6 +146,7 @@ impl Broker {
             child,
             addr,
             dir,
+            startup_log: seen,
             log,
         }
     }

@@ -35,7 +35,8 @@ pub(super) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
             {
                 return code;
             }
-            shared.broker.borrow_mut().publish(message)
+            shared.broker.borrow_mut().publish(message);
+            reason::SUCCESS
         }
         Destination::Channel(id) => store(shared, id, message).await,
     }
