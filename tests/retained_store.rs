@@ -1,10 +1,11 @@
 //! The retained store for broadcast topics over real sockets and restarts (RFC 0002
 //! "Retained messages on a broadcast topic", RFC 0003 "Retained messages"): the
 //! retention period in memory and on reload, the provider's max_bytes as the one
-//! bound, and topics a channel claims after a restart.
+//! bound, topics a channel claims after a restart, and retained Wills.
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{Broker, Raw, opts, temp_dir, user_property};
@@ -219,4 +220,48 @@ fn a_retained_value_a_new_channel_claims_is_moved_or_discarded_at_startup_a052_b
     let dir = broker.stop();
     let broker = Broker::start_in(dir, &after);
     check(&broker, "second");
+}
+
+/// Connects `client` with a retained QoS 1 Will to `topic`, then drops the socket so
+/// the Will fires.
+fn die_with_will(broker: &Broker, client: &str, topic: &str, payload: &[u8]) {
+    let mut connect = common::connect(V5, client, true);
+    connect.will = Some(codec::Will {
+        topic: topic.into(),
+        payload: payload.to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        properties: codec::Properties::default(),
+    });
+    let (raw, ack) = Raw::handshake(broker.addr, connect);
+    assert_eq!(ack.code, 0);
+    drop(raw);
+}
+
+#[test]
+fn a_retained_will_is_written_through_and_survives_a_restart_c248() {
+    let yaml = config("", "");
+    let broker = Broker::start_in(temp_dir("retained-will"), &yaml);
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("will/#", opts(QoS::AtLeastOnce));
+    die_with_will(&broker, "dying", "will/dying", b"gone");
+    assert_eq!(&*watcher.recv_publish().payload, b"gone");
+    drop(watcher);
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, &yaml);
+    let got = retained_values(&broker, "reader", "will/#");
+    assert_eq!(got.len(), 1);
+    assert_eq!((&*got[0].payload, got[0].retain), (&b"gone"[..], true));
+
+    // An empty retained Will deletes the value, durably too.
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("will/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*watcher.recv_publish().payload, b"gone");
+    die_with_will(&broker, "dying", "will/dying", b"");
+    assert!(watcher.recv_publish().payload.is_empty());
+    drop(watcher);
+    let dir: PathBuf = broker.stop();
+    let broker = Broker::start_in(dir, &yaml);
+    assert!(retained_values(&broker, "after", "will/#").is_empty());
 }

@@ -77,8 +77,9 @@ pub struct Broker {
     budgets: PublishBudgets,
     /// When the next sweep of groups' backlogs held by away members is due.
     next_backlog_sweep: Instant,
-    /// Wills bound for a channel, waiting to be stored.
-    unstored: Vec<(ChannelId, Arc<Message>)>,
+    /// Wills that fired and must be stored before they are handed out (bound for a
+    /// channel, or retained on a broadcast topic), waiting for the server.
+    unstored: Vec<Arc<Message>>,
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
@@ -401,8 +402,20 @@ impl Broker {
         self.metrics
             .wills_published
             .set(self.metrics.wills_published.get() + 1);
-        // A Will's topic passed the same checks as a publish at CONNECT.
-        self.publish(Arc::new(message));
+        // A Will's topic passed the same checks as a publish at CONNECT. What must be
+        // stored first - a channel's record, a retained broadcast value - takes the
+        // ordinary publish path from the server (`take_unstored`, C-248); a plain
+        // broadcast needs no storage and goes now.
+        let message = Arc::new(message);
+        let stored_first = match self.destination(&message.topic) {
+            Destination::Channel(_) => true,
+            Destination::Broadcast => message.retain && self.channels.retained.is_some(),
+        };
+        if stored_first {
+            self.unstored.push(message);
+        } else {
+            self.broadcast(message);
+        }
     }
 
     /// Ends a session: its subscriptions leave the index and it is forgotten.
@@ -505,7 +518,7 @@ impl Broker {
     pub fn publish(&mut self, message: Arc<Message>) {
         match self.destination(&message.topic) {
             Destination::Broadcast => self.broadcast(message),
-            Destination::Channel(id) => self.unstored.push((id, message)),
+            Destination::Channel(_) => self.unstored.push(message),
         }
     }
 
@@ -615,8 +628,9 @@ impl Broker {
         self.handed
     }
 
-    /// Messages the broker published itself (Wills) that a channel must store.
-    pub fn take_unstored(&mut self) -> Vec<(ChannelId, Arc<Message>)> {
+    /// Messages the broker published itself (Wills) that must be stored first: the
+    /// server sends each down the ordinary publish path (`connection::route`).
+    pub fn take_unstored(&mut self) -> Vec<Arc<Message>> {
         std::mem::take(&mut self.unstored)
     }
 
