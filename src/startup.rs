@@ -123,8 +123,10 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     let retained = &config.broker.retained;
     let provider = provider_named(config, &mut providers, &retained.storage)
         .map_err(|e| format!("broker.retained.storage: {e}"))?;
-    channels.retained =
-        Some(crate::broker::retained::Durable::open(provider, retained.retention_period).await?);
+    let durable =
+        crate::broker::retained::Durable::open(provider, retained.retention_period, &channels)
+            .await?;
+    channels.retained = Some(durable);
     Ok((channels, schedule))
 }
 

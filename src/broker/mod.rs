@@ -78,8 +78,9 @@ pub struct Broker {
     budgets: PublishBudgets,
     /// When the next sweep of groups' backlogs held by away members is due.
     next_backlog_sweep: Instant,
-    /// Wills bound for a channel, waiting to be stored.
-    unstored: Vec<(ChannelId, Arc<Message>)>,
+    /// Wills that fired and must be stored before they are handed out (bound for a
+    /// channel, or retained on a broadcast topic), waiting for the server.
+    unstored: Vec<Arc<Message>>,
     /// Client ids whose lapsed sessions left channel positions in storage, to be
     /// discarded by the server, which awaits the providers.
     lapsed: Vec<Arc<str>>,
@@ -91,15 +92,12 @@ pub struct Broker {
 impl Broker {
     /// A broker with no sessions, serving `channels`.
     pub fn new(settings: Settings, mut channels: Channels) -> Broker {
-        let mut retained = RetainedStore::new(settings.retained_max_bytes);
+        let mut retained = RetainedStore::new(settings.retained_retention_period);
         if let Some(durable) = &mut channels.retained {
-            for message in std::mem::take(&mut durable.loaded) {
-                if !retained.store(&message) {
-                    log::warn!(
-                        "retained value of {} does not fit retained_max_bytes; not served",
-                        message.topic
-                    );
-                }
+            let (now, now_ms) = (Instant::now(), records::now_ms());
+            for loaded in std::mem::take(&mut durable.loaded) {
+                let age = Duration::from_millis(now_ms.saturating_sub(loaded.stored_ms));
+                retained.load(loaded.message, age, now);
             }
         }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
@@ -308,7 +306,7 @@ impl Broker {
             self.fire_delayed_will(&client_id);
             self.lapse_session(&client_id);
         }
-        self.retained.purge_expired(now);
+        self.retained.purge(now);
         self.budgets.prune(now);
         self.abandon_held_qos2(now);
         self.drop_expired_backlog(now);
@@ -410,11 +408,19 @@ impl Broker {
         self.metrics
             .wills_published
             .set(self.metrics.wills_published.get() + 1);
-        // A Will's topic passed the same checks as a publish at CONNECT.
-        let topic = message.topic.clone();
-        let code = self.publish(Arc::new(message));
-        if code != reason::SUCCESS {
-            log::warn!("the Will of {client_id} to {topic:?} was refused 0x{code:02X}"); // C-266
+        // A Will's topic passed the same checks as a publish at CONNECT. What must be
+        // stored first - a channel's record, a retained broadcast value - takes the
+        // ordinary publish path from the server (`take_unstored`, C-248); a plain
+        // broadcast needs no storage and goes now.
+        let message = Arc::new(message);
+        let stored_first = match self.destination(&message.topic) {
+            Destination::Channel(_) => true,
+            Destination::Broadcast => message.retain && self.channels.retained.is_some(),
+        };
+        if stored_first {
+            self.unstored.push(message);
+        } else {
+            self.broadcast(message);
         }
     }
 
@@ -547,28 +553,25 @@ impl Broker {
         self.retained.matching(filter, now)
     }
 
-    /// Routes a publish. Returns the reason code for the publisher (0x00, or 0x97 when
-    /// a retained value finds no room).
-    pub fn publish(&mut self, message: Arc<Message>) -> u8 {
+    /// Routes a publish whose storage is done: a broadcast (its retained value, if
+    /// any, already written through by `channels::write_retained`) is handed out now;
+    /// one bound for a channel is left for the server to store (`take_unstored`).
+    pub fn publish(&mut self, message: Arc<Message>) {
         match self.destination(&message.topic) {
             Destination::Broadcast => self.broadcast(message),
-            // Stored by the server, which awaits the provider (`take_unstored`).
-            Destination::Channel(id) => {
-                self.unstored.push((id, message));
-                reason::SUCCESS
-            }
+            Destination::Channel(_) => self.unstored.push(message),
         }
     }
 
-    fn broadcast(&mut self, message: Arc<Message>) -> u8 {
-        if message.retain && !self.retained.store(&message) {
-            return reason::QUOTA_EXCEEDED;
+    fn broadcast(&mut self, message: Arc<Message>) {
+        if message.retain {
+            // Its provider took it already: the store's one bound (B-432).
+            self.retained.store(&message, Instant::now());
         }
         self.metrics
             .messages_received
             .set(self.metrics.messages_received.get() + 1);
         self.fan_out(message, false);
-        reason::SUCCESS
     }
 
     /// Hands `message` to every subscription matching its topic (only the shared
@@ -671,8 +674,9 @@ impl Broker {
         self.handed
     }
 
-    /// Messages the broker published itself (Wills) that a channel must store.
-    pub fn take_unstored(&mut self) -> Vec<(ChannelId, Arc<Message>)> {
+    /// Messages the broker published itself (Wills) that must be stored first: the
+    /// server sends each down the ordinary publish path (`connection::route`).
+    pub fn take_unstored(&mut self) -> Vec<Arc<Message>> {
         std::mem::take(&mut self.unstored)
     }
 

@@ -47,8 +47,9 @@ pub struct Settings {
     /// `broker.share.expires_after`: how long a shared group's delivery waits for a
     /// member to take it before it is dropped; `None` keeps it as long as the session.
     pub share_expires_after: Option<Duration>,
-    /// Bytes the in-memory retained store may hold.
-    pub retained_max_bytes: usize,
+    /// `broker.retained.retention_period`: how long a retained broadcast value is
+    /// kept after it was stored; `None` keeps it until its Message Expiry.
+    pub retained_retention_period: Option<Duration>,
     /// `limits.max_header_count`: User Properties a publish may carry.
     pub max_header_count: usize,
     /// `limits.max_header_bytes`: their keys and values together.
@@ -85,7 +86,7 @@ impl Default for Settings {
             qos2_max_inflight: 20,
             qos2_expires_after: Duration::from_secs(300),
             share_expires_after: None,
-            retained_max_bytes: 16 * 1024 * 1024,
+            retained_retention_period: None,
             max_header_count: 32,
             max_header_bytes: 8 * 1024,
             publish_rate: None,
@@ -129,6 +130,7 @@ impl Settings {
             qos2_max_inflight: broker.qos2.max_inflight_per_client as usize,
             qos2_expires_after: broker.qos2.expires_after,
             share_expires_after: broker.share.expires_after,
+            retained_retention_period: broker.retained.retention_period,
             ..Settings::default()
         }
     }

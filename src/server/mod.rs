@@ -360,13 +360,15 @@ pub(crate) async fn drop_lapsed_positions(shared: &Shared) {
     }
 }
 
-/// Stores the Wills that fired into channels.
+/// Sends the Wills that fired and must be stored first (into a channel, or a retained
+/// broadcast value) down the ordinary publish path (C-248).
 pub(crate) async fn store_unstored(shared: &Shared) {
     let unstored = shared.broker.borrow_mut().take_unstored();
-    for (channel, message) in unstored {
-        let code = connection::store(shared, channel, message).await;
+    for message in unstored {
+        let topic = message.topic.clone();
+        let code = connection::route(shared, message).await;
         if code != 0 {
-            log::warn!("a Will bound for a channel was refused 0x{code:02X}");
+            log::warn!("a Will to {topic:?} was refused 0x{code:02X}");
         }
     }
 }

@@ -27,7 +27,7 @@ const WINDOW_RECORDS: usize = 64;
 
 /// Routes a publish: broadcast at once, or into its channel's provider, returning the
 /// reason code for the publisher once the record is stored or refused.
-pub(super) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
+pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
     let destination = shared.broker.borrow().destination(&message.topic);
     match destination {
         Destination::Broadcast => {
@@ -36,7 +36,8 @@ pub(super) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
             {
                 return code;
             }
-            shared.broker.borrow_mut().publish(message)
+            shared.broker.borrow_mut().publish(message);
+            reason::SUCCESS
         }
         Destination::Channel(id) => store(shared, id, message).await,
     }
@@ -76,7 +77,7 @@ async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
 }
 
 /// Stores `message` in channel `id` (RFC 0002 "Publishing").
-pub(crate) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>) -> u8 {
+pub(super) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>) -> u8 {
     let (provider, name, kind) = {
         let broker = shared.broker.borrow();
         let channel = broker.channels.get(id);

@@ -18,8 +18,7 @@ mod outbox;
 mod queue;
 mod verbs;
 
-use channels::route;
-pub(crate) use channels::store;
+pub(crate) use channels::route;
 use verbs::Verb;
 
 use super::Shared;
@@ -1493,6 +1492,8 @@ impl Conn {
             self.queue_packet(&Packet::Disconnect(disconnect));
         }
         let _ = self.flush().await;
+        // A Will that must be stored first goes now rather than at the next tick.
+        crate::server::store_unstored(&self.shared).await;
         linger(&mut self.stream).await;
         log::info!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
     }
