@@ -224,6 +224,87 @@ fn a_latest_channel_serves_current_values_with_retain_and_an_empty_publish_delet
     );
 }
 
+/// Receives `n` publishes: (topic, payload, RETAIN), sorted.
+fn state(reader: &mut Raw, n: usize) -> Vec<(String, String, bool)> {
+    let mut got: Vec<_> = (0..n)
+        .map(|_| {
+            let p = reader.recv_publish();
+            let payload = String::from_utf8_lossy(&p.payload).into_owned();
+            (p.topic.to_string(), payload, p.retain)
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+fn current(topic: &str, payload: &str) -> (String, String, bool) {
+    (topic.to_string(), payload.to_string(), true)
+}
+
+#[test]
+fn every_subscribe_to_a_latest_channel_is_shown_its_current_state_a083_a065() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/a", b"a1", QoS::AtMostOnce, false);
+    publisher.publish("state/b", b"b1", QoS::AtLeastOnce, false);
+    // A second SUBSCRIBE joins the cursor the first opened, which has read past b.
+    let mut reader = Raw::connected(broker.addr, V5, "second-filter");
+    reader.subscribe("state/a", opts(QoS::AtLeastOnce));
+    assert_eq!(state(&mut reader, 1), [current("state/a", "a1")]);
+    reader.subscribe("state/b", opts(QoS::AtLeastOnce));
+    assert_eq!(state(&mut reader, 1), [current("state/b", "b1")]);
+    reader.expect_nothing(Duration::from_millis(300));
+
+    // A durable consumer subscribing again from a stored position: the state below
+    // it as current state, and what changed since as it is.
+    let mut c = connect(V5, "durable-dashboard", false);
+    c.properties.session_expiry_interval = Some(600);
+    let (mut dash, _) = Raw::handshake(broker.addr, c.clone());
+    dash.subscribe("state/#", opts(QoS::AtLeastOnce));
+    for p in [dash.recv_publish(), dash.recv_publish()] {
+        dash.puback(&p);
+    }
+    dash.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(100));
+    publisher.publish("state/b", b"b2", QoS::AtLeastOnce, false);
+    let (mut dash, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let changed = dash.recv_publish();
+    assert_eq!((&*changed.topic, changed.retain), ("state/b", false));
+    dash.puback(&changed);
+    dash.expect_nothing(Duration::from_millis(300));
+    dash.subscribe("state/#", opts(QoS::AtLeastOnce));
+    assert_eq!(
+        state(&mut dash, 2),
+        [current("state/a", "a1"), current("state/b", "b2")]
+    );
+    dash.expect_nothing(Duration::from_millis(300));
+}
+
+#[test]
+fn retain_handling_and_retain_as_published_on_a_latest_channel_a085_c235() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/a", b"a1", QoS::AtLeastOnce, true);
+    let mut reader = Raw::connected(broker.addr, V5, "rh");
+    let mut never = opts(QoS::AtLeastOnce);
+    never.retain_handling = saguin::codec::RetainHandling::Never;
+    never.retain_as_published = true;
+    reader.subscribe("state/#", never);
+    reader.expect_nothing(Duration::from_millis(300));
+    // Live, published with RETAIN, to a Retain As Published subscription: a record
+    // keeps no publisher's flag, so only current state ever carries RETAIN.
+    publisher.publish("state/a", b"a2", QoS::AtLeastOnce, true);
+    let live = reader.recv_publish();
+    assert_eq!((&*live.payload, live.retain), (&b"a2"[..], false));
+    let mut if_new = opts(QoS::AtLeastOnce);
+    if_new.retain_handling = saguin::codec::RetainHandling::OnNewSubscribe;
+    reader.subscribe("state/#", if_new);
+    reader.expect_nothing(Duration::from_millis(300));
+    reader.subscribe("state/a", if_new);
+    assert_eq!(state(&mut reader, 1), [current("state/a", "a2")]);
+}
+
 #[test]
 fn a_plain_filter_inside_a_queue_is_refused_and_a_wide_one_never_sees_the_queue() {
     let broker = start();

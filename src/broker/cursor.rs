@@ -23,6 +23,19 @@ pub struct ChannelSub {
     pub slice: Option<Slice>,
 }
 
+/// A current-state pass over a latest channel for a subscription that joined after
+/// its cursor had read past records it must be shown: what its filter
+/// takes in `next..until` goes out once, RETAIN set, and never moves the position.
+#[derive(Debug, Clone)]
+pub struct Pass {
+    /// The subscription that asked for the current state.
+    pub sub: ChannelSub,
+    /// The next offset to read.
+    pub next: u64,
+    /// Where the cursor itself takes over.
+    pub until: u64,
+}
+
 /// A session's cursor on one channel.
 #[derive(Debug, Clone)]
 pub struct Cursor {
@@ -42,6 +55,9 @@ pub struct Cursor {
     pub caught_up: bool,
     /// Wake-ups so far: a read that began before one cannot have seen what it was for.
     pub wakes: u64,
+    /// Current-state passes still to read, oldest first: at most one per filter, so
+    /// bounded by `limits.max_subscriptions`.
+    pub passes: Vec<Pass>,
 }
 
 impl Cursor {
@@ -55,6 +71,7 @@ impl Cursor {
             pass_until,
             caught_up: false,
             wakes: 0,
+            passes: Vec::new(),
         }
     }
 
@@ -78,6 +95,19 @@ impl Cursor {
     /// wake-up came while it was reading, whose record the read may have missed.
     pub fn found_nothing(&mut self, wakes_before: u64) {
         self.caught_up = self.wakes == wakes_before;
+    }
+
+    /// Shows `sub` the current state in `..until` (a latest channel's records below
+    /// where this cursor reads), replacing a pass its filter still had pending.
+    pub fn add_pass(&mut self, sub: ChannelSub, until: u64) {
+        self.passes.retain(|p| p.sub.filter != sub.filter);
+        if until > 0 {
+            self.passes.push(Pass {
+                sub,
+                next: 0,
+                until,
+            });
+        }
     }
 
     /// Adds or replaces a subscription reading through this cursor.

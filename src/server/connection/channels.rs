@@ -17,7 +17,7 @@ use crate::broker::partition::{self, Slice};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Message};
 use crate::broker::{Destination, topic};
-use crate::codec::{QoS, SubscriptionOptions, reason};
+use crate::codec::{QoS, RetainHandling, SubscriptionOptions, reason};
 use crate::storage::{RecordState, StorageError, WindowRequest};
 
 /// How often a moved position is written (RFC 0002 `ack_commit_interval`, 200ms).
@@ -162,7 +162,13 @@ impl Conn {
     /// Opens (or joins) a cursor on every channel `filter` touches, recorded before
     /// the SUBACK so nothing landing in between is missed. A cursor starts at the
     /// stored position of a durable consumer, else at the floor or, for `start:
-    /// tail`, the head (gaps G-11, G-12).
+    /// tail`, the head (gaps G-11, G-12). A latest channel shows the subscription its
+    /// current state, as Retain Handling allows (`existed`: the filter replaces one
+    /// the session held), however far the cursor had read.
+    ///
+    /// # Errors
+    /// A channel's bounds or the stored position could not be read: nothing is
+    /// opened, and the filter is refused 0x83 rather than served from a guess.
     pub(super) async fn open_cursors(
         &mut self,
         filter: &str,
@@ -170,7 +176,8 @@ impl Conn {
         identifier: Option<u32>,
         deletions: bool,
         slice: Option<Slice>,
-    ) {
+        existed: bool,
+    ) -> Result<(), ()> {
         let sub = ChannelSub {
             filter: filter.to_string(),
             options,
@@ -178,70 +185,104 @@ impl Conn {
             deletions,
             slice,
         };
+        let wants_state = match options.retain_handling {
+            RetainHandling::OnSubscribe => true,
+            RetainHandling::OnNewSubscribe => !existed,
+            RetainHandling::Never => false,
+        };
         let touched = self.shared.broker.borrow().channels.reach(filter).0;
+        // Everything read first, so a failure leaves the session as it was.
+        let mut opened = Vec::new();
         for id in touched {
-            let joined = self.with_session(|s| match s.cursors.get_mut(&id) {
-                Some(cursor) => {
-                    cursor.add(sub.clone());
-                    cursor.wake();
-                    true
-                }
-                None => false,
-            });
-            if joined != Some(false) {
-                continue;
-            }
-            let (provider, name, kind, durable) = {
+            let (provider, name, kind, durable, joins) = {
                 let mut broker = self.shared.broker.borrow_mut();
-                let durable = broker
-                    .session(&self.client_id)
-                    .is_some_and(|s| s.outlives_connection());
+                let (durable, joins) =
+                    broker.session(&self.client_id).map_or((false, false), |s| {
+                        (s.outlives_connection(), s.cursors.contains_key(&id))
+                    });
                 let channel = broker.channels.get(id);
                 (
                     channel.provider.clone(),
                     channel.name.clone(),
                     channel.kind,
                     durable,
+                    joins,
                 )
             };
-            let stats = match provider.stats(&name).await {
-                Ok(stats) => stats,
-                Err(e) => {
-                    log::error!(
-                        "channel {name}: cannot read its bounds for {}: {e}",
-                        self.client_id
-                    );
-                    continue;
-                }
-            };
+            if joins {
+                opened.push((id, kind, None));
+                continue;
+            }
+            let stats = provider.stats(&name).await.map_err(|e| {
+                log::error!(
+                    "channel {name}: cannot read its bounds for {}: {e}",
+                    self.client_id
+                );
+            })?;
             let stored = if durable {
                 provider
                     .position(&self.client_id, &name)
                     .await
-                    .ok()
-                    .flatten()
+                    .map_err(|e| {
+                        log::error!(
+                            "channel {name}: cannot read the position of {}: {e}",
+                            self.client_id
+                        );
+                    })?
             } else {
                 None
             };
             let start = match (stored, kind) {
                 (Some(position), _) => position.max(stats.floor),
                 (None, Kind::Append { tail: true }) => stats.head,
+                // Retain Handling said not now: a latest channel's state is not read.
+                (None, Kind::Latest) if !wants_state => stats.head,
                 (None, _) => stats.floor,
             };
-            let pass_until = if kind == Kind::Latest && stored.is_none() {
+            // A reader new to the channel reads its current state as it goes; one
+            // resuming a stored position is shown what lies below it by a pass.
+            let pass_until = if kind == Kind::Latest && stored.is_none() && wants_state {
                 stats.head
             } else {
                 0
             };
             let mut cursor = Cursor::new(start, pass_until, stored);
             cursor.add(sub.clone());
-            let mut broker = self.shared.broker.borrow_mut();
-            let client = self.client_id.clone();
-            if let Some(session) = broker.session_of(&client, self.link.id) {
-                session.cursors.insert(id, cursor);
-                broker.channels.get_mut(id).readers.insert(client);
-            }
+            opened.push((id, kind, Some(cursor)));
         }
+        let mut broker = self.shared.broker.borrow_mut();
+        let client = self.client_id.clone();
+        let Some(session) = broker.session_of(&client, self.link.id) else {
+            return Ok(());
+        };
+        let mut new_readers = Vec::new();
+        for (id, kind, fresh) in opened {
+            let joined = fresh.is_none();
+            let cursor = match fresh {
+                Some(fresh) => {
+                    new_readers.push(id);
+                    session.cursors.entry(id).or_insert(fresh)
+                }
+                None => match session.cursors.get_mut(&id) {
+                    Some(cursor) => {
+                        cursor.add(sub.clone());
+                        cursor
+                    }
+                    None => continue,
+                },
+            };
+            // What the cursor has read past, or starts past, this subscription is
+            // shown by a pass; a new reader's own reading covers the rest.
+            if kind == Kind::Latest && wants_state && (joined || cursor.pass_until == 0) {
+                let until = cursor.next;
+                cursor.add_pass(sub.clone(), until);
+            }
+            cursor.wake();
+        }
+        for id in new_readers {
+            broker.channels.get_mut(id).readers.insert(client.clone());
+        }
+        Ok(())
     }
 
     /// Reads what the session's cursors are owed into its queue, as far as the session
@@ -249,7 +290,14 @@ impl Conn {
     /// room for what follows (RFC 0002 "How much a session may hold").
     pub(super) async fn pump_channels(&mut self) {
         loop {
-            let Some((id, from, room, wakes)) = self.next_read() else {
+            let Some(NextRead {
+                channel: id,
+                from,
+                room,
+                wakes,
+                pass,
+            }) = self.next_read()
+            else {
                 return;
             };
             let (provider, name) = {
@@ -279,6 +327,19 @@ impl Conn {
             let Some(cursor) = session.cursors.get_mut(&id) else {
                 continue;
             };
+            // Asked on every delivery, so a re-read acl_file applies (B-293).
+            let grants = session.principal.as_ref().map(|p| p.grants());
+            if pass {
+                let deliveries = current_state(cursor, window.records, &client, now, |topic| {
+                    grants
+                        .as_ref()
+                        .is_none_or(|g| g.channel_allows(&name, topic, Verb::Read))
+                });
+                for delivery in deliveries {
+                    session.enqueue(delivery);
+                }
+                continue;
+            }
             if cursor.next < window.floor {
                 log::warn!(
                     "{client}: channel {name} no longer holds offsets {}..{}; continuing at its floor",
@@ -291,8 +352,6 @@ impl Conn {
                 cursor.found_nothing(wakes);
                 continue;
             }
-            // Asked on every delivery, so a re-read acl_file applies (B-293).
-            let grants = session.principal.as_ref().map(|p| p.grants());
             let mut deliveries = Vec::with_capacity(window.records.len());
             for record in window.records {
                 if record.offset < cursor.next {
@@ -301,8 +360,7 @@ impl Conn {
                 cursor.next = record.offset + 1;
                 let own = records::origin(&record) == &*client;
                 let deletion = matches!(record.state, RecordState::Deleted);
-                let Some((qos, identifiers, retain_as_published)) =
-                    select(&cursor.subs, &record.topic, own, deletion)
+                let Some((qos, identifiers)) = select(&cursor.subs, &record.topic, own, deletion)
                 else {
                     continue; // no filter of this session takes it: settled at once
                 };
@@ -325,7 +383,9 @@ impl Conn {
                     cursor.caught_up = true;
                     break;
                 }
-                let retain = record.offset < cursor.pass_until || retain_as_published;
+                // Only the current-state pass carries RETAIN: a record keeps no
+                // publisher's flag for Retain As Published to pass on.
+                let retain = record.offset < cursor.pass_until;
                 cursor.unsettled.insert(record.offset);
                 let origin = Some((id, record.offset));
                 let message = Arc::new(records::from_record(record, qos, now));
@@ -344,18 +404,30 @@ impl Conn {
         }
     }
 
-    /// The cursor to read next, where it starts, how many bytes the session has room
-    /// for, and the cursor's wake-ups so far; `None` when nothing is owed or there is
-    /// no room.
-    pub(super) fn next_read(&self) -> Option<(ChannelId, u64, usize, u64)> {
+    /// What to read next, as far as the session has room; `None` when nothing is owed
+    /// or there is no room. A cursor's pending current-state pass is read first.
+    pub(super) fn next_read(&self) -> Option<NextRead> {
         let mut broker = self.shared.broker.borrow_mut();
         let session = broker.session_of(&self.client_id, self.link.id)?;
         let room = (session.queue_bound / 2).checked_sub(session.queued_bytes)?;
         if room == 0 {
             return None;
         }
-        let (id, cursor) = session.cursors.iter().find(|(_, c)| !c.caught_up)?;
-        Some((*id, cursor.next, room, cursor.wakes))
+        let (id, cursor) = session
+            .cursors
+            .iter()
+            .find(|(_, c)| !c.caught_up || !c.passes.is_empty())?;
+        let (from, pass) = match cursor.passes.first() {
+            Some(pass) => (pass.next, true),
+            None => (cursor.next, false),
+        };
+        Some(NextRead {
+            channel: *id,
+            from,
+            room,
+            wakes: cursor.wakes,
+            pass,
+        })
     }
 
     /// Whether `ACK_COMMIT_INTERVAL` has passed since positions were last written.
@@ -432,8 +504,8 @@ fn select(
     topic_name: &str,
     own: bool,
     deletion: bool,
-) -> Option<(QoS, Vec<u32>, bool)> {
-    let mut taken = None::<(QoS, Vec<u32>, bool)>;
+) -> Option<(QoS, Vec<u32>)> {
+    let mut taken = None::<(QoS, Vec<u32>)>;
     let wanted = |s: &&ChannelSub| {
         !(own && s.options.no_local)
             && (!deletion || s.deletions)
@@ -441,10 +513,68 @@ fn select(
             && partition::admits(s.slice.as_ref(), topic_name)
     };
     for sub in subs.iter().filter(wanted) {
-        let (qos, ids, rap) = taken.get_or_insert((QoS::AtMostOnce, Vec::new(), false));
+        let (qos, ids) = taken.get_or_insert((QoS::AtMostOnce, Vec::new()));
         *qos = (*qos).max(sub.options.qos);
         ids.extend(sub.identifier);
-        *rap |= sub.options.retain_as_published;
     }
     taken
+}
+
+/// What to read next: a channel's cursor, or its pending current-state pass.
+pub(super) struct NextRead {
+    channel: ChannelId,
+    from: u64,
+    /// Bytes the session has room for.
+    room: usize,
+    /// The cursor's wake-ups when the read began.
+    wakes: u64,
+    /// Whether this reads the cursor's first pass rather than the cursor.
+    pass: bool,
+}
+
+/// Moves the cursor's first current-state pass over `window`: each current value its
+/// filter takes (and `readable` allows) goes out with RETAIN set and no origin, so
+/// settling it never moves the position. The pass ends at its `until`
+/// or at the end of what is stored.
+fn current_state(
+    cursor: &mut Cursor,
+    window: Vec<crate::storage::Record>,
+    client: &str,
+    now: u64,
+    readable: impl Fn(&str) -> bool,
+) -> Vec<Delivery> {
+    let Some(pass) = cursor.passes.first_mut() else {
+        return Vec::new();
+    };
+    let mut done = window.is_empty();
+    let mut deliveries = Vec::new();
+    for record in window {
+        if record.offset >= pass.until {
+            done = true;
+            break;
+        }
+        pass.next = record.offset + 1;
+        if !matches!(record.state, RecordState::Stored) || !readable(&record.topic) {
+            continue;
+        }
+        let own = records::origin(&record) == client;
+        let Some((qos, identifiers)) =
+            select(std::slice::from_ref(&pass.sub), &record.topic, own, false)
+        else {
+            continue;
+        };
+        let message = Arc::new(records::from_record(record, qos, now));
+        deliveries.push(Delivery {
+            message,
+            qos,
+            retain: true,
+            identifiers,
+            origin: None,
+            held_until: None,
+        });
+    }
+    if done || pass.next >= pass.until {
+        cursor.passes.remove(0);
+    }
+    deliveries
 }

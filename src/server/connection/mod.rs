@@ -1209,15 +1209,32 @@ impl Conn {
                     self.suback_reason = Some(why);
                     reason::QUOTA_EXCEEDED
                 }
-                Ok(share) => {
+                Ok(share) => 'granted: {
                     if share.is_none() {
                         let deletions = subscribe
                             .properties
                             .user_properties
                             .iter()
                             .any(|(k, _)| k == DELETIONS);
-                        self.open_cursors(filter, *options, identifier, deletions, slice.cloned())
+                        let existed = self
+                            .with_session(|s| s.subscriptions.contains_key(filter.as_str()))
+                            .unwrap_or(false);
+                        let opened = self
+                            .open_cursors(
+                                filter,
+                                *options,
+                                identifier,
+                                deletions,
+                                slice.cloned(),
+                                existed,
+                            )
                             .await;
+                        if opened.is_err() {
+                            self.suback_reason = Some(format!(
+                                "{filter}: storage could not be read; subscribe again later"
+                            ));
+                            break 'granted reason::IMPLEMENTATION_SPECIFIC_ERROR;
+                        }
                     }
                     let mut broker = self.shared.broker.borrow_mut();
                     let (share, inner) = match share {
