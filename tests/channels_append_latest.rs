@@ -385,6 +385,41 @@ fn resume_after_restart_mid_read(prefix: &str) {
     reader.expect_nothing(Duration::from_millis(200));
 }
 
+/// B-457: positions acknowledged and then followed by silence are written within
+/// `ack_commit_interval`, not at the client's next packet, so SIGKILL loses none.
+#[test]
+fn positions_are_written_within_ack_commit_interval_of_an_idle_consumer_b457() {
+    let dir = common::temp_dir("ack-commit");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = CHANNELS.replace(
+        "  storage:\n",
+        "  session:\n    ack_commit_interval: 50ms\n  storage:\n",
+    );
+    let mut broker = Broker::start_in(dir, &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..6 {
+        let topic = format!("events/{i}");
+        publisher.publish(&topic, format!("{i}").as_bytes(), QoS::AtLeastOnce, false);
+    }
+    let mut c = connect(V5, "idle-reader", false);
+    c.properties.session_expiry_interval = Some(3600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    for _ in 0..6 {
+        let p = reader.recv_publish();
+        reader.puback(&p);
+    }
+    // Silent from here: no packet of the reader's wakes its connection.
+    std::thread::sleep(Duration::from_millis(400));
+    broker.signal("KILL");
+    let _ = broker.wait_exit();
+    let dir = broker.stop_killed();
+    let broker = Broker::start_in(dir, &yaml);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    reader.expect_nothing(Duration::from_millis(500));
+}
+
 #[test]
 fn a_durable_consumer_resumes_mid_read_across_a_restart_on_sqlite() {
     resume_after_restart_mid_read("events");

@@ -50,6 +50,9 @@ pub struct Settings {
     /// `broker.retained.retention_period`: how long a retained broadcast value is
     /// kept after it was stored; `None` keeps it until its Message Expiry.
     pub retained_retention_period: Option<Duration>,
+    /// `broker.session.ack_commit_interval`: how long a moved channel position may
+    /// wait before it is written (B-457).
+    pub ack_commit_interval: Duration,
     /// `limits.max_header_count`: User Properties a publish may carry.
     pub max_header_count: usize,
     /// `limits.max_header_bytes`: their keys and values together.
@@ -87,6 +90,7 @@ impl Default for Settings {
             qos2_expires_after: Duration::from_secs(300),
             share_expires_after: None,
             retained_retention_period: None,
+            ack_commit_interval: Duration::from_millis(200),
             max_header_count: 32,
             max_header_bytes: 8 * 1024,
             publish_rate: None,
@@ -131,6 +135,7 @@ impl Settings {
             qos2_expires_after: broker.qos2.expires_after,
             share_expires_after: broker.share.expires_after,
             retained_retention_period: broker.retained.retention_period,
+            ack_commit_interval: broker.session.ack_commit_interval,
             ..Settings::default()
         }
     }

@@ -3,11 +3,11 @@
 //!
 //! Architecture invariant: a channel publish is acknowledged only after its provider
 //! reports the record stored; a consumer's position moves only over settled offsets
-//! and is written at most every `ACK_COMMIT_INTERVAL`, and at the end of the
+//! and is written at most every `ack_commit_interval`, and at the end of the
 //! connection.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Conn, Shared};
 use crate::acl::Verb;
@@ -20,8 +20,6 @@ use crate::broker::{Destination, topic};
 use crate::codec::{QoS, RetainHandling, SubscriptionOptions, reason};
 use crate::storage::{RecordState, StorageError, WindowRequest};
 
-/// How often a moved position is written (RFC 0002 `ack_commit_interval`, 200ms).
-const ACK_COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 /// The most records one read takes.
 const WINDOW_RECORDS: usize = 64;
 
@@ -430,14 +428,26 @@ impl Conn {
         })
     }
 
-    /// Whether `ACK_COMMIT_INTERVAL` has passed since positions were last written.
+    /// Whether `broker.session.ack_commit_interval` has passed since positions were
+    /// last written.
     pub(super) fn positions_due(&self) -> bool {
         self.positions_stored_at
-            .is_none_or(|at| at.elapsed() >= ACK_COMMIT_INTERVAL)
+            .is_none_or(|at| at.elapsed() >= self.shared.settings.ack_commit_interval)
+    }
+
+    /// When moved positions must be written though nothing else wakes the connection:
+    /// `ack_commit_interval` after the last write, if a position moved since (B-457).
+    /// Only a connection that has written positions asks the session.
+    pub(super) fn positions_deadline(&self) -> Option<Instant> {
+        let at = self.positions_stored_at? + self.shared.settings.ack_commit_interval;
+        let moved = self
+            .with_session(|s| s.outlives_connection() && s.cursors.values().any(Cursor::dirty))
+            .unwrap_or(false);
+        moved.then_some(at)
     }
 
     /// Writes the positions of a durable consumer that moved: at most every
-    /// `ACK_COMMIT_INTERVAL`, or now when `force`.
+    /// `ack_commit_interval`, or now when `force`.
     pub(super) async fn store_positions(&mut self, force: bool) {
         if !force && !self.positions_due() {
             return;

@@ -759,6 +759,7 @@ impl Conn {
             if self.positions_due() {
                 Box::pin(self.store_positions(false)).await;
             }
+            let positions_due_at = self.positions_deadline();
             let (event, waited) = {
                 let Conn {
                     stream,
@@ -771,7 +772,20 @@ impl Conn {
                     async { Event::Read(reader.fill(stream).await) },
                     future::or(
                         async {
-                            woken.recv().await;
+                            // Moved positions are written when their interval is up,
+                            // even if nothing else wakes the connection (B-457).
+                            let wake = async {
+                                woken.recv().await;
+                            };
+                            match positions_due_at {
+                                Some(at) => {
+                                    future::or(wake, async {
+                                        smol::Timer::at(at).await;
+                                    })
+                                    .await
+                                }
+                                None => wake.await,
+                            }
                             Event::Woken
                         },
                         async {
