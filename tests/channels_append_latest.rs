@@ -332,6 +332,13 @@ fn a_dead_letter_channel_refuses_publishes_0x87() {
         publisher.publish("work/w1/todo/__dlq", b"x", QoS::AtLeastOnce, false),
         Some(0x87)
     );
+    // at QoS 2 the refusal is on the PUBREC, and nothing is held for a PUBREL.
+    assert_eq!(
+        publisher.publish("work/w1/todo/__dlq", b"x", QoS::ExactlyOnce, false),
+        Some(0x87)
+    );
+    publisher.send(&Packet::PubRel(saguin::codec::Ack::new(1, 0)));
+    assert!(matches!(publisher.recv(), Packet::PubComp(a) if a.code == 0x92));
 }
 
 #[test]

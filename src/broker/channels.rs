@@ -98,6 +98,13 @@ impl Channels {
         }
     }
 
+    /// Whether `topic` lands in a dead-letter channel, which takes records from its
+    /// queue alone: a publish or a Will there is refused before anything is held.
+    pub fn is_dead_letter(&self, topic: &str) -> bool {
+        self.resolve(topic)
+            .is_some_and(|id| self.get(id).kind == Kind::DeadLetter)
+    }
+
     /// The channels a subscription filter touches, queues left out (a queue's records
     /// leave only through its own form), and whether the filter lies wholly inside a
     /// queue's filter (refused 0x8F).

@@ -448,15 +448,11 @@ fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
             code
         });
     }
-    if let Some(will) = &connect.will {
-        // A dead-letter channel takes records from its queue alone, so a Will bound
-        // there could never be stored (A-245, C-254).
-        let broker = shared.broker.borrow();
-        if broker.channels.resolve(&will.topic).is_some_and(|id| {
-            broker.channels.get(id).kind == crate::broker::channels::Kind::DeadLetter
-        }) {
-            return Some(reason::TOPIC_NAME_INVALID);
-        }
+    // A Will bound for a dead-letter channel could never be stored (A-245, C-254).
+    if let Some(will) = &connect.will
+        && shared.broker.borrow().channels.is_dead_letter(&will.topic)
+    {
+        return Some(reason::TOPIC_NAME_INVALID);
     }
     None
 }
@@ -1026,6 +1022,19 @@ impl Conn {
                 publish.topic
             );
             return self.answer_publish(&publish, code);
+        }
+        // Refused on the PUBREC, before anything is held: at the
+        // PUBREL it would hold the message for a retry that can never succeed.
+        if publish.qos == QoS::ExactlyOnce
+            && self
+                .shared
+                .broker
+                .borrow()
+                .channels
+                .is_dead_letter(&publish.topic)
+        {
+            refused("not authorized");
+            return self.answer_publish(&publish, reason::NOT_AUTHORIZED);
         }
         if publish.qos == QoS::ExactlyOnce {
             let packet_id = publish.packet_id.unwrap_or(0);
