@@ -511,6 +511,33 @@ fn a_denied_qos2_is_capped_and_refused_b314() {
     }
 }
 
+/// B-314: a qos2 denial that arrives with a re-read acl_file holds a subscription
+/// granted QoS 2 before it to QoS 1 on delivery.
+#[test]
+fn a_qos2_denial_read_later_caps_what_was_granted_before_b314() {
+    let acl = features_acl("qos2");
+    let broker = start("deny-qos2-later", &acl);
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("alerts/#", opts(QoS::ExactlyOnce)), vec![2]);
+    std::fs::write(
+        broker.dir.join("acl.yaml"),
+        acl.replace(
+            "  alice: [all, less]\n  bob: [all]\n",
+            "  alice: [all]\n  bob: [all, less]\n",
+        ),
+    )
+    .unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let mut publisher = as_user(&broker, "alice-2", "alice");
+    assert_eq!(
+        publisher.publish("alerts/x", b"1", QoS::ExactlyOnce, false),
+        Some(0)
+    );
+    let got = bob.recv_publish();
+    assert_eq!((&*got.payload, got.qos), (&b"1"[..], QoS::AtLeastOnce));
+}
+
 /// B-290: a Will is asked again, as its client, when it fires: after a re-read
 /// that took the grant away it is logged and not published; before, it is.
 #[test]

@@ -1459,9 +1459,19 @@ impl Conn {
             if front.qos != QoS::AtMostOnce && !session.window_open() {
                 break;
             }
-            let Some(delivery) = session.queue.pop_front() else {
+            let Some(mut delivery) = session.queue.pop_front() else {
                 break;
             };
+            // A qos2 denial holds whatever the subscription was granted before it
+            // (a resumed session, an acl_file re-read) to QoS 1 (B-314).
+            if delivery.qos == QoS::ExactlyOnce
+                && session
+                    .principal
+                    .as_ref()
+                    .is_some_and(|p| p.denies(crate::acl::Feature::Qos2))
+            {
+                delivery.qos = QoS::AtLeastOnce;
+            }
             let charge = delivery.message.charge();
             // A broadcast that expired is gone; a channel's record is delivered anyway,
             // its countdown left out (gaps G-16).
