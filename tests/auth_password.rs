@@ -195,6 +195,8 @@ fn a_user_name_with_a_control_character_is_0x86_b200() {
         code(broker.addr, V5, Some("alice\u{7}"), Some("secret")),
         BAD_USER_NAME_OR_PASSWORD
     );
+    let line = broker.wait_log("control character");
+    assert!(line.contains("WARN"), "{line}");
 }
 
 fn refused(name: &str, file_text: &str) -> String {

@@ -169,7 +169,8 @@ async fn establish(
     };
     drop(gate);
     if let Err(code) = admitted {
-        log::info!(
+        // Refusals given to clients are warnings (B-021).
+        log::warn!(
             "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
             connect.client_id
         );
@@ -436,6 +437,10 @@ fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
         .as_deref()
         .is_some_and(|u| u.chars().any(|c| c == '\0' || is_control(c)))
     {
+        log::warn!(
+            "CONNECT from {:?}: its user name holds U+0000 or a control character, which no name may (B-200)",
+            connect.client_id
+        );
         return Some(reason::BAD_USER_NAME_OR_PASSWORD);
     }
     if let Some(will) = &connect.will
