@@ -87,6 +87,32 @@ fn a_point_read_at_qos0_is_dropped_unanswered_c005() {
 }
 
 #[test]
+fn a_seek_naming_no_append_channel_says_which_it_names_a207() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    let mut reasons = Vec::new();
+    for channel in ["nosuch", "state", "jobs"] {
+        let topic = format!("$saguin/consumer/{channel}/seek");
+        reader.send(&Packet::Publish(common::publish(
+            &topic,
+            b"0",
+            QoS::AtLeastOnce,
+            false,
+        )));
+        let Packet::PubAck(ack) = reader.recv() else {
+            panic!("expected PUBACK")
+        };
+        assert_eq!(ack.code, 0x90, "{channel}");
+        let why = ack.properties.reason_string.expect("a Reason String");
+        assert!(why.contains(channel), "{why}");
+        reasons.push(why);
+    }
+    assert!(reasons[0].contains("no channel"), "{reasons:?}");
+    assert!(reasons[1].contains("latest"), "{reasons:?}");
+    assert!(reasons[2].contains("queue"), "{reasons:?}");
+}
+
+#[test]
 fn point_reads_are_refused_on_the_puback_with_the_spec_codes() {
     let broker = start();
     let mut asker = Raw::connected(broker.addr, V5, "asker");

@@ -75,6 +75,9 @@ struct Conn {
     positions_stored_at: Option<Instant>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
     suback_reason: Option<String>,
+    /// The Reason String for the next refusing PUBACK or PUBREC, when the reason code
+    /// alone does not say which rule refused.
+    puback_reason: Option<String>,
     /// This client under the acl_file, when one is held (`connection/acl.rs`).
     acl: Option<Rc<crate::acl::Principal>>,
     /// A wait for the client or the broker was not over at once since the last
@@ -223,6 +226,7 @@ async fn establish(
         connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
         positions_stored_at: None,
         suback_reason: None,
+        puback_reason: None,
         acl: admitted.ok().flatten(),
         waited: false,
         shared,
@@ -1103,16 +1107,19 @@ impl Conn {
     /// Answers a publish with `code`: PUBACK or PUBREC, and on 3.1.1 a refusal closes
     /// the connection, since its acknowledgements carry no code. At QoS 0 nothing is
     /// sent and nothing closes, on 3.1.1 as on MQTT 5 (A-183, B-122, B-287).
-    fn answer_publish(&mut self, publish: &Publish, code: u8) -> Result<(), End> {
+    pub(super) fn answer_publish(&mut self, publish: &Publish, code: u8) -> Result<(), End> {
         let Some(packet_id) = publish.packet_id else {
+            self.puback_reason = None;
             return Ok(());
         };
         if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
             return Err(End::Close);
         }
         let mut ack = Ack::new(packet_id, code);
+        let why = self.puback_reason.take();
         if code >= 0x80 && self.problem_info {
-            ack.properties.reason_string = Some(refusal_text(code).to_string());
+            ack.properties.reason_string =
+                Some(why.unwrap_or_else(|| refusal_text(code).to_string()));
         }
         let packet = match publish.qos {
             QoS::ExactlyOnce => Packet::PubRec(ack),

@@ -9,9 +9,7 @@ use crate::broker::queue::lease::{Verdict, Worker};
 use crate::broker::queue::{Event, FORM_PREFIX};
 use crate::broker::session::{HeldQos2, Inflight, Subscription};
 use crate::broker::topic;
-use crate::codec::{
-    Ack, Packet, Properties, ProtocolVersion, Publish, QoS, SubscriptionOptions, reason,
-};
+use crate::codec::{Properties, ProtocolVersion, Publish, QoS, SubscriptionOptions, reason};
 use crate::storage::Record;
 
 /// A job was stored: its owner learns of it, and nobody else does - a queue's records
@@ -159,11 +157,8 @@ impl Conn {
                 self.client_id,
                 publish.topic
             );
-            return Some(self.answer_response(
-                publish,
-                reason::TOPIC_NAME_INVALID,
-                Some(format!("{name} is not a queue")),
-            ));
+            self.puback_reason = Some(format!("{name} is not a queue"));
+            return Some(self.answer_publish(publish, reason::TOPIC_NAME_INVALID));
         };
         if !self.may_consume(name) {
             // The response topic is part of consume (B-282).
@@ -178,11 +173,8 @@ impl Conn {
                 .borrow()
                 .metrics
                 .refuse_publish("not authorized");
-            return Some(self.answer_response(
-                publish,
-                reason::NOT_AUTHORIZED,
-                Some(format!("not authorized: no consume on queue {name}")),
-            ));
+            self.puback_reason = Some(format!("not authorized: no consume on queue {name}"));
+            return Some(self.answer_publish(publish, reason::NOT_AUTHORIZED));
         }
         let verdict = Verdict::parse(&publish.payload);
         let correlation = publish.properties.correlation_data.clone();
@@ -201,31 +193,7 @@ impl Conn {
             };
             self.with_session(|s| s.incoming.insert(id, held));
         }
-        Some(self.answer_response(publish, reason::SUCCESS, None))
-    }
-
-    fn answer_response(
-        &mut self,
-        publish: &Publish,
-        code: u8,
-        why: Option<String>,
-    ) -> Result<(), End> {
-        if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
-            return Err(End::Close);
-        }
-        let Some(packet_id) = publish.packet_id else {
-            return Ok(());
-        };
-        let mut ack = Ack::new(packet_id, code);
-        if self.problem_info {
-            ack.properties.reason_string = why;
-        }
-        let packet = match publish.qos {
-            QoS::ExactlyOnce => Packet::PubRec(ack),
-            _ => Packet::PubAck(ack),
-        };
-        self.queue_packet(&packet);
-        Ok(())
+        Some(self.answer_publish(publish, reason::SUCCESS))
     }
 
     /// Tells a queue's owner that the worker acknowledged the PUBLISH of an offer (call

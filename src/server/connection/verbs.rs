@@ -268,8 +268,12 @@ impl Conn {
     /// `$saguin/consumer/<channel>/seek`: moves this consumer's position to an offset
     /// (decimal) or a time (RFC 3339, with its zone).
     async fn seek(&mut self, channel: &str, publish: &Publish) -> (u8, Option<Publish>) {
-        let Some(id) = self.append_channel(channel) else {
-            return (reason::TOPIC_NAME_INVALID, None);
+        let id = match self.append_channel(channel) {
+            Ok(id) => id,
+            Err(why) => {
+                self.puback_reason = Some(why);
+                return (reason::TOPIC_NAME_INVALID, None);
+            }
         };
         if !self.may_seek(channel) {
             return (reason::NOT_AUTHORIZED, None); // seek on the append channel (B-282)
@@ -328,14 +332,21 @@ impl Conn {
         )
     }
 
-    fn append_channel(&self, name: &str) -> Option<ChannelId> {
+    /// The append (or dead-letter) channel a seek names; `Err` says which it is not,
+    /// for the PUBACK's Reason String.
+    fn append_channel(&self, name: &str) -> Result<ChannelId, String> {
         let broker = self.shared.broker.borrow();
-        let id = broker.channels.by_name(name)?;
-        matches!(
-            broker.channels.get(id).kind,
-            Kind::Append { .. } | Kind::DeadLetter
-        )
-        .then_some(id)
+        let id = broker
+            .channels
+            .by_name(name)
+            .ok_or_else(|| format!("no channel is named {name}"))?;
+        match broker.channels.get(id).kind {
+            Kind::Append { .. } | Kind::DeadLetter => Ok(id),
+            Kind::Latest => Err(format!(
+                "{name} is a latest channel: only an append channel seeks"
+            )),
+            Kind::Queue => Err(format!("{name} is a queue: only an append channel seeks")),
+        }
     }
 
     /// Points the session's cursor on channel `id` at `position`: what it had queued and
