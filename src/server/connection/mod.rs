@@ -999,9 +999,10 @@ impl Conn {
             }
             return Ok(());
         }
-        let settings = &self.shared.settings;
+        let shared = self.shared.clone();
+        let settings = &shared.settings;
         let refused = |label| {
-            self.shared.broker.borrow().metrics.refuse_publish(label);
+            shared.broker.borrow().metrics.refuse_publish(label);
         };
         let code = match check_topic_name(&publish.topic, settings) {
             Err(code) => {
@@ -1081,26 +1082,35 @@ impl Conn {
 
     /// The publish quota (RFC 0002 "How fast one client may publish"; max_header_count,
     /// max_header_bytes): 0x97 before routing or storage, counted by label.
-    fn check_quota(&self, publish: &Publish) -> u8 {
+    fn check_quota(&mut self, publish: &Publish) -> u8 {
         let settings = &self.shared.settings;
         let headers = &publish.properties.user_properties;
         let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
         let mut broker = self.shared.broker.borrow_mut();
-        let label = if headers.len() > settings.max_header_count
+        let (label, why) = if headers.len() > settings.max_header_count
             || header_bytes > settings.max_header_bytes
         {
-            "quota exceeded"
+            (
+                "quota exceeded",
+                "limits.max_header_count or max_header_bytes",
+            )
         } else if !broker.spend_publish_budget(
             &self.client_id,
             publish.payload.len(),
             Instant::now(),
         ) {
             log::debug!("{}: {} is over its publish rate", self.peer, self.client_id);
-            "publish rate exceeded"
+            (
+                "publish rate exceeded",
+                "limits.publish_rate or publish_bytes",
+            )
         } else {
             return reason::SUCCESS;
         };
         broker.metrics.refuse_publish(label);
+        drop(broker);
+        // Which bound refused, not only that one did.
+        self.puback_reason = Some(format!("{label}: over {why}"));
         reason::QUOTA_EXCEEDED
     }
 
