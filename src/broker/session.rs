@@ -246,11 +246,16 @@ impl Session {
     pub fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
         let charge = delivery.message.charge();
         let mut dropped = 0;
-        // Only a broadcast not yet on the wire is given up: a channel's record or a
-        // queue's offer is tracked under its offset, and a cursor or a lease would be
-        // left pointing at nothing (RFC 0002 "How much a session may hold").
+        // Only a QoS 0 or 1 broadcast not yet on the wire is given up: a channel's
+        // record or a queue's offer is tracked under its offset, and a cursor or a
+        // lease would be left pointing at nothing; a QoS 2 delivery is never lost
+        // (RFC 0002 "How much a session may hold", B-082, B-083).
         while self.queued_bytes + charge > self.queue_bound {
-            let Some(oldest) = self.queue.iter().position(|d| d.origin.is_none()) else {
+            let Some(oldest) = self
+                .queue
+                .iter()
+                .position(|d| d.origin.is_none() && d.qos != QoS::ExactlyOnce)
+            else {
                 break;
             };
             let Some(oldest) = self.queue.remove(oldest) else {
@@ -260,13 +265,11 @@ impl Session {
             dropped += 1;
         }
         let over = self.queued_bytes + charge > self.queue_bound;
-        if over
-            && delivery.qos == QoS::ExactlyOnce
-            && delivery.origin.is_none()
-            && !self.inflight.is_empty()
-        {
-            // Nothing left to give up and the bound is still passed: a QoS 2 delivery
-            // is refused rather than over-run the bound.
+        if over && delivery.origin.is_none() && self.queued_bytes > 0 {
+            // Nothing left to give up and the bound is still passed: what is held
+            // cannot be lost, so the new broadcast is refused rather than over-run the
+            // bound (B-086). A channel's record is never refused (B-087), nor is a
+            // message into an empty session, however large (B-088).
             return Enqueued {
                 dropped,
                 refused: true,
@@ -424,6 +427,24 @@ mod tests {
         }
         assert!(s.queued_bytes <= 1000);
         assert_eq!(s.queue.len(), 1000 / message(100).charge());
+    }
+
+    #[test]
+    fn qos2_is_never_given_up_and_a_full_session_of_it_refuses_the_next_b083_b086() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
+        let fits = 1000 / message(100).charge();
+        for _ in 0..fits {
+            let mut d = owed(None);
+            d.qos = QoS::ExactlyOnce;
+            assert!(!s.enqueue(d).refused);
+        }
+        let next = s.enqueue(owed(None));
+        assert_eq!((next.dropped, next.refused), (0, true));
+        assert_eq!(s.queue.len(), fits);
+        assert!(s.queue.iter().all(|d| d.qos == QoS::ExactlyOnce));
+        // B-088: an empty session takes a message as large as its bound.
+        let mut empty = Session::new(Arc::from("e"), ProtocolVersion::V5, 100);
+        assert!(!empty.enqueue(owed(None)).refused);
     }
 
     #[test]
