@@ -303,6 +303,11 @@ impl Owner {
                 }
             }
             Event::Puback(worker, correlation) => self.on_puback(&worker, &correlation).await,
+            // Nothing to apply: the offer pass that follows every batch of events finds
+            // the worker's room (C-066).
+            Event::Reopened(client) => {
+                log::debug!("queue {}: {client}'s window reopened", self.name);
+            }
             Event::Answer(worker, correlation, verdict) => {
                 self.on_answer(&worker, correlation.as_deref(), verdict)
                     .await;
