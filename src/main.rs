@@ -123,6 +123,11 @@ fn main() -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
+    // B-185: what --check-config refuses, refused before any provider is opened or
+    // door bound, in the same words.
+    if let Err(code) = refuse_unserved(&config) {
+        return code;
+    }
     init_logging(config.broker.log_level, &config.broker.id);
     tune_allocator();
     // B-248: a door beside the acl_file that identifies nobody is warned about at
@@ -234,6 +239,15 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
     Ok(config)
 }
 
+/// What this build validates but does not run, refused by `--check-config` and a
+/// plain start alike (B-185), on stderr like every other refusal of the file.
+fn refuse_unserved(config: &saguin::config::Config) -> Result<(), ExitCode> {
+    saguin::startup::refuse_unserved(config).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
 /// `--passwd VERB FILE [USER [PASSWORD]]`: edits the file and nothing else.
 fn passwd(verb: &str, operands: &[String]) -> ExitCode {
     let Some((file, rest)) = operands.split_first() else {
@@ -266,6 +280,9 @@ fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
+    if let Err(code) = refuse_unserved(&config) {
+        return code;
+    }
     // The summary is the answer on stdout (B-550), unless the resolved document is,
     // which then has stdout to itself (B-554).
     let summary = saguin::config::summary(&config);

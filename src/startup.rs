@@ -217,24 +217,42 @@ fn describe(settings: &ProviderSettings) -> String {
     }
 }
 
-/// Binds the MQTT doors `broker.mqtt.listen` names, each with its gate (`gates`
-/// comes from [`crate::auth::Gates::from_config`] on the same configuration).
+/// Refuses what this build validates but does not run: `bridges:` (a bridge that
+/// moved nothing is worse than none). Asked by `--check-config` and by a plain start
+/// alike, and by the start before any provider is opened or door bound, so the two
+/// refuse exactly the same files and a refused start leaves nothing behind (B-185).
+/// `--route` still explains bridge rules: it answers where topics land, not whether
+/// this build would start.
 ///
 /// # Errors
-/// A door that cannot be bound, named; and what this build does not serve yet
-/// (bridges), refused rather than silently left unchecked or
-/// closed.
+/// The refusal, naming the `bridges` key with its file and line.
+pub fn refuse_unserved(config: &Config) -> Result<(), String> {
+    let Some(at) = config
+        .bridges_at
+        .as_ref()
+        .filter(|_| !config.bridges.is_empty())
+    else {
+        return Ok(());
+    };
+    let names: Vec<&str> = config.bridges.iter().map(|b| b.name.as_str()).collect();
+    Err(format!(
+        "{}:{}: bridges ({}): this build runs no bridges; remove the bridges block rather than \
+         have it silently move nothing",
+        at.file,
+        at.line,
+        names.join(", ")
+    ))
+}
+
+/// Binds the MQTT doors `broker.mqtt.listen` names, each with its gate (`gates`
+/// comes from [`crate::auth::Gates::from_config`] on the same configuration). A
+/// configuration with bridges never gets here ([`refuse_unserved`]).
+///
+/// # Errors
+/// A door that cannot be bound, named.
 pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Result<Vec<Door>> {
     let mqtt = &config.broker.mqtt;
     let listen = &mqtt.listen;
-    // A rule the broker would not enforce is worse than none: refuse to start.
-    if let Some(bridge) = config.bridges.first() {
-        return Err(unserved(format!(
-            "bridges.{}: this build runs no bridges; remove the bridges block rather than have \
-             it silently move nothing",
-            bridge.name
-        )));
-    }
     // Read, validated, and not yet applied: said once, so nobody believes otherwise.
     log::info!(
         "sessions, held QoS 2 publishes and shared groups' backlogs are kept in memory by this \

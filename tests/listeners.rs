@@ -138,25 +138,111 @@ fn an_acl_file_that_does_not_load_stops_the_broker_naming_the_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn a_bridge_is_refused_at_startup_rather_than_moving_nothing() {
-    let dir = temp_dir("bridge");
-    let yaml = common::config("")
-        + "bridges:\n  head-office:\n    peer: tcp://127.0.0.1:1\n    client_id: vessel-07\n    topics:\n      - filter: alerts/#\n        direction: both\n";
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg({
-            let path = dir.join("check.yaml");
-            std::fs::write(&path, &yaml).expect("config");
-            path
-        })
-        .output()
-        .expect("run --check-config");
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
+/// A bridge the broker would not run. `{dir}` is replaced by the test's directory.
+const BRIDGED: &str = "broker:
+  id: bridged
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/data/saguin.db
+      volatile:
+        type: memory
+        max_bytes: 64MiB
+        snapshot_dir: {dir}/snapshots
+  retained:
+    storage: local
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+channels:
+  alerts:
+    type: latest
+    filter: alerts/#
+    storage: volatile
+bridges:
+  head-office:
+    peer: tcp://127.0.0.1:1
+    client_id: vessel-07
+    topics:
+      - filter: alerts/#
+        direction: both
+";
+
+/// The refusal, naming the `bridges` key at the line the file writes it on.
+fn names_bridges_at_its_line(text: &str, path: &std::path::Path) {
+    let line = BRIDGED
+        .lines()
+        .position(|l| l == "bridges:")
+        .map(|i| i + 1)
+        .expect("BRIDGED writes bridges:");
+    let at = format!(
+        "{}:{line}: bridges (head-office): this build runs no bridges",
+        path.display()
     );
-    let text = common::refused_at_startup(&dir, &yaml);
-    assert!(text.contains("runs no bridges"), "{text}");
+    assert!(text.contains(&at), "expected {at:?} in:\n{text}");
+}
+
+/// B-185: a bridge is refused by a plain start and by --check-config (with and
+/// without --output) alike, in the same words, naming the key and its line; --route
+/// still explains where topics land.
+#[test]
+fn a_bridge_is_refused_at_startup_and_by_check_config_alike() {
+    let dir = temp_dir("bridge");
+    let path = dir.join("saguin.yaml");
+    let yaml = BRIDGED.replace("{dir}", &dir.display().to_string());
+    std::fs::write(&path, &yaml).expect("config");
+    let started = common::run_saguin(&[std::ffi::OsStr::new("--config"), path.as_os_str()]);
+    assert_eq!(started.status.code(), Some(2), "{started:?}");
+    let refusal = String::from_utf8_lossy(&started.stderr).to_string();
+    names_bridges_at_its_line(&refusal, &path);
+    for output in [false, true] {
+        let mut args = vec![std::ffi::OsStr::new("--check-config"), path.as_os_str()];
+        if output {
+            args.push(std::ffi::OsStr::new("--output"));
+        }
+        let check = common::run_saguin(&args);
+        assert_eq!(check.status.code(), Some(2), "--output {output}: {check:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&check.stderr),
+            refusal,
+            "--output {output}: the same refusal as the start"
+        );
+        assert!(
+            !String::from_utf8_lossy(&check.stdout).contains(": ok"),
+            "{check:?}"
+        );
+    }
+    let route = common::run_saguin(&[
+        std::ffi::OsStr::new("--route"),
+        path.as_os_str(),
+        std::ffi::OsStr::new("alerts/fire"),
+    ]);
+    assert!(route.status.success(), "{route:?}");
+    assert!(
+        String::from_utf8_lossy(&route.stdout).contains("alerts"),
+        "{route:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// B-185: a start refused for its bridges opens no provider: no sqlite file or its
+/// directory, no snapshot directory, no lock, nothing for `$retained`.
+#[test]
+fn a_start_refused_for_its_bridges_creates_no_provider_file() {
+    let dir = temp_dir("bridge-nothing");
+    let text =
+        common::refused_at_startup(&dir, &BRIDGED.replace("{dir}", &dir.display().to_string()));
+    names_bridges_at_its_line(&text, &dir.join("saguin.yaml"));
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the test's directory")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["saguin.yaml"], "only the configuration is there");
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -453,3 +453,50 @@ fn hanging_up_a_worker_returns_its_job_at_once() {
     let again = b.recv_offer();
     assert_eq!(&*again.payload, b"j");
 }
+
+/// C-066: a PUBACK of a broadcast delivery that reopens a worker's full window
+/// (Receive Maximum 1) wakes the queue's owner, which offers the waiting job then, not
+/// on its next tick. The owner's debug line says the wake came from the window.
+#[test]
+fn a_broadcast_puback_that_reopens_the_window_offers_the_next_job() {
+    let broker = start();
+    let mut w = Raw::connected_with_receive_maximum(broker.addr, "w", Some(1));
+    assert_eq!(w.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(w.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(
+        publisher.publish("news/1", b"n", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let news = w.recv_offer();
+    assert_eq!(&*news.topic, "news/1");
+    put(&broker, "jobs/1", b"j");
+    // The window is full: the job waits, through at least one of the owner's ticks.
+    w.expect_nothing(Duration::from_millis(450));
+    w.puback(&news);
+    broker.wait_log("queue jobs: w's window reopened");
+    let offer = w.recv_offer();
+    assert_eq!(&*offer.payload, b"j");
+}
+
+/// C-066: the PUBACK of another queue's offer that reopens the window wakes this
+/// queue's owner too: one mechanism, whatever was acknowledged.
+#[test]
+fn another_queues_puback_that_reopens_the_window_offers_the_next_job() {
+    let broker = start();
+    let mut w = Raw::connected_with_receive_maximum(broker.addr, "w", Some(1));
+    assert_eq!(w.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(
+        w.subscribe("$saguin/queue/other", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    put(&broker, "other/1", b"o");
+    let other = w.recv_offer();
+    assert_eq!(&*other.payload, b"o");
+    put(&broker, "jobs/1", b"j");
+    w.expect_nothing(Duration::from_millis(450));
+    w.puback(&other);
+    broker.wait_log("queue jobs: w's window reopened");
+    let offer = w.recv_offer();
+    assert_eq!(&*offer.payload, b"j");
+}

@@ -107,6 +107,9 @@ pub struct Config {
     pub channels: Vec<Channel>,
     /// Every bridge, sorted by name.
     pub bridges: Vec<Bridge>,
+    /// Where `bridges:` is written, if it is: what a build that runs no bridges names
+    /// when it refuses the file ([`crate::startup::refuse_unserved`]).
+    pub bridges_at: Option<Origin>,
     /// What `--check-config` says without failing (an unused `$N` in a bridge topic).
     pub notes: Vec<String>,
     /// Every path the file names, for [`Config::check_files`].
@@ -373,6 +376,10 @@ fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
         Some(n) => channels::read(ctx, n, path, &broker.storage, &broker.limits),
         None => Vec::new(),
     };
+    let bridges_at = f.key_line("bridges").map(|line| Origin {
+        file: path.display().to_string(),
+        line,
+    });
     let bridges = match f.take("bridges") {
         Some(n) => bridges::read(ctx, n, &broker.limits),
         None => Vec::new(),
@@ -396,6 +403,7 @@ fn read_root(ctx: &mut Ctx, root: &Node, path: &Path) -> Config {
         broker,
         channels,
         bridges,
+        bridges_at,
         notes,
         named_files: std::mem::take(&mut ctx.paths),
     }

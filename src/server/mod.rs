@@ -46,6 +46,24 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The state a broker on `channels` shares, with no door bound and nothing
+    /// spawned: for unit tests of what runs on it (a queue's owner).
+    #[cfg(test)]
+    pub(crate) fn for_tests(
+        settings: Settings,
+        channels: crate::broker::channels::Channels,
+    ) -> Rc<Shared> {
+        Rc::new(Shared {
+            broker: RefCell::new(Broker::new(settings.clone(), channels)),
+            next_link: Cell::new(0),
+            active: Cell::new(0),
+            slots: slots::Slots::new(settings.max_connections),
+            stop_signal: smol::channel::bounded(1),
+            settings,
+            stopping: Cell::new(false),
+        })
+    }
+
     /// Whether the broker is stopping.
     pub fn stopping(&self) -> bool {
         self.stopping.get()

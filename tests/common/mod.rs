@@ -246,6 +246,33 @@ pub fn refused_at_startup(dir: &std::path::Path, yaml: &str) -> String {
     )
 }
 
+/// Runs the `saguin` binary with `args` to its end, within [`WAIT`] (killed and
+/// failed past it); its exit status and everything it printed.
+pub fn run_saguin<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run saguin");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(out) => out.expect("saguin's output"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(pid.to_string())
+                .status();
+            panic!("saguin did not exit within {WAIT:?}");
+        }
+    }
+}
+
 /// A client speaking raw bytes, decoding what comes back with the crate's codec.
 pub struct Raw {
     stream: TcpStream,

@@ -7,8 +7,9 @@
 //! [`lease::Job`] whose [`lease::Lease`] is AVAILABLE, DELIVERING or LEASED with what
 //! each needs (RESOLVED jobs leave the table). Nothing else reads or writes that state,
 //! so it needs no lock. Connections tell the owner what happened through an unbounded
-//! channel of [`Event`]s - a job stored, a worker subscribed, a PUBACK of an offer, an
-//! answer on `$saguin/queue/<name>/response`, a connection ending - and never wait on
+//! channel of [`Event`]s - a job stored, a worker subscribed, a PUBACK of an offer, a
+//! worker's full window reopened by any acknowledgement, an answer on
+//! `$saguin/queue/<name>/response`, a connection ending - and never wait on
 //! it: a worker's PUBACK for its answer is the broker having received the packet, and
 //! nothing more (C-082).
 //!
@@ -166,6 +167,9 @@ pub enum Event {
     Subscribed(Arc<str>),
     /// A worker acknowledged the PUBLISH of an offer.
     Puback(Worker, Vec<u8>),
+    /// A worker's full window (Receive Maximum) was reopened by an acknowledgement of
+    /// any delivery: it may take an offer now (C-066).
+    Reopened(Arc<str>),
     /// A worker answered on the response topic: the Correlation Data (if any) and the
     /// verdict (`None` for a payload that is neither `ack` nor `return`).
     Answer(Worker, Option<Vec<u8>>, Option<Verdict>),

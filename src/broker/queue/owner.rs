@@ -303,6 +303,11 @@ impl Owner {
                 }
             }
             Event::Puback(worker, correlation) => self.on_puback(&worker, &correlation).await,
+            // Nothing to apply: the offer pass that follows every batch of events finds
+            // the worker's room (C-066).
+            Event::Reopened(client) => {
+                log::debug!("queue {}: {client}'s window reopened", self.name);
+            }
             Event::Answer(worker, correlation, verdict) => {
                 self.on_answer(&worker, correlation.as_deref(), verdict)
                     .await;
@@ -363,6 +368,7 @@ impl Owner {
         let Some(job) = self.jobs.get_mut(&offset) else {
             return;
         };
+        let before = job.clone();
         let outcome = job.answer(worker, &delivery, verdict, &self.policy, now);
         match outcome {
             Outcome::Ignored => {
@@ -379,8 +385,9 @@ impl Owner {
                 ),
             },
             _ => {
-                self.count(|c| c.returned += 1);
-                self.settle_outcome(offset, outcome, worker).await;
+                if self.settle_outcome(offset, outcome, worker, before).await {
+                    self.count(|c| c.returned += 1);
+                }
             }
         }
     }
@@ -403,34 +410,53 @@ impl Owner {
         let Some(worker) = job.holder().cloned() else {
             return;
         };
+        let before = job.clone();
         let outcome = job.released(&self.policy, now_ms());
         log::debug!(
             "queue {}: job {offset} back from {} ({why})",
             self.name,
             worker.client
         );
-        self.settle_outcome(offset, outcome, &worker).await;
+        self.settle_outcome(offset, outcome, &worker, before).await;
     }
 
-    /// Writes what a take-back spent, frees the worker, and dead-letters a job out of
-    /// attempts.
-    async fn settle_outcome(&mut self, offset: u64, outcome: Outcome, worker: &Worker) {
-        if self.held.get(&worker.client) == Some(&offset) {
-            self.held.remove(&worker.client);
-        }
+    /// Writes what a take-back spent and frees the worker, or dead-letters a job out of
+    /// attempts. `before` is the job as it was before the take-back: the move is tried
+    /// first, and one that fails puts it back exactly - still held by its worker, the
+    /// attempt neither counted in memory nor written - so a failure that was the
+    /// broker's spends nothing (C-117). The take-back that comes next (the deadline, a
+    /// timeout already due on the next tick) tries the move again. Whether the
+    /// take-back took effect.
+    async fn settle_outcome(
+        &mut self,
+        offset: u64,
+        outcome: Outcome,
+        worker: &Worker,
+        before: Job,
+    ) -> bool {
         let (counted, dead) = match outcome {
             Outcome::Counted => (true, false),
             Outcome::Available { counted } => (counted, false),
             Outcome::DeadLetter { counted } => (counted, true),
             Outcome::Ignored | Outcome::Moved | Outcome::Resolve => (false, false),
         };
-        if counted {
+        if dead
+            && !self
+                .dead_letter(offset, DeadReason::AttemptsExhausted)
+                .await
+        {
+            if let Some(job) = self.jobs.get_mut(&offset) {
+                *job = before;
+            }
+            return false;
+        }
+        if self.held.get(&worker.client) == Some(&offset) {
+            self.held.remove(&worker.client);
+        }
+        if counted && !dead {
             self.write_attempt(offset).await;
         }
-        if dead {
-            self.dead_letter(offset, DeadReason::AttemptsExhausted)
-                .await;
-        }
+        true
     }
 
     /// Stores a spent attempt; never refused for room (C-112).
@@ -484,14 +510,16 @@ impl Owner {
             let Some(worker) = job.holder().cloned() else {
                 continue;
             };
+            let before = job.clone();
             let outcome = job.timed_out(&self.policy, now);
             log::info!(
                 "queue {}: job {offset} timed out with {}",
                 self.name,
                 worker.client
             );
-            self.count(|c| c.timed_out += 1);
-            self.settle_outcome(offset, outcome, &worker).await;
+            if self.settle_outcome(offset, outcome, &worker, before).await {
+                self.count(|c| c.timed_out += 1);
+            }
         }
         self.prune_workers();
         if now.saturating_sub(self.swept_at) >= SWEEP_EVERY_MS {
@@ -700,9 +728,9 @@ impl Owner {
     }
 
     /// Moves a job to `<name>__dlq` in one transaction, topic rewritten and the
-    /// `saguin-dlq-*` headers added (C-118..C-132). A move that fails leaves the job as
-    /// it was, to be tried again by the sweep (C-117, gaps A-02). Returns whether the
-    /// job left the queue.
+    /// `saguin-dlq-*` headers added (C-118..C-132). A move that fails changes nothing
+    /// here; the caller puts the job back as it was, to be tried again by the sweep or
+    /// the next take-back (C-117, gaps A-02). Returns whether the job left the queue.
     async fn dead_letter(&mut self, offset: u64, reason: DeadReason) -> bool {
         let Some((dlq_id, dlq_name)) = self.dlq.clone() else {
             log::error!("queue {} has no dead-letter channel", self.name);
@@ -833,4 +861,155 @@ fn carries(session: &Session, queue: ChannelId, offset: u64, delivery: &Delivery
             Inflight::Published(d) => is_it(d),
             Inflight::Released(_) => false,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::storage::{NewRecord, RecordProperties};
+
+    /// One memory queue, `jobs`, that dead-letters at the first attempt.
+    const CONFIG: &str = "broker:
+  id: owner-test
+  storage:
+    default: mem
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      mem:
+        type: memory
+        max_bytes: 64MiB
+        snapshot_dir: none
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+channels:
+  jobs:
+    type: queue
+    filter: jobs/#
+    retry:
+      max_attempts: 1
+";
+
+    /// An owner of `jobs` holding one stored job; its offset.
+    async fn owner_with_a_job() -> (Owner, u64) {
+        let config = crate::config::from_str(CONFIG, Path::new("owner-test.yaml"))
+            .unwrap_or_else(|e| panic!("the test configuration loads: {e}"));
+        let (channels, _) = crate::startup::open_channels(&config)
+            .await
+            .unwrap_or_else(|e| panic!("the channels open: {e}"));
+        let settings = crate::broker::Settings::from_config(&config);
+        let id = channels.by_name("jobs").expect("jobs is configured");
+        let shared = Shared::for_tests(settings, channels);
+        let mut owner = Owner::new(shared, id).expect("jobs is a queue");
+        let job = NewRecord {
+            message_id: "m-1".into(),
+            timestamp_ms: now_ms(),
+            topic: "jobs/1".into(),
+            payload: b"work".to_vec(),
+            properties: RecordProperties::default(),
+        };
+        let offset = owner.provider.append("jobs", job).await.expect("stored");
+        owner.load().await;
+        (owner, offset)
+    }
+
+    /// Offers the job to `w` by hand (no session is needed to hold it).
+    async fn offer_to(owner: &mut Owner, worker: &Worker, offset: u64) -> DeliveryId {
+        let record = owner.take_body(offset).await.expect("the job's body");
+        owner.hand_out(worker.clone(), None, record);
+        *owner.jobs[&offset].delivery().expect("offered")
+    }
+
+    async fn stored_attempts(owner: &Owner, offset: u64) -> u32 {
+        let window = owner
+            .provider
+            .read_window("jobs", WindowRequest::new(offset, 1, 1 << 20))
+            .await
+            .expect("readable");
+        match window.records.first().map(|r| (r.offset, &r.state)) {
+            Some((at, RecordState::Job { attempts, .. })) if at == offset => *attempts,
+            other => panic!("job {offset} is not stored as a job: {other:?}"),
+        }
+    }
+
+    /// C-117: a `return` that spends the last attempt (answered before the PUBACK)
+    /// while the move cannot be made leaves the job exactly as it was - DELIVERING to
+    /// its worker, held, its attempt neither counted nor written - and once the move
+    /// can be made the next take-back makes it.
+    #[test]
+    fn a_failed_dead_letter_move_changes_nothing() {
+        smol::block_on(async {
+            let (mut owner, offset) = owner_with_a_job().await;
+            let worker = Worker {
+                client: Arc::from("w"),
+                link: 1,
+            };
+            let delivery = offer_to(&mut owner, &worker, offset).await;
+            let before = owner.jobs[&offset].clone();
+            // The provider knows no such channel: the move is refused.
+            let dlq = owner.dlq.clone();
+            owner.dlq = dlq.clone().map(|(id, _)| (id, Arc::from("nowhere__dlq")));
+            owner
+                .on_answer(&worker, Some(delivery.bytes()), Some(Verdict::Return))
+                .await;
+            assert_eq!(owner.jobs.get(&offset), Some(&before));
+            assert_eq!(owner.held.get(&worker.client), Some(&offset));
+            assert_eq!(stored_attempts(&owner, offset).await, 0);
+
+            // The worker's PUBACK leases it and spends the attempt; at the deadline
+            // the move is tried again, and now it can be made.
+            owner.dlq = dlq;
+            owner.on_puback(&worker, delivery.bytes()).await;
+            assert_eq!(stored_attempts(&owner, offset).await, 1);
+            if let Some(Job {
+                lease: Lease::Leased { deadline_ms, .. },
+                ..
+            }) = owner.jobs.get_mut(&offset)
+            {
+                *deadline_ms = 0;
+            }
+            owner.tick().await;
+            assert!(!owner.jobs.contains_key(&offset), "dead-lettered");
+            assert!(!owner.held.contains_key(&worker.client));
+        });
+    }
+
+    /// C-117: a visibility timeout past the last attempt whose move fails leaves the
+    /// job LEASED to its worker, held, as it was; the next tick tries again.
+    #[test]
+    fn a_timeout_whose_move_fails_leaves_the_lease_as_it_was() {
+        smol::block_on(async {
+            let (mut owner, offset) = owner_with_a_job().await;
+            let worker = Worker {
+                client: Arc::from("w"),
+                link: 1,
+            };
+            let delivery = offer_to(&mut owner, &worker, offset).await;
+            owner.on_puback(&worker, delivery.bytes()).await;
+            if let Some(Job {
+                lease: Lease::Leased { deadline_ms, .. },
+                ..
+            }) = owner.jobs.get_mut(&offset)
+            {
+                *deadline_ms = 0;
+            }
+            let before = owner.jobs[&offset].clone();
+            let dlq = owner.dlq.clone();
+            owner.dlq = None;
+            owner.tick().await;
+            assert_eq!(owner.jobs.get(&offset), Some(&before));
+            assert_eq!(owner.held.get(&worker.client), Some(&offset));
+            assert_eq!(stored_attempts(&owner, offset).await, 1);
+            owner.dlq = dlq;
+            owner.tick().await;
+            assert!(
+                !owner.jobs.contains_key(&offset),
+                "dead-lettered on the next tick"
+            );
+        });
+    }
 }

@@ -874,7 +874,7 @@ impl Conn {
             Packet::Publish(publish) => self.on_publish(publish).await,
             Packet::PubAck(ack) => {
                 self.queue_puback(ack.packet_id);
-                self.with_session(|s| s.settle(ack.packet_id));
+                self.settle_outbound(ack.packet_id);
                 Ok(())
             }
             Packet::PubRec(ack) => {
@@ -882,7 +882,7 @@ impl Conn {
                     .with_session(|s| s.release(ack.packet_id))
                     .unwrap_or(false);
                 if ack.code >= 0x80 {
-                    self.with_session(|s| s.settle(ack.packet_id));
+                    self.settle_outbound(ack.packet_id);
                 } else {
                     let code = if known {
                         0
@@ -894,7 +894,7 @@ impl Conn {
                 Ok(())
             }
             Packet::PubComp(ack) => {
-                self.with_session(|s| s.settle(ack.packet_id));
+                self.settle_outbound(ack.packet_id);
                 Ok(())
             }
             Packet::PubRel(ack) => self.on_pubrel(ack.packet_id).await,

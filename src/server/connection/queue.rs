@@ -1,7 +1,7 @@
 //! The MQTT side of queues (RFC 0002 "What each channel type admits", RFC 0003
 //! "queue"): the one subscription form `$saguin/queue/<name>`, answers on
-//! `$saguin/queue/<name>/response`, PUBACKs of offers, and a worker's connection
-//! ending. Each only tells the queue's owner what happened; the owner decides.
+//! `$saguin/queue/<name>/response`, PUBACKs of offers, a worker's full window
+//! reopening, and a worker's connection ending. Each only tells the queue's owner what happened; the owner decides.
 
 use super::{Conn, End, Shared};
 use crate::broker::channels::{ChannelId, Kind};
@@ -219,6 +219,40 @@ impl Conn {
             broker
                 .queues
                 .tell(channel, Event::Puback(self.worker(), correlation));
+        }
+    }
+
+    /// Settles an outbound exchange (PUBACK, PUBCOMP, or a PUBREC refusing it). When
+    /// that reopens the session's full window, the owner of every queue whose form the
+    /// session holds is told, so a job waiting for room is offered now rather than at
+    /// the owner's next tick - whatever the acknowledged delivery was: a broadcast, a
+    /// channel record, or another queue's offer (C-066).
+    pub(super) fn settle_outbound(&self, packet_id: u16) {
+        let mut broker = self.shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            return;
+        };
+        let was_full = !session.can_take(QoS::AtLeastOnce, 0);
+        session.settle(packet_id);
+        if !was_full || !session.can_take(QoS::AtLeastOnce, 0) {
+            return;
+        }
+        let forms: Vec<String> = session
+            .subscriptions
+            .keys()
+            .filter(|filter| filter.starts_with(FORM_PREFIX))
+            .cloned()
+            .collect();
+        for form in forms {
+            let queue = form
+                .strip_prefix(FORM_PREFIX)
+                .and_then(|name| broker.channels.by_name(name))
+                .filter(|id| broker.channels.get(*id).kind == Kind::Queue);
+            if let Some(queue) = queue {
+                broker
+                    .queues
+                    .tell(queue, Event::Reopened(self.client_id.clone()));
+            }
         }
     }
 
