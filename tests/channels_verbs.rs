@@ -141,6 +141,19 @@ fn point_reads_are_refused_on_the_puback_with_the_spec_codes() {
         Some(0x90),
         "a wildcard"
     );
+    // C-003, B-103: a key over max_topic_levels (200) or max_topic_length (1024).
+    let deep = format!("state/{}", vec!["l"; 200].join("/"));
+    assert_eq!(
+        asker.publish_packet(get(&deep, Some("r"))),
+        Some(0x90),
+        "too deep"
+    );
+    let long = format!("state/{}", "k".repeat(1024));
+    assert_eq!(
+        asker.publish_packet(get(&long, Some("r"))),
+        Some(0x90),
+        "too long"
+    );
     asker.expect_nothing(Duration::from_millis(200));
 }
 

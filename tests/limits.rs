@@ -54,6 +54,35 @@ fn a_channel_filter_past_max_subscriptions_is_never_served_and_the_suback_says_w
     raw.expect_nothing(Duration::from_millis(300));
 }
 
+/// B-100, B-102, B-104: max_topic_levels bounds a publish (0x90) and a filter (0x8F,
+/// 3.1.1 0x80, the rest of the packet answered), a shared filter measured after
+/// `$share/<name>/`.
+#[test]
+fn max_topic_levels_bounds_publishes_and_filters_b100_b102_b104() {
+    let broker = Broker::start("  limits:\n    max_topic_levels: 3\n");
+    let mut raw = Raw::connected(broker.addr, V5, "levels");
+    assert_eq!(raw.publish("a/b/c", b"x", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(
+        raw.publish("a/b/c/d", b"x", QoS::AtLeastOnce, false),
+        Some(0x90)
+    );
+    raw.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 3,
+        properties: Default::default(),
+        filters: vec![
+            ("a/b/c/d".into(), opts(QoS::AtMostOnce)),
+            ("a/+/c".into(), opts(QoS::AtMostOnce)),
+            ("$share/g/a/b/c".into(), opts(QoS::AtMostOnce)),
+        ],
+    }));
+    let Packet::SubAck(ack) = raw.recv() else {
+        panic!("expected SUBACK")
+    };
+    assert_eq!(ack.codes, [0x8F, 0, 0]);
+    let mut old = Raw::connected(broker.addr, V311, "levels-311");
+    assert_eq!(old.subscribe("a/b/c/#", opts(QoS::AtMostOnce)), [0x80]);
+}
+
 #[test]
 fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
     let broker = Broker::start("  limits:\n    max_header_count: 2\n    max_header_bytes: 64\n");

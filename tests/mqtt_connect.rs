@@ -143,6 +143,49 @@ fn a_connect_over_max_connect_size_is_refused_0x95_before_it_is_read() {
     }
 }
 
+/// B-068: an oversized 3.1.1 CONNECT has no code to carry: closed, nothing written.
+#[test]
+fn a_3_1_1_connect_over_max_connect_size_is_closed_with_nothing_written_b068() {
+    let broker = Broker::start("");
+    let mut c = connect(V311, "big", true);
+    c.will = Some(Will {
+        topic: "w".into(),
+        payload: vec![0; 120 * 1024],
+        qos: QoS::AtMostOnce,
+        retain: false,
+        properties: Properties::default(),
+    });
+    let mut raw = Raw::open(broker.addr, V311);
+    let mut bytes = Vec::new();
+    saguin::codec::encode(&Packet::Connect(Box::new(c)), V311, &mut bytes);
+    raw.send_bytes(&bytes[..64]);
+    raw.expect_closed_silently();
+}
+
+/// B-101, C-255, C-258: a Will topic deeper than max_topic_levels, longer than
+/// max_topic_length, or under $share/ is refused 0x90 (3.1.1: 0x05).
+#[test]
+fn a_will_topic_past_the_topic_limits_or_under_share_is_refused_0x90() {
+    let broker = Broker::start("  limits:\n    max_topic_levels: 3\n    max_topic_length: 32\n");
+    for topic in ["a/b/c/d", &"x".repeat(33), "$share/g/t"] {
+        let mut c = connect(V5, "w", true);
+        c.will = Some(Will {
+            topic: topic.into(),
+            payload: b"x".to_vec(),
+            qos: QoS::AtMostOnce,
+            retain: false,
+            properties: Properties::default(),
+        });
+        assert_eq!(
+            Raw::handshake(broker.addr, c.clone()).1.code,
+            0x90,
+            "{topic}"
+        );
+        c.protocol = V311;
+        assert_eq!(Raw::handshake(broker.addr, c).1.code, 0x05, "{topic}");
+    }
+}
+
 #[test]
 fn a_saguin_user_property_on_connect_is_refused_0x83() {
     let broker = Broker::start("");

@@ -208,6 +208,25 @@ fn a_clean_start_ends_the_session_and_publishes_its_waiting_will_c271() {
     );
 }
 
+/// C-270: a refused CONNECT for the same client id is not a connection, and does
+/// not cancel the Will waiting out its delay.
+#[test]
+fn a_refused_connect_does_not_cancel_a_waiting_will_c270() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    let (raw, _) = Raw::handshake(
+        broker.addr,
+        with_will(V5, "waits", "wills/waits", Some(1), 60),
+    );
+    drop(raw);
+    // Refused 0x90 for its own Will: the waiting one still fires.
+    let mut refused = with_will(V5, "waits", "$SYS/x", None, 60);
+    refused.clean_start = false;
+    assert_eq!(Raw::handshake(broker.addr, refused).1.code, 0x90);
+    assert_eq!(&*watcher.recv_publish().topic, "wills/waits");
+}
+
 #[test]
 fn a_will_never_outlives_its_session() {
     let broker = Broker::start("");

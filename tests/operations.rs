@@ -73,6 +73,19 @@ fn the_pid_file_is_written_and_removed_on_a_clean_stop() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// B-033: a pid file that cannot be written stops the broker, naming it.
+#[test]
+fn a_pid_file_that_cannot_be_written_stops_the_broker_b033() {
+    let dir = temp_dir("pid-missing");
+    let pid_file = dir.join("no-such-dir").join("saguin.pid");
+    let yaml = common::config("").replace(
+        "  id: test\n",
+        &format!("  id: test\n  pid_file: {}\n", pid_file.display()),
+    );
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(text.contains("saguin.pid"), "{text}");
+}
+
 #[test]
 fn sigusr1_rereads_the_log_level_and_says_what_changed() {
     let dir = temp_dir("usr1");
