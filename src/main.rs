@@ -227,16 +227,23 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
+    check_loaded(&config)?;
+    Ok(config)
+}
+
+/// What a configuration that loaded still needs: every file it names readable, and
+/// its acl_file valid against its channels; each refusal on stderr.
+fn check_loaded(config: &saguin::config::Config) -> Result<(), ExitCode> {
     config.check_files().map_err(|e| {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
     // The acl_file is validated against the channels, with its own file and lines.
-    saguin::config::acl::load(&config).map_err(|e| {
+    saguin::config::acl::load(config).map_err(|e| {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
-    Ok(config)
+    Ok(())
 }
 
 /// What this build validates but does not run, refused by `--check-config` and a
@@ -276,19 +283,25 @@ fn passwd(verb: &str, operands: &[String]) -> ExitCode {
 /// `--check-config FILE [--output]`: the summary to stderr, the resolved document to
 /// stdout, exit 0 only when nothing is wrong.
 fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
-    let config = match load(path) {
+    let config = match saguin::config::load(path) {
         Ok(config) => config,
-        Err(code) => return code,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
     };
-    if let Err(code) = refuse_unserved(&config) {
+    // The resolved document has stdout to itself (B-554), and is printed even when a
+    // file it names is missing, the findings going to stderr (B-558).
+    if output {
+        print!("{}", saguin::config::render(&config));
+    }
+    if let Err(code) = check_loaded(&config).and_then(|()| refuse_unserved(&config)) {
         return code;
     }
-    // The summary is the answer on stdout (B-550), unless the resolved document is,
-    // which then has stdout to itself (B-554).
+    // The summary is the answer on stdout (B-550), or on stderr beside the document.
     let summary = saguin::config::summary(&config);
     if output {
         eprint!("{summary}");
-        print!("{}", saguin::config::render(&config));
     } else {
         print!("{summary}");
     }

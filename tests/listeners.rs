@@ -104,6 +104,29 @@ fn a_door_on_a_host_name_is_resolved_at_bind() {
     assert_eq!(raw.subscribe("x", opts(QoS::AtMostOnce)), [0]);
 }
 
+/// B-558: `--check-config --output` prints the resolved document even when a file
+/// it names is missing, with the finding on stderr and a non-zero exit.
+#[test]
+fn check_config_output_prints_the_document_though_a_named_file_is_missing_b558() {
+    let dir = temp_dir("output-missing");
+    let yaml = common::config(&format!(
+        "    password_file: {}/nowhere.passwd\n",
+        dir.display()
+    ));
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, yaml).expect("write the configuration");
+    let out = common::run_saguin(&[
+        "--check-config".as_ref(),
+        path.as_os_str(),
+        "--output".as_ref(),
+    ]);
+    assert!(!out.status.success());
+    let document = String::from_utf8_lossy(&out.stdout);
+    assert!(document.contains("broker:"), "{document}");
+    let findings = String::from_utf8_lossy(&out.stderr);
+    assert!(findings.contains("nowhere.passwd"), "{findings}");
+}
+
 /// B-187: a certificate that cannot be read stops the broker naming the door.
 #[test]
 fn a_tls_door_with_an_unreadable_certificate_is_refused_at_startup_naming_it() {
