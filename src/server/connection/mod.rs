@@ -1050,7 +1050,10 @@ impl Conn {
             let packet_id = publish.packet_id.unwrap_or(0);
             let mut broker = self.shared.broker.borrow_mut();
             let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
-                return Err(End::Close);
+                // Another connection holds the client id now: nothing can be held for
+                // a PUBREL here (A-168; 3.1.1 closes, as every refusal does).
+                drop(broker);
+                return self.answer_publish(&publish, reason::UNSPECIFIED_ERROR);
             };
             let mut code = reason::SUCCESS;
             if !session.incoming.contains_key(&packet_id) {
