@@ -187,6 +187,12 @@ fn a_page_from_another_origin_is_refused_403_and_one_without_origin_is_admitted(
         Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 403),
         other => panic!("expected a 403, got {:?}", other.map(|_| ())),
     }
+    // B-167: logged at warn with its origin.
+    let line = broker.wait_log("WebSocket upgrade");
+    assert!(
+        line.contains("WARN") && line.contains("evil.example"),
+        "{line}"
+    );
     assert!(open(addr, Some(&format!("http://{addr}"))).is_ok());
     assert!(
         open(addr, Some(&format!("https://{addr}"))).is_err(),

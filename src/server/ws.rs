@@ -33,6 +33,33 @@ const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 /// put a packet and the start of the next in one message).
 const MESSAGE_SLACK: usize = 64 * 1024;
 
+/// The least time between two warnings of refused upgrades: a browser page retrying
+/// from a foreign origin must not fill the log (B-167).
+const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+thread_local! {
+    /// When a refused upgrade was last logged, and how many went unlogged since.
+    static REFUSALS_LOGGED: std::cell::Cell<(Option<Instant>, u64)> =
+        const { std::cell::Cell::new((None, 0)) };
+}
+
+/// Logs a refused upgrade at `warn`, at most once per [`REFUSAL_LOG_EVERY`], saying
+/// how many were refused unlogged since the last line (B-021, B-167).
+fn warn_refused(line: impl FnOnce() -> String) {
+    let now = Instant::now();
+    let (last, unlogged) = REFUSALS_LOGGED.get();
+    if last.is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_EVERY) {
+        REFUSALS_LOGGED.set((last, unlogged + 1));
+        return;
+    }
+    let more = match unlogged {
+        0 => String::new(),
+        n => format!(" ({n} more refused since the last such line)"),
+    };
+    log::warn!("{}{more}", line());
+    REFUSALS_LOGGED.set((Some(now), 0));
+}
+
 /// A page origin as a browser sends it: `scheme://host[:port]`, compared with the
 /// default port made explicit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,12 +245,12 @@ pub async fn upgrade(
     let answer = match accept(&head, policy) {
         Ok(answer) => answer,
         Err(refused) => {
-            log::info!(
-                "{peer}: WebSocket upgrade on {} refused {}: {}",
-                policy.door,
-                refused.status,
-                refused.why
-            );
+            warn_refused(|| {
+                format!(
+                    "{peer}: WebSocket upgrade on {} refused {}: {}",
+                    policy.door, refused.status, refused.why
+                )
+            });
             drop(slot);
             let body = format!("{}\n", refused.why);
             let answer = format!(
