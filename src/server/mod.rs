@@ -46,10 +46,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The state a broker on `channels` shares, with no door bound and nothing
-    /// spawned: for unit tests of what runs on it (a queue's owner).
-    #[cfg(test)]
-    pub(crate) fn for_tests(
+    /// The state a broker on `channels` shares, before any door is bound or anything
+    /// spawned (`serve` starts from it; unit tests of a queue's owner too).
+    pub(crate) fn new(
         settings: Settings,
         channels: crate::broker::channels::Channels,
     ) -> Rc<Shared> {
@@ -177,15 +176,7 @@ pub fn serve(
     stop: impl std::future::Future<Output = ()> + 'static,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
-    let shared = Rc::new(Shared {
-        broker: RefCell::new(Broker::new(settings.clone(), channels)),
-        next_link: Cell::new(0),
-        active: Cell::new(0),
-        slots: slots::Slots::new(settings.max_connections),
-        stop_signal: smol::channel::bounded(1),
-        settings,
-        stopping: Cell::new(false),
-    });
+    let shared = Shared::new(settings, channels);
     smol::block_on(executor.run(async {
         wake_on_acl_reload(&doors, &shared);
         let mut accepting = Vec::with_capacity(doors.len());
