@@ -57,3 +57,23 @@ fn a_broker_on_the_example_serves_its_channels_and_doors() {
         "replayed from the floor"
     );
 }
+
+/// B-553: `--check-config` succeeds while a broker on the same configuration runs:
+/// it takes no provider lock and binds no socket.
+#[test]
+fn check_config_succeeds_beside_a_running_broker_b553() {
+    let dir = common::temp_dir("check-beside");
+    let yaml = common::CHANNELS.replace("{dir}", &dir.display().to_string());
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = common::Broker::start_in(dir.clone(), &yaml);
+    let out = common::run_saguin(&[
+        "--check-config".as_ref(),
+        dir.join("saguin.yaml").as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(broker);
+}

@@ -66,6 +66,28 @@ fn topics(values: &[codec::Publish]) -> Vec<String> {
     t
 }
 
+/// B-430: a retained broadcast value carries none of a channel record's headers,
+/// live or after a restart (its durable copy is a `$retained` record).
+#[test]
+fn retained_values_carry_no_saguin_headers_b430() {
+    let yaml = config("", "");
+    let broker = Broker::start_in(temp_dir("retained-headers"), &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(retain(&mut publisher, "plain/a", b"a"), Some(0));
+    drop(publisher);
+    let before = retained_values(&broker, "before", "plain/#");
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &yaml);
+    let after = retained_values(&broker, "after", "plain/#");
+    for value in before.iter().chain(&after) {
+        assert!(value.retain);
+        for header in ["saguin-id", "saguin-offset", "saguin-timestamp"] {
+            assert_eq!(user_property(value, header), None, "{header}");
+        }
+    }
+    assert_eq!((before.len(), after.len()), (1, 1));
+}
+
 #[test]
 fn a_value_is_not_served_past_retention_period_nor_after_a_restart_b431_c239_c242() {
     let yaml = config("  retained:\n    retention_period: 2s\n", "");
