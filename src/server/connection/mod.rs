@@ -430,7 +430,8 @@ fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
         return Some(reason::IMPLEMENTATION_SPECIFIC_ERROR);
     }
     let id = &connect.client_id;
-    if id.chars().count() > settings.max_client_id_length
+    // Bytes: the bound is on durable state the client chooses the size of.
+    if id.len() > settings.max_client_id_length
         || id.chars().any(is_control)
         || (id.is_empty() && !connect.clean_start)
     {
