@@ -127,6 +127,10 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
         crate::broker::retained::Durable::open(provider, retained.retention_period, &channels)
             .await?;
     channels.retained = Some(durable);
+    let session = &config.broker.session;
+    let provider = provider_named(config, &mut providers, &session.storage)
+        .map_err(|e| format!("broker.session.storage: {e}"))?;
+    channels.sessions = Some(crate::broker::channels::SessionStore::open(provider).await?);
     Ok((channels, schedule))
 }
 
@@ -255,9 +259,12 @@ pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Resul
     let listen = &mqtt.listen;
     // Read, validated, and not yet applied: said once, so nobody believes otherwise.
     log::info!(
-        "sessions, held QoS 2 publishes and shared groups' backlogs are kept in memory by this \
-         build: broker.session.storage is validated but not applied (broker.qos2's bounds apply \
-         to the publishes held in memory, broker.share.expires_after to the backlogs)"
+        "broker.session.storage keeps each persistent session's record - subscriptions, \
+         granted expiry, Will and when its connection ended - so it survives a restart; what \
+         a session is owed or has in flight, held QoS 2 publishes and shared groups' backlogs \
+         are kept in memory only by this build, and a restored session is owed nothing \
+         (broker.qos2's bounds apply to the publishes held in memory, \
+         broker.share.expires_after to the backlogs)"
     );
     let tcp = tcp_doors("broker.mqtt.listen.tcp", &listen.tcp, &gates.tcp)?;
     let mut ws = Vec::new();

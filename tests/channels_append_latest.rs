@@ -128,8 +128,10 @@ fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
     let broker = Broker::start_in(dir, CHANNELS);
     let mut publisher = Raw::connected(broker.addr, V311, "producer");
     publisher.publish("events/c", b"c", QoS::AtLeastOnce, false);
-    let (mut reader, _) = Raw::handshake(broker.addr, c);
-    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    // The session itself is kept now (B-455): resumed, its subscription is served
+    // from the stored position without subscribing again.
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present, "the session survived the restart");
     assert_eq!(
         &*reader.recv_publish().payload,
         b"c",
@@ -385,8 +387,9 @@ fn resume_after_restart_mid_read(prefix: &str) {
     std::thread::sleep(Duration::from_millis(200));
     let dir = broker.stop();
     let broker = Broker::start_in(dir, CHANNELS);
-    let (mut reader, _) = Raw::handshake(broker.addr, c);
-    reader.subscribe(&format!("{prefix}/#"), opts(QoS::AtLeastOnce));
+    // The session is kept (B-455): resumed, it reads on without subscribing again.
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present, "the session survived the restart");
     assert_eq!(&*reader.recv_publish().payload, b"2");
     assert_eq!(&*reader.recv_publish().payload, b"3");
     reader.expect_nothing(Duration::from_millis(200));

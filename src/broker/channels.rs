@@ -64,6 +64,8 @@ pub struct Channel {
 pub struct Channels {
     /// Where retained broadcast values are kept (`broker.retained.storage`).
     pub retained: Option<super::retained::Durable>,
+    /// Where sessions are kept (`broker.session.storage`).
+    pub sessions: Option<SessionStore>,
     router: Router,
     list: Vec<Channel>,
     by_name: HashMap<Arc<str>, ChannelId>,
@@ -84,6 +86,7 @@ impl Channels {
             .collect();
         Channels {
             retained: None,
+            sessions: None,
             router,
             list,
             by_name,
@@ -143,11 +146,50 @@ impl Channels {
     pub fn providers(&self) -> Vec<Arc<Provider>> {
         let mut seen: Vec<Arc<Provider>> = Vec::new();
         let retained = self.retained.iter().map(|r| &r.provider);
-        for provider in self.list.iter().map(|c| &c.provider).chain(retained) {
+        let sessions = self.sessions.iter().map(|s| &s.provider);
+        let all = self.list.iter().map(|c| &c.provider);
+        for provider in all.chain(retained).chain(sessions) {
             if !seen.iter().any(|p| Arc::ptr_eq(p, provider)) {
                 seen.push(provider.clone());
             }
         }
         seen
+    }
+}
+
+/// The provider `broker.session.storage` names, and the sessions it held at startup.
+#[derive(Debug)]
+pub struct SessionStore {
+    /// The provider.
+    pub provider: Arc<Provider>,
+    /// The records read at startup, taken by [`super::Broker::new`].
+    pub loaded: Vec<super::stored::Restored>,
+}
+
+impl SessionStore {
+    /// Reads every session record `provider` holds; a damaged one is logged and
+    /// skipped, never fatal.
+    ///
+    /// # Errors
+    /// The provider could not be read at all.
+    pub async fn open(provider: Arc<Provider>) -> Result<SessionStore, String> {
+        let rows = provider.sessions().await.map_err(|e| {
+            format!(
+                "broker.session.storage: the sessions of {} could not be read: {e}",
+                provider.name()
+            )
+        })?;
+        let mut loaded = Vec::with_capacity(rows.len());
+        for (client_id, text) in rows {
+            match super::stored::SessionRecord::decode(&client_id, &text) {
+                Ok(record) => loaded.push(record),
+                Err(why) => log::error!(
+                    "storage provider {}: the stored session of {client_id:?} is damaged and \
+                     skipped: {why}",
+                    provider.name()
+                ),
+            }
+        }
+        Ok(SessionStore { provider, loaded })
     }
 }

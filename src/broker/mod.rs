@@ -17,6 +17,7 @@ pub mod records;
 pub mod retained;
 pub mod session;
 mod settings;
+pub mod stored;
 pub mod topic;
 
 use std::collections::HashMap;
@@ -54,6 +55,19 @@ pub struct Accepted {
     pub client_id: Arc<str>,
     /// The Session Expiry Interval granted.
     pub session_expiry: u32,
+    /// The client id was assigned: the CONNECT sent none.
+    pub assigned: bool,
+}
+
+/// What a CONNECT writes to `broker.session.storage` before its CONNACK.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordWrite {
+    /// The session's record, encoded (`stored::SessionRecord`).
+    Put(String),
+    /// The deletion of the record the session it replaces or shortens left.
+    Delete,
+    /// Nothing: no record was or will be kept.
+    Nothing,
 }
 
 /// The broker's state.
@@ -84,6 +98,10 @@ pub struct Broker {
     /// Client ids whose lapsed sessions left channel positions in storage, to be
     /// discarded by the server, which awaits the providers.
     lapsed: Vec<Arc<str>>,
+    /// Client ids whose stored session records no longer say what the broker holds
+    /// (the session ended, or a start changed it), to be written again or deleted by
+    /// the server, which awaits the provider (`server::sync_records`).
+    record_work: Vec<Arc<str>>,
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
@@ -101,7 +119,12 @@ impl Broker {
             }
         }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
-        Broker {
+        let loaded = channels
+            .sessions
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.loaded))
+            .unwrap_or_default();
+        let mut broker = Broker {
             retained,
             settings,
             metrics: Metrics::default(),
@@ -115,9 +138,202 @@ impl Broker {
             budgets,
             unstored: Vec::new(),
             lapsed: Vec::new(),
+            record_work: Vec::new(),
             handed: 0,
             next_assigned: 0,
+        };
+        broker.restore(loaded);
+        broker
+    }
+
+    /// The provider `broker.session.storage` names, when the broker runs with one.
+    pub fn session_store(&self) -> Option<Arc<crate::storage::Provider>> {
+        self.channels.sessions.as_ref().map(|s| s.provider.clone())
+    }
+
+    /// A client id for a CONNECT that sent none (MQTT-3.1.3-6).
+    pub fn assign_client_id(&mut self) -> Arc<str> {
+        self.next_assigned += 1;
+        Arc::from(format!(
+            "saguin-{}-{}",
+            self.settings.broker_id, self.next_assigned
+        ))
+    }
+
+    /// The Session Expiry Interval a CONNECT is granted.
+    fn granted_expiry(&self, connect: &Connect) -> u32 {
+        let requested = match connect.protocol {
+            ProtocolVersion::V5 => connect.properties.session_expiry_interval.unwrap_or(0),
+            ProtocolVersion::V311 if connect.clean_start => 0,
+            ProtocolVersion::V311 => u32::MAX,
+        };
+        requested.min(self.settings.max_session_expiry)
+    }
+
+    /// What a CONNECT that passed every check must write before its CONNACK (B-460,
+    /// gaps G-10 "Clean Start 1"): the record of the session it will hold, connected,
+    /// with the Will it arms; the deletion of the record a session it replaces or
+    /// shortens left; or nothing, for a session that was never stored and ends with
+    /// its connection. Computed before [`Broker::connect`] so a failed write changes
+    /// nothing (C-270).
+    pub fn connect_record(&self, connect: &Connect, client_id: &str) -> RecordWrite {
+        let expiry = self.granted_expiry(connect);
+        let existing = self.sessions.get(client_id);
+        if expiry == 0 {
+            return match existing {
+                Some(s) if s.stored => RecordWrite::Delete,
+                _ => RecordWrite::Nothing,
+            };
         }
+        let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
+        session.expiry = expiry;
+        if let Some(old) = existing.filter(|_| !connect.clean_start) {
+            session.subscriptions = old.subscriptions.clone();
+        }
+        session.will = connect.will.as_ref().map(|will| {
+            Box::new(ArmedWill {
+                will: will.clone(),
+                delay: will.properties.will_delay_interval.unwrap_or(0),
+                asker: None,
+            })
+        });
+        RecordWrite::Put(stored::SessionRecord::of(&session, None, None).encode())
+    }
+
+    /// The record `client_id`'s session should have now: `None` when there is no such
+    /// session or it ends with its connection. `without` are filters (as the client
+    /// spelled them) left out, for an UNSUBSCRIBE stored before it is applied. While
+    /// `stopping`, a waiting Will is kept with no due moment (C-282).
+    pub fn record_of(&self, client_id: &str, without: &[String], stopping: bool) -> Option<String> {
+        let session = self.sessions.get(client_id).filter(|s| s.expiry > 0)?;
+        let due_ms = self
+            .wills
+            .get(client_id)
+            .filter(|(generation, _)| *generation == session.generation && !stopping)
+            .map(|(_, at)| {
+                let left = at.saturating_duration_since(Instant::now()).as_millis();
+                records::now_ms().saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
+            });
+        let mut record = stored::SessionRecord::of(session, session.away_ms, due_ms);
+        record.subscriptions.retain(|s| {
+            let key = match &s.share {
+                Some(name) => format!("$share/{name}/{}", s.filter),
+                None => s.filter.clone(),
+            };
+            !without.contains(&key)
+        });
+        Some(record.encode())
+    }
+
+    /// The client ids whose records are to be written again or deleted.
+    pub fn take_record_work(&mut self) -> Vec<Arc<str>> {
+        std::mem::take(&mut self.record_work)
+    }
+
+    /// Whether `client_id`'s session has a record in storage.
+    pub fn is_stored(&self, client_id: &str) -> bool {
+        self.sessions.get(client_id).is_some_and(|s| s.stored)
+    }
+
+    /// Marks `client_id`'s session as stored (its record written) or not.
+    pub fn set_stored(&mut self, client_id: &str, stored: bool) {
+        if let Some(session) = self.sessions.get_mut(client_id) {
+            session.stored = stored;
+        }
+    }
+
+    /// Reads the sessions `broker.session.storage` kept back in, before any client
+    /// connects (B-455, gaps G-10 "A start ends sessions as well as restoring them").
+    /// A session whose expiry passed while the broker was stopped ends: its Will is
+    /// published if it has a due moment (C-280), discarded otherwise (C-283). Others
+    /// come back away, with their subscriptions in the index, their expiry counting
+    /// from the moment their connection ended, and a Will's wait resuming what is left
+    /// of it or published now when it ran out while stopped (C-279). A session whose
+    /// connection the stop cut without saying when (a crash) counts from now, and its
+    /// Will waits for the session's end (C-282). A subscription the configuration now
+    /// refuses is dropped, logged. Restored sessions are owed nothing: deliveries and
+    /// exchanges in flight are not kept yet (B-456).
+    pub fn restore(&mut self, loaded: Vec<stored::Restored>) {
+        let (now, now_ms) = (Instant::now(), records::now_ms());
+        let (mut restored, mut ended, mut wills_fired) = (0usize, 0usize, 0usize);
+        let mut due_now = Vec::new();
+        for record in loaded {
+            let client_id: Arc<str> = Arc::from(record.client_id.as_str());
+            let away_ms = record.away_ms.unwrap_or(now_ms);
+            let ends_ms = (record.expiry != u32::MAX)
+                .then(|| away_ms.saturating_add(u64::from(record.expiry) * 1000));
+            self.record_work.push(client_id.clone());
+            if record.expiry == 0 || ends_ms.is_some_and(|at| at <= now_ms) {
+                ended += 1;
+                // Its positions go with it.
+                self.lapsed.push(client_id.clone());
+                if let Some((will, Some(_))) = record.will {
+                    due_now.push((client_id, Box::new(will)));
+                }
+                continue;
+            }
+            let bound = self.settings.session_queue_bytes;
+            let mut session = Session::new(client_id.clone(), record.protocol, bound);
+            session.expiry = record.expiry;
+            session.stored = true;
+            session.restored = true;
+            session.away_ms = Some(away_ms);
+            let generation = session.generation;
+            let mut will_due = None;
+            if let Some((will, due_ms)) = record.will {
+                match due_ms {
+                    Some(due) if due <= now_ms => due_now.push((client_id.clone(), Box::new(will))),
+                    Some(due) => {
+                        will_due = Some(now + Duration::from_millis(due - now_ms));
+                        session.will = Some(Box::new(will));
+                    }
+                    None => session.will = Some(Box::new(will)),
+                }
+            }
+            self.sessions.insert(client_id.clone(), Box::new(session));
+            for sub in record.subscriptions {
+                if let Some(why) = self.refused_at_restore(&sub) {
+                    log::warn!(
+                        "session {client_id}: subscription {:?} dropped at restore: {why}",
+                        sub.filter
+                    );
+                    continue;
+                }
+                self.subscribe(&client_id, sub);
+            }
+            if let Some(at) = will_due {
+                self.wills.insert(client_id.clone(), (generation, at));
+            }
+            if let Some(at) = ends_ms {
+                let left = Duration::from_millis(at - now_ms);
+                self.expiring.insert(client_id, now + left);
+            }
+            restored += 1;
+        }
+        // Restored subscribers hear the Wills that fell due while the broker was
+        // stopped; each is published before the write that removes it (C-281).
+        for (client_id, will) in due_now {
+            wills_fired += 1;
+            self.publish_will(&client_id, will);
+        }
+        if restored + ended > 0 {
+            log::info!(
+                "sessions restored from broker.session.storage: {restored} ({ended} ended                  while the broker was stopped, {wills_fired} Wills published that fell due                  meanwhile); a restored session is owed nothing - deliveries and exchanges                  in flight are not kept"
+            );
+        }
+    }
+
+    /// Why the configuration now refuses a stored subscription, if it does.
+    fn refused_at_restore(&self, sub: &Subscription) -> Option<String> {
+        if sub.share.is_none()
+            && let (_, Some(queue)) = self.channels.reach(&sub.filter)
+        {
+            return Some(format!("it lies inside queue {queue}"));
+        }
+        if sub.filter.starts_with(queue::FORM_PREFIX) {
+            return Some("a queue's form is not a session's subscription".to_string());
+        }
+        None
     }
 
     /// Where a publish to `topic` goes.
@@ -184,20 +400,11 @@ impl Broker {
     /// connection holding the same client id is told to end (0x8E).
     pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>, keep_will: bool) -> Accepted {
         let client_id: Arc<str> = if connect.client_id.is_empty() {
-            self.next_assigned += 1;
-            Arc::from(format!(
-                "saguin-{}-{}",
-                self.settings.broker_id, self.next_assigned
-            ))
+            self.assign_client_id()
         } else {
             Arc::from(connect.client_id.as_str())
         };
-        let requested = match connect.protocol {
-            ProtocolVersion::V5 => connect.properties.session_expiry_interval.unwrap_or(0),
-            ProtocolVersion::V311 if connect.clean_start => 0,
-            ProtocolVersion::V311 => u32::MAX,
-        };
-        let expiry = requested.min(self.settings.max_session_expiry);
+        let expiry = self.granted_expiry(connect);
 
         if let Some(old) = self.sessions.get_mut(&client_id) {
             let cut = old
@@ -229,6 +436,9 @@ impl Broker {
             .or_insert_with(|| Box::new(Session::new(client_id.clone(), connect.protocol, bound)));
         session.protocol = connect.protocol;
         session.expiry = expiry;
+        // What `connect_record` wrote before this: the record, or its deletion.
+        session.stored = expiry > 0;
+        session.away_ms = None;
         session.generation += 1;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         session.max_packet_size = connect.properties.maximum_packet_size.unwrap_or(u32::MAX);
@@ -247,6 +457,7 @@ impl Broker {
             .set(self.metrics.connections_total.get() + 1);
         Accepted {
             session_present: resumed,
+            assigned: false,
             client_id,
             session_expiry: expiry,
         }
@@ -259,6 +470,13 @@ impl Broker {
             return;
         };
         session.link = None;
+        session.away_ms = Some(records::now_ms());
+        if session.stored {
+            self.record_work.push(client_id.clone());
+        }
+        let Some(session) = self.sessions.get_mut(client_id) else {
+            return;
+        };
         let will = session.will.take();
         let generation = session.generation;
         let expiry = session.expiry;
@@ -304,6 +522,13 @@ impl Broker {
         for client_id in expired {
             self.expiring.remove(&client_id);
             self.fire_delayed_will(&client_id);
+            // A Will restored with no due moment goes when its session ends (C-282).
+            if let Some(session) = self.sessions.get_mut(&client_id)
+                && session.link.is_none()
+                && let Some(will) = session.will.take()
+            {
+                self.publish_will(&client_id, will);
+            }
             self.lapse_session(&client_id);
         }
         self.retained.purge(now);
@@ -448,6 +673,9 @@ impl Broker {
         let Some(session) = self.sessions.remove(client_id) else {
             return;
         };
+        if session.stored {
+            self.record_work.push(session.client_id.clone());
+        }
         for sub in session.subscriptions.values() {
             self.tree
                 .remove(&sub.filter, sub.share.as_deref(), client_id);

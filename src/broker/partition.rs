@@ -69,6 +69,18 @@ impl Slice {
         &self.indices
     }
 
+    /// A slice read back from a stored session: `None` unless `partitions` is not 0
+    /// and `indices` are non-empty, sorted, distinct and each below it, as
+    /// [`declared`] makes them.
+    pub fn from_parts(partitions: u32, indices: Vec<u32>) -> Option<Slice> {
+        let ordered = indices.windows(2).all(|w| w[0] < w[1]);
+        let inside = indices.iter().all(|i| *i < partitions);
+        (partitions > 0 && !indices.is_empty() && ordered && inside).then(|| Slice {
+            partitions,
+            indices: indices.into_boxed_slice(),
+        })
+    }
+
     /// Whether a message on `topic` lies in this slice (C-154, C-156).
     pub fn admits(&self, topic: &str) -> bool {
         let index = topic_hash(topic) % u64::from(self.partitions);

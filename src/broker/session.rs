@@ -1,7 +1,8 @@
 //! One client's session: what it subscribed to and what it is owed.
 //!
-//! Sessions live in memory for now; everything a session holds is in this one type so
-//! its durable storage can be added without touching the connection code.
+//! Sessions live in memory; a persistent session's record (subscriptions, expiry,
+//! Will, when its connection ended) is also kept by `broker.session.storage`
+//! (`super::stored`), while what it is owed and has in flight is kept in memory only.
 //!
 //! Architecture invariant: a session's queue is bounded by `limits.session_queue_bytes`;
 //! past the bound the oldest delivery not yet on the wire is given up (RFC 0002
@@ -190,6 +191,14 @@ pub struct Session {
     pub generation: u64,
     /// Cursors on the channels its subscriptions touch.
     pub cursors: BTreeMap<ChannelId, Cursor>,
+    /// Its record is in `broker.session.storage` (`broker::stored`): whatever ends
+    /// or changes the session writes it again.
+    pub stored: bool,
+    /// When its last connection ended (ms since the epoch); `None` while connected.
+    pub away_ms: Option<u64>,
+    /// Read back from storage at startup and not resumed since: its channel
+    /// subscriptions have no cursors until the connection resuming it opens them.
+    pub restored: bool,
     next_packet_id: u16,
 }
 
@@ -222,6 +231,9 @@ impl Session {
             will: None,
             generation: 0,
             cursors: BTreeMap::new(),
+            stored: false,
+            away_ms: None,
+            restored: false,
             next_packet_id: 1,
         }
     }

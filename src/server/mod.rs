@@ -178,6 +178,11 @@ pub fn serve(
     let executor = Rc::new(LocalExecutor::new());
     let shared = Shared::new(settings, channels);
     smol::block_on(executor.run(async {
+        // What the start decided about stored sessions (ended, a Will published, a
+        // subscription dropped) is written before any client can connect.
+        store_unstored(&shared).await;
+        drop_lapsed_positions(&shared).await;
+        sync_records(&shared).await;
         wake_on_acl_reload(&doors, &shared);
         let mut accepting = Vec::with_capacity(doors.len());
         for door in doors {
@@ -350,6 +355,36 @@ async fn housekeeping(shared: Rc<Shared>) {
         shared.broker.borrow_mut().tick(Instant::now());
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
+        sync_records(&shared).await;
+    }
+}
+
+/// Writes again, or deletes, the stored records of sessions that changed or ended
+/// other than on a client's packet: an expiry, a connection's end, a start (B-455).
+pub(crate) async fn sync_records(shared: &Shared) {
+    let mut work = shared.broker.borrow_mut().take_record_work();
+    if work.is_empty() {
+        return;
+    }
+    let Some(provider) = shared.broker.borrow().session_store() else {
+        return;
+    };
+    work.sort_unstable();
+    work.dedup();
+    let stopping = shared.stopping.get();
+    for client_id in work {
+        // Read and sent in one step: the record is what the broker holds now.
+        let record = shared.broker.borrow().record_of(&client_id, &[], stopping);
+        let result = match record {
+            Some(text) => provider.put_session(&client_id, text).await,
+            None => provider.delete_session(&client_id).await,
+        };
+        if let Err(e) = result {
+            log::error!("the stored session of {client_id:?} could not be written: {e}");
+            let broker = shared.broker.borrow();
+            let errors = &broker.metrics.storage_errors;
+            errors.set(errors.get() + 1);
+        }
     }
 }
 

@@ -228,6 +228,32 @@ impl Provider {
         }
     }
 
+    /// Stores a session's record (`broker::stored`, opaque here) under its client id,
+    /// replacing the one there. Durable as the provider promises once it returns:
+    /// committed on sqlite, in memory until the graceful stop's snapshot (B-455).
+    pub async fn put_session(&self, client_id: &str, record: String) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.put_session(client_id, record).await,
+            Provider::Memory(p) => p.put_session(client_id, record).await,
+        }
+    }
+
+    /// Forgets a session's record (the session ended).
+    pub async fn delete_session(&self, client_id: &str) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.delete_session(client_id).await,
+            Provider::Memory(p) => p.delete_session(client_id).await,
+        }
+    }
+
+    /// Every stored session record, as (client id, encoded record): read at startup.
+    pub async fn sessions(&self) -> Result<Vec<(String, String)>, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.sessions().await,
+            Provider::Memory(p) => p.sessions().await,
+        }
+    }
+
     /// The age sweep: removes records past their channel's `retention_period` and, on latest channels, tombstones past `deletion_retention_period`. Queues are never swept.
     pub async fn sweep_age(&self, now_ms: u64) -> Result<SweepReport, StorageError> {
         match self {

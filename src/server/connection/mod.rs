@@ -204,13 +204,43 @@ async fn establish(
             }
         }
     }
-    if !connect.client_id.is_empty() {
-        take_over(&shared, &connect.client_id).await;
+    // An assigned id is chosen now, so the record written below is kept under it.
+    let assigned = connect.client_id.is_empty();
+    if assigned {
+        connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
-    let accepted = shared
+    take_over(&shared, &connect.client_id).await;
+    if let Err(e) = store_connect(&shared, &connect).await {
+        // Stored before acknowledged: a session or Will the store could not keep is
+        // refused, and the refusal changes nothing (B-462, C-270).
+        let code = if e.is_full() {
+            reason::QUOTA_EXCEEDED
+        } else {
+            reason::IMPLEMENTATION_SPECIFIC_ERROR
+        };
+        log::error!(
+            "{peer}: CONNECT from {:?} refused with 0x{code:02X}: its session could not be stored: {e}",
+            connect.client_id
+        );
+        {
+            let broker = shared.broker.borrow();
+            let errors = &broker.metrics.storage_errors;
+            errors.set(errors.get() + u64::from(!e.is_full()));
+            broker
+                .metrics
+                .refuse_connection(connection_refusal_label(code));
+        }
+        let ack = connack(protocol, false, code, Properties::default());
+        let bytes = encode_one(&Packet::ConnAck(ack), protocol);
+        drop(slot);
+        close_with(&mut stream, &bytes, &shared).await;
+        return None;
+    }
+    let mut accepted = shared
         .broker
         .borrow_mut()
         .connect(&connect, link.clone(), true);
+    accepted.assigned = assigned;
     let mut conn = Conn {
         stream,
         peer,
@@ -231,6 +261,9 @@ async fn establish(
         waited: false,
         shared,
     };
+    if accepted.session_present {
+        conn.reopen_restored_cursors().await;
+    }
     conn.keep_alive = conn
         .send_connack(&connect, &accepted)
         .map(keep_alive::KeepAlive::new);
@@ -242,6 +275,30 @@ async fn establish(
         accepted.session_present
     );
     Some((Box::new(conn), slot))
+}
+
+/// Writes what a CONNECT changes in `broker.session.storage` before its CONNACK: the
+/// record of a session that outlives its connection, with the Will the CONNECT arms
+/// (B-460), or the deletion of the record a Clean Start or a zero expiry ends.
+async fn store_connect(
+    shared: &Shared,
+    connect: &Connect,
+) -> Result<(), crate::storage::StorageError> {
+    let (write, provider) = {
+        let broker = shared.broker.borrow();
+        let write = broker.connect_record(connect, &connect.client_id);
+        (write, broker.session_store())
+    };
+    let Some(provider) = provider else {
+        return Ok(());
+    };
+    match write {
+        crate::broker::RecordWrite::Put(text) => {
+            provider.put_session(&connect.client_id, text).await
+        }
+        crate::broker::RecordWrite::Delete => provider.delete_session(&connect.client_id).await,
+        crate::broker::RecordWrite::Nothing => Ok(()),
+    }
 }
 
 /// Answers a socket that held an overflow place but got no slot: once the opening
@@ -523,6 +580,7 @@ fn connection_refusal_label(code: u8) -> &'static str {
         reason::TOPIC_NAME_INVALID => "topic name invalid",
         reason::PACKET_TOO_LARGE => "packet too large",
         reason::QUOTA_EXCEEDED => "session store full",
+        reason::IMPLEMENTATION_SPECIFIC_ERROR => "storage error",
         _ => "not authorized",
     }
 }
@@ -635,7 +693,7 @@ impl Conn {
             if connect.properties.session_expiry_interval.unwrap_or(0) != accepted.session_expiry {
                 properties.session_expiry_interval = Some(accepted.session_expiry);
             }
-            if connect.client_id.is_empty() {
+            if accepted.assigned {
                 properties.assigned_client_identifier = Some(accepted.client_id.to_string());
             }
             if let Some(max) = settings.max_keepalive
@@ -901,7 +959,7 @@ impl Conn {
             Packet::PubRel(ack) => self.on_pubrel(ack.packet_id).await,
             Packet::Subscribe(subscribe) => self.on_subscribe(subscribe).await,
             Packet::Unsubscribe(unsubscribe) => {
-                self.on_unsubscribe(unsubscribe);
+                Box::pin(self.on_unsubscribe(unsubscribe)).await?;
                 Ok(())
             }
             Packet::PingReq => {
@@ -1220,6 +1278,9 @@ impl Conn {
         // Read once: the declaration applies to every filter of this packet (C-160).
         let declared = partition::declared(&subscribe.properties.user_properties);
         let slice = declared.as_ref().ok().and_then(Option::as_ref);
+        // Each filter this packet granted, with the subscription it replaced: what a
+        // record the store refused gives back (the session is kept as it was).
+        let mut changed: Vec<(usize, String, Option<Subscription>)> = Vec::new();
         for (filter, options) in &subscribe.filters {
             if let Some(code) =
                 self.queue_subscription(filter, *options, &subscribe.properties, identifier)
@@ -1298,6 +1359,10 @@ impl Conn {
                         identifier,
                         slice: slice.cloned(),
                     };
+                    let before = broker
+                        .session(&self.client_id)
+                        .and_then(|s| s.subscriptions.get(filter.as_str()).cloned());
+                    changed.push((codes.len(), filter.clone(), before));
                     let existed = broker.subscribe(&self.client_id, sub);
                     if !shared_sub {
                         let messages =
@@ -1318,6 +1383,28 @@ impl Conn {
                 ProtocolVersion::V311 if granted >= 0x80 => reason::v311::SUBACK_FAILURE,
                 _ => granted,
             });
+        }
+        if !changed.is_empty()
+            && let Err(e) = self.store_session(&[]).await
+        {
+            // Stored before acknowledged (invariant 18): what the store could not keep
+            // is refused, 0x97 when it is full, 0x83 otherwise (3.1.1: 0x80), and the
+            // session goes back to what it was.
+            let code = match (self.protocol, e.is_full()) {
+                (ProtocolVersion::V311, _) => reason::v311::SUBACK_FAILURE,
+                (_, true) => reason::QUOTA_EXCEEDED,
+                (_, false) => reason::IMPLEMENTATION_SPECIFIC_ERROR,
+            };
+            self.suback_reason = Some(format!("the session could not be stored: {e}"));
+            let mut broker = self.shared.broker.borrow_mut();
+            for (index, filter, before) in changed {
+                codes[index] = code;
+                broker.unsubscribe(&self.client_id, &filter);
+                if let Some(before) = before {
+                    broker.subscribe(&self.client_id, before);
+                }
+            }
+            retained.clear();
         }
         let properties = Properties {
             reason_string: self.suback_reason.take().filter(|_| self.problem_info),
@@ -1435,7 +1522,123 @@ impl Conn {
         Ok(Ok(share.map(|name| (name, inner))))
     }
 
-    fn on_unsubscribe(&mut self, unsubscribe: Unsubscribe) {
+    /// Opens the channel cursors of a session read back from storage at startup, which
+    /// has its subscriptions and no cursors: each resumes at its stored position.
+    /// `saguin-deletions` is not kept with a subscription yet, so it is not asked for.
+    async fn reopen_restored_cursors(&mut self) {
+        let subs: Vec<Subscription> = {
+            let mut broker = self.shared.broker.borrow_mut();
+            let Some(session) = broker.session(&self.client_id).filter(|s| s.restored) else {
+                return;
+            };
+            session.restored = false;
+            session
+                .subscriptions
+                .values()
+                .filter(|s| s.share.is_none())
+                .cloned()
+                .collect()
+        };
+        for sub in subs {
+            let opened = self
+                .open_cursors(
+                    &sub.filter,
+                    sub.options,
+                    sub.identifier,
+                    false,
+                    sub.slice,
+                    true,
+                )
+                .await;
+            if opened.is_err() {
+                log::error!(
+                    "{}: {}'s restored subscription {:?} could not open its channels; \
+                     subscribe again",
+                    self.peer,
+                    self.client_id,
+                    sub.filter
+                );
+            }
+        }
+    }
+
+    /// Writes the session's record as it is, less the filters in `without`, if the
+    /// session outlives its connection (B-454); nothing is written otherwise.
+    async fn store_session(&self, without: &[String]) -> Result<(), crate::storage::StorageError> {
+        let (record, provider) = {
+            let broker = self.shared.broker.borrow();
+            (
+                broker.record_of(&self.client_id, without, false),
+                broker.session_store(),
+            )
+        };
+        let (Some(record), Some(provider)) = (record, provider) else {
+            return Ok(());
+        };
+        let result = provider.put_session(&self.client_id, record).await;
+        match &result {
+            Ok(()) => self
+                .shared
+                .broker
+                .borrow_mut()
+                .set_stored(&self.client_id, true),
+            Err(e) => {
+                log::error!(
+                    "{}: the session of {} could not be stored: {e}",
+                    self.peer,
+                    self.client_id
+                );
+                if !e.is_full() {
+                    let broker = self.shared.broker.borrow();
+                    let errors = &broker.metrics.storage_errors;
+                    errors.set(errors.get() + 1);
+                }
+            }
+        }
+        result
+    }
+
+    /// Forgets the filters, once the session is stored without them (B-463): a store
+    /// that fails answers 0x83 for each and keeps them, and a 3.1.1 client, which has
+    /// no code to be told it with, is disconnected instead (B-464).
+    async fn on_unsubscribe(&mut self, unsubscribe: Unsubscribe) -> Result<(), End> {
+        let held: Vec<String> = {
+            let mut broker = self.shared.broker.borrow_mut();
+            let session = broker.session(&self.client_id);
+            unsubscribe
+                .filters
+                .iter()
+                .filter(|f| {
+                    session
+                        .as_ref()
+                        .is_some_and(|s| s.subscriptions.contains_key(*f))
+                })
+                .cloned()
+                .collect()
+        };
+        if !held.is_empty() && self.store_session(&held).await.is_err() {
+            if self.protocol == ProtocolVersion::V311 {
+                return Err(End::Close);
+            }
+            let codes = unsubscribe
+                .filters
+                .iter()
+                .map(|_| reason::IMPLEMENTATION_SPECIFIC_ERROR)
+                .collect();
+            let properties = Properties {
+                reason_string: self
+                    .problem_info
+                    .then(|| "the session could not be stored; it keeps these filters".into()),
+                ..Properties::default()
+            };
+            let ack = UnsubAck {
+                packet_id: unsubscribe.packet_id,
+                properties,
+                codes,
+            };
+            self.queue_packet(&Packet::UnsubAck(ack));
+            return Ok(());
+        }
         let mut broker = self.shared.broker.borrow_mut();
         let codes = unsubscribe
             .filters
@@ -1455,6 +1658,7 @@ impl Conn {
             codes,
         };
         self.queue_packet(&Packet::UnsubAck(ack));
+        Ok(())
     }
 
     fn on_disconnect(&mut self, disconnect: Disconnect) -> End {
@@ -1558,6 +1762,9 @@ impl Conn {
             will_due,
             Instant::now(),
         );
+        // The moment it went away, and its Will's due moment (C-278), or its
+        // deletion when the session ended with it.
+        super::sync_records(&self.shared).await;
         // Before this client can connect again and read them.
         super::drop_lapsed_positions(&self.shared).await;
         if let (Some(code), ProtocolVersion::V5) = (code, self.protocol) {

@@ -71,6 +71,8 @@ struct State {
     pending: HashMap<String, MemChannel>,
     /// Bytes held across every channel, counted by `record_size`.
     used: u64,
+    /// Session records by client id (`broker::stored`), kept by the snapshot.
+    sessions: BTreeMap<String, String>,
 }
 
 /// A memory storage provider.
@@ -102,21 +104,25 @@ impl MemoryProvider {
     /// [`StorageError::Locked`] when another broker holds the directory (B-520);
     /// [`StorageError::Io`] or [`StorageError::Snapshot`] when it cannot be read.
     pub fn open(settings: &MemorySettings) -> Result<MemoryProvider, StorageError> {
-        let (lock, manifest) = match &settings.snapshot_dir {
-            None => (None, HashMap::new()),
+        let (lock, manifest, sessions) = match &settings.snapshot_dir {
+            None => (None, HashMap::new(), BTreeMap::new()),
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
                     StorageError::io(&settings.name, &format!("create {}", dir.display()), e)
                 })?;
                 let lock = ProviderLock::acquire(&settings.name, &dir.join("saguin.lock"))?;
                 let manifest = snapshot::read_manifest(&settings.name, dir)?;
+                let sessions = snapshot::read_sessions(&settings.name, dir)?;
                 snapshot::mark_running(&settings.name, dir, !manifest.is_empty())?;
-                (Some(lock), manifest)
+                (Some(lock), manifest, sessions)
             }
         };
         Ok(MemoryProvider {
             settings: settings.clone(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                sessions,
+                ..State::default()
+            }),
             manifest,
             lock,
         })
@@ -499,6 +505,29 @@ impl MemoryProvider {
         Ok(open.data.positions.get(client_id).copied())
     }
 
+    /// Stores a session's record under its client id, replacing the one there. Kept
+    /// across a graceful stop by the snapshot (B-455).
+    pub async fn put_session(&self, client_id: &str, record: String) -> Result<(), StorageError> {
+        self.state().sessions.insert(client_id.to_owned(), record);
+        Ok(())
+    }
+
+    /// Forgets a session's record.
+    pub async fn delete_session(&self, client_id: &str) -> Result<(), StorageError> {
+        self.state().sessions.remove(client_id);
+        Ok(())
+    }
+
+    /// Every stored session record, as (client id, encoded record).
+    pub async fn sessions(&self) -> Result<Vec<(String, String)>, StorageError> {
+        Ok(self
+            .state()
+            .sessions
+            .iter()
+            .map(|(c, r)| (c.clone(), r.clone()))
+            .collect())
+    }
+
     /// Forgets every position a client holds.
     pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
         let mut st = self.state();
@@ -601,6 +630,7 @@ impl MemoryProvider {
                 .or_default()
                 .push((name.as_str(), &open.data));
         }
+        snapshot::write_sessions(&self.settings.name, dir, &st.sessions)?;
         snapshot::write_all(&self.settings.name, dir, &groups, now_ms)
     }
 }

@@ -22,6 +22,11 @@ const MANIFEST: &str = "manifest.json";
 const RUNNING: &str = "running";
 /// The manifest lists file names; anything larger was not written by us.
 const MANIFEST_MAX: u64 = 16 << 20;
+/// The session records, as one JSON object of client id to encoded record.
+const SESSIONS: &str = "sessions.json";
+/// Far above what any sessions file we write holds: every record is bounded by the
+/// limits (a Will by `max_message_size`, filters by `max_subscriptions`).
+const SESSIONS_MAX: u64 = 4 << 30;
 
 /// What one snapshot wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,6 +115,51 @@ pub(crate) fn read_manifest(
         }
     }
     Ok(out)
+}
+
+/// The session records the last graceful stop wrote; none when there is no file.
+pub(crate) fn read_sessions(
+    provider: &str,
+    dir: &Path,
+) -> Result<BTreeMap<String, String>, StorageError> {
+    let path = dir.join(SESSIONS);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => {
+            return Err(StorageError::io(
+                provider,
+                &format!("open {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let reader = BufReader::new(file.take(SESSIONS_MAX));
+    serde_json::from_reader(reader).map_err(|e| snap_err(&path, e.to_string()))
+}
+
+/// Writes the session records (before the manifest, which marks the snapshot whole);
+/// with none, removes the file a previous snapshot left.
+pub(crate) fn write_sessions(
+    provider: &str,
+    dir: &Path,
+    sessions: &BTreeMap<String, String>,
+) -> Result<(), StorageError> {
+    let path = dir.join(SESSIONS);
+    if sessions.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io(
+                provider,
+                &format!("remove {}", path.display()),
+                e,
+            )),
+            _ => Ok(()),
+        };
+    }
+    write_atomically(&path, |w| {
+        serde_json::to_writer(&mut *w, sessions).map_err(std::io::Error::other)
+    })
+    .map_err(|e| StorageError::io(provider, &format!("write {}", path.display()), e))
 }
 
 /// Marks the directory in use. Finding the mark left over means the last run ended

@@ -184,6 +184,28 @@ impl<'a> Batch<'a> {
                     .map_err(|e| self.sql(c, "positions", e));
                 self.complete(done, r)
             }
+            WriteOp::PutSession {
+                client_id,
+                record,
+                done,
+            } => {
+                let r = c
+                    .prepare_cached(
+                        "INSERT INTO sessions(client_id, record) VALUES (?1, ?2) \
+                         ON CONFLICT(client_id) DO UPDATE SET record = excluded.record",
+                    )
+                    .and_then(|mut s| s.execute(params![client_id, record]))
+                    .map(|_| ())
+                    .map_err(|e| self.sql(c, "sessions", e));
+                self.complete(done, r)
+            }
+            WriteOp::DeleteSession { client_id, done } => {
+                let r = c
+                    .execute("DELETE FROM sessions WHERE client_id = ?1", [client_id])
+                    .map(|_| ())
+                    .map_err(|e| self.sql(c, "sessions", e));
+                self.complete(done, r)
+            }
             other => {
                 // Standalone requests never reach a batch.
                 fail(

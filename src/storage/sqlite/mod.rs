@@ -434,6 +434,30 @@ impl SqliteProvider {
         .await
     }
 
+    /// Stores a session's record under its client id, replacing the one there. On the
+    /// lane a client's packet waits on: the CONNACK, SUBACK or UNSUBACK follows it.
+    pub async fn put_session(&self, client_id: &str, record: String) -> Result<(), StorageError> {
+        let client_id = client_id.to_owned();
+        self.write(|done| WriteOp::PutSession {
+            client_id,
+            record,
+            done,
+        })
+        .await
+    }
+
+    /// Forgets a session's record.
+    pub async fn delete_session(&self, client_id: &str) -> Result<(), StorageError> {
+        let client_id = client_id.to_owned();
+        self.write(|done| WriteOp::DeleteSession { client_id, done })
+            .await
+    }
+
+    /// Every stored session record, as (client id, encoded record).
+    pub async fn sessions(&self) -> Result<Vec<(String, String)>, StorageError> {
+        self.read(|done| ReadOp::Sessions { done }).await
+    }
+
     /// The age sweep: removes what is past its channel's retention_period and, on latest
     /// channels, tombstones past deletion_retention_period.
     pub async fn sweep_age(&self, now_ms: u64) -> Result<SweepReport, StorageError> {

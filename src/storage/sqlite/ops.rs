@@ -29,6 +29,9 @@ pub(crate) enum ReadOp {
         channel: String,
         done: Done<Option<u64>>,
     },
+    Sessions {
+        done: Done<Vec<(String, String)>>,
+    },
 }
 
 /// A write the writer thread performs.
@@ -76,6 +79,15 @@ pub(crate) enum WriteOp {
         client_id: String,
         done: Done<()>,
     },
+    PutSession {
+        client_id: String,
+        record: String,
+        done: Done<()>,
+    },
+    DeleteSession {
+        client_id: String,
+        done: Done<()>,
+    },
     SweepAge {
         now_ms: u64,
         done: Done<SweepReport>,
@@ -113,7 +125,9 @@ pub(crate) fn fail(op: WriteOp, err: &StorageError) {
         | WriteOp::SetAvailableAfter { done, .. }
         | WriteOp::Resolve { done, .. }
         | WriteOp::SetPosition { done, .. }
-        | WriteOp::DropPositions { done, .. } => drop(done.try_send(Err(e))),
+        | WriteOp::DropPositions { done, .. }
+        | WriteOp::PutSession { done, .. }
+        | WriteOp::DeleteSession { done, .. } => drop(done.try_send(Err(e))),
         WriteOp::Append { done, .. } | WriteOp::DeadLetter { done, .. } => {
             drop(done.try_send(Err(e)))
         }
@@ -130,6 +144,7 @@ pub(crate) fn fail_read(op: ReadOp, err: &StorageError) {
         ReadOp::Window { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Stats { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Position { done, .. } => drop(done.try_send(Err(e))),
+        ReadOp::Sessions { done } => drop(done.try_send(Err(e))),
     }
 }
 
@@ -148,6 +163,9 @@ pub(crate) fn serve_read(conn: &mut Connection, provider: &str, op: ReadOp) {
             done,
         } => {
             let _ = done.try_send(schema::read_position(conn, provider, &client_id, &channel));
+        }
+        ReadOp::Sessions { done } => {
+            let _ = done.try_send(schema::read_sessions(conn, provider));
         }
     }
 }

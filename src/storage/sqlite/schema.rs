@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS positions(
     record_offset INTEGER NOT NULL,
     PRIMARY KEY(client_id, channel)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions(
+    client_id TEXT NOT NULL PRIMARY KEY,
+    record TEXT NOT NULL
+) WITHOUT ROWID;
 ";
 
 pub(crate) const STATE_STORED: i64 = 0;
@@ -227,4 +231,19 @@ pub(crate) fn read_position(
         })
         .map(|o| o.map(u))
         .map_err(|e| StorageError::io(provider, "read a consumer position", e))
+}
+
+/// Every stored session record, as (client id, encoded record) (`broker::stored`).
+pub(crate) fn read_sessions(
+    conn: &Connection,
+    provider: &str,
+) -> Result<Vec<(String, String)>, StorageError> {
+    let io = |e| StorageError::io(provider, "read the session records", e);
+    let mut stmt = conn
+        .prepare_cached("SELECT client_id, record FROM sessions ORDER BY client_id")
+        .map_err(io)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .map_err(io)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(io)
 }

@@ -1,0 +1,221 @@
+//! A persistent session's record across a broker restart (B-454, B-455, B-460,
+//! B-463; C-278..C-283; gaps G-10 "Sessions"): kept by `broker.session.storage`, on
+//! sqlite across a crash and on memory across a graceful stop. What a session is owed
+//! is not kept yet (B-456): these tests publish only after the restart.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{Broker, CHANNELS, Raw, WAIT, connect, opts, temp_dir};
+use saguin::codec::{
+    self, Packet, Properties,
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
+
+fn fresh_dir() -> PathBuf {
+    let dir = temp_dir("sessions-restart");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    dir
+}
+
+/// CHANNELS with `broker.session.storage` naming `provider`.
+fn config(provider: &str) -> String {
+    CHANNELS.replace(
+        "  id: channels-test\n",
+        &format!("  id: channels-test\n  session:\n    storage: {provider}\n"),
+    )
+}
+
+/// A CONNECT asking for a session of `expiry` seconds (MQTT 5).
+fn persistent(client_id: &str, clean_start: bool, expiry: u32) -> codec::Connect {
+    let mut c = connect(V5, client_id, clean_start);
+    c.properties.session_expiry_interval = Some(expiry);
+    c
+}
+
+fn connected(broker: &Broker, c: codec::Connect) -> (Raw, bool) {
+    let (raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0, "CONNACK {ack:?}");
+    (raw, ack.session_present)
+}
+
+/// Publishes one QoS 1 message from a client of its own.
+fn publish(broker: &Broker, topic: &str, payload: &[u8]) {
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(p.publish(topic, payload, QoS::AtLeastOnce, false), Some(0));
+    p.disconnect();
+}
+
+fn kill(mut broker: Broker) -> PathBuf {
+    broker.signal("KILL");
+    broker.wait_exit();
+    broker.stop_killed()
+}
+
+/// Resumes `client_id` after a restart and checks that, without subscribing again,
+/// it is sent a publish to `topic`.
+fn resumes_and_receives(broker: &Broker, c: codec::Connect, topic: &str) -> Raw {
+    let (mut raw, present) = connected(broker, c);
+    assert!(present, "the session came back (Session Present 1)");
+    publish(broker, topic, b"after");
+    let got = raw.recv_publish();
+    assert_eq!(got.topic.as_ref() as &str, topic);
+    assert_eq!(&got.payload[..], b"after");
+    raw
+}
+
+/// B-454, B-455 (sqlite: a crash): a session subscribed to a broadcast topic, its
+/// SUBACK sent, survives SIGKILL and is served again without subscribing.
+#[test]
+fn a_session_on_sqlite_survives_sigkill() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut s, present) = connected(&broker, persistent("keeper", true, 300));
+    assert!(!present);
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    let dir = kill(broker);
+    drop(s);
+    let broker = Broker::start_in(dir, &config("local"));
+    resumes_and_receives(&broker, persistent("keeper", false, 300), "news/today");
+}
+
+/// B-455 (memory: a graceful stop): the snapshot keeps the session.
+#[test]
+fn a_session_on_memory_survives_a_graceful_stop() {
+    let broker = Broker::start_in(fresh_dir(), &config("volatile"));
+    let (mut s, _) = connected(&broker, persistent("keeper", true, 300));
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    s.disconnect();
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &config("volatile"));
+    resumes_and_receives(&broker, persistent("keeper", false, 300), "news/today");
+}
+
+/// B-455 with MQTT 3.1.1: cleanSession 0 is a session that never expires.
+#[test]
+fn a_v311_clean_session_0_survives_sigkill() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut s, _) = connected(&broker, connect(V311, "old-timer", false));
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    let dir = kill(broker);
+    let broker = Broker::start_in(dir, &config("local"));
+    resumes_and_receives(&broker, connect(V311, "old-timer", false), "news/v311");
+}
+
+/// Gaps G-10 "A start ends sessions": a session whose expiry passed while the broker
+/// was stopped is gone after the restart.
+#[test]
+fn a_session_that_expired_while_stopped_is_gone() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut s, _) = connected(&broker, persistent("brief", true, 1));
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    s.disconnect();
+    broker.wait_log("brief disconnected");
+    let dir = kill(broker);
+    std::thread::sleep(Duration::from_millis(1500));
+    let broker = Broker::start_in(dir, &config("local"));
+    let (_, present) = connected(&broker, persistent("brief", false, 300));
+    assert!(!present, "the expired session did not come back");
+}
+
+/// Clean Start 1 (G-10), DISCONNECT with expiry 0, and UNSUBSCRIBE (B-463) are what a
+/// restart finds.
+#[test]
+fn clean_start_expiry_zero_and_unsubscribe_are_kept_across_a_restart() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    // Replaced by a Clean Start: present after the restart, with no subscription.
+    let (mut a, _) = connected(&broker, persistent("replaced", true, 300));
+    assert_eq!(a.subscribe("news/a", opts(QoS::AtLeastOnce)), [1]);
+    a.disconnect();
+    let (a, present) = connected(&broker, persistent("replaced", true, 300));
+    assert!(!present);
+    a.disconnect();
+    // Ended by its DISCONNECT's expiry 0.
+    let (mut b, _) = connected(&broker, persistent("ended", true, 300));
+    assert_eq!(b.subscribe("news/b", opts(QoS::AtLeastOnce)), [1]);
+    let mut bye = codec::Disconnect::new(0);
+    bye.properties.session_expiry_interval = Some(0);
+    b.send(&Packet::Disconnect(bye));
+    let _ = b.read_to_close();
+    // One filter of two unsubscribed.
+    let (mut c, _) = connected(&broker, persistent("narrowed", true, 300));
+    assert_eq!(c.subscribe("news/c1", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(c.subscribe("news/c2", opts(QoS::AtLeastOnce)), [1]);
+    c.send(&Packet::Unsubscribe(codec::Unsubscribe {
+        packet_id: 2,
+        properties: Properties::default(),
+        filters: vec!["news/c2".into()],
+    }));
+    match c.recv() {
+        Packet::UnsubAck(ack) => assert_eq!(ack.codes, [0]),
+        other => panic!("expected UNSUBACK, got {other:?}"),
+    }
+    let dir = kill(broker);
+    drop(c);
+
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut a, present) = connected(&broker, persistent("replaced", false, 300));
+    assert!(present, "the session the Clean Start began is kept");
+    let (_, present) = connected(&broker, persistent("ended", false, 300));
+    assert!(!present, "a DISCONNECT with expiry 0 ended it");
+    let (mut c, present) = connected(&broker, persistent("narrowed", false, 300));
+    assert!(present);
+    publish(&broker, "news/a", b"a");
+    publish(&broker, "news/c2", b"c2");
+    publish(&broker, "news/c1", b"c1");
+    let got = c.recv_publish();
+    assert_eq!(&got.payload[..], b"c1", "news/c2 was unsubscribed");
+    a.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-460, C-278, C-279: a Will waiting out its delay when the broker is killed is
+/// published after the restart once what was left of the delay runs out.
+#[test]
+fn a_delayed_will_fires_after_a_crash_when_its_delay_runs_out() {
+    const DELAY: u64 = 3;
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let mut c = persistent("mortal", true, 300);
+    let properties = Properties {
+        will_delay_interval: Some(DELAY as u32),
+        ..Properties::default()
+    };
+    c.will = Some(codec::Will {
+        topic: "gone/mortal".into(),
+        payload: b"bye".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties,
+    });
+    let (raw, _) = connected(&broker, c);
+    drop(raw); // no DISCONNECT: the Will is owed after its delay
+    let dropped = Instant::now();
+    broker.wait_log("mortal disconnected");
+    let dir = kill(broker);
+
+    let broker = Broker::start_in(dir, &config("local"));
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("gone/#", opts(QoS::AtLeastOnce)), [1]);
+    let got = watcher.recv_publish();
+    assert_eq!(got.topic.as_ref() as &str, "gone/mortal");
+    assert_eq!(&got.payload[..], b"bye");
+    let waited = dropped.elapsed();
+    assert!(
+        waited >= Duration::from_secs(DELAY) - Duration::from_millis(500) && waited < WAIT,
+        "published {waited:?} after the connection ended, its delay {DELAY}s"
+    );
+}
+
+/// B-455 with a channel: a restored session's channel subscription opens its cursor
+/// when the session is resumed, so a record published after the restart is served
+/// without subscribing again.
+#[test]
+fn a_restored_channel_subscription_is_served_on_resume() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut s, _) = connected(&broker, persistent("consumer", true, 300));
+    assert_eq!(s.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let dir = kill(broker);
+    let broker = Broker::start_in(dir, &config("local"));
+    resumes_and_receives(&broker, persistent("consumer", false, 300), "events/after");
+}
