@@ -219,3 +219,69 @@ fn a_restored_channel_subscription_is_served_on_resume() {
     let broker = Broker::start_in(dir, &config("local"));
     resumes_and_receives(&broker, persistent("consumer", false, 300), "events/after");
 }
+
+fn with_will(mut c: codec::Connect, topic: &str) -> codec::Connect {
+    c.will = Some(codec::Will {
+        topic: topic.into(),
+        payload: b"offline".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        properties: Properties::default(),
+    });
+    c
+}
+
+/// C-282, C-287: a broker stopping is not a device dying. No Will is published at
+/// the stop; a persistent session keeps its Will due at no moment, published when the
+/// session expires at the running broker unless a CONNECT replaces it; a session that
+/// ended with its connection takes its Will with it.
+#[test]
+fn a_graceful_stop_publishes_no_will_and_the_restored_session_keeps_it_c282() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let held: Vec<Raw> = [
+        with_will(persistent("expires", true, 4), "status/expires"),
+        with_will(persistent("returns", true, 4), "status/returns"),
+        with_will(persistent("clean", true, 0), "status/clean"),
+    ]
+    .into_iter()
+    .map(|c| connected(&broker, c).0)
+    .collect();
+    let dir = broker.stop();
+    drop(held);
+    let broker = Broker::start_in(dir, &config("local"));
+    // Each Will is retained: one published at the stop would be served here.
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    let (_back, present) = connected(&broker, persistent("returns", false, 4));
+    assert!(present, "the session came back");
+    let got = watcher.recv_publish();
+    assert_eq!(
+        (got.topic.as_ref() as &str, &got.payload[..], got.retain),
+        ("status/expires", &b"offline"[..], false),
+        "published live, when its session expired"
+    );
+    watcher.expect_nothing(Duration::from_millis(1500));
+}
+
+/// An assigned client id is never one a restored session holds: the counter starts
+/// again at every start, and a Clean Start under a taken id would end that session.
+#[test]
+fn an_assigned_client_id_never_takes_a_restored_sessions_id() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut first, ack) = Raw::handshake(broker.addr, persistent("", true, 300));
+    let assigned = ack
+        .properties
+        .assigned_client_identifier
+        .expect("an assigned id");
+    assert_eq!(first.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    drop(first);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &config("local"));
+    let (_second, ack) = Raw::handshake(broker.addr, persistent("", true, 300));
+    let other = ack
+        .properties
+        .assigned_client_identifier
+        .expect("an assigned id");
+    assert_ne!(other, assigned);
+    resumes_and_receives(&broker, persistent(&assigned, false, 300), "news/x");
+}

@@ -37,6 +37,17 @@ use retained::RetainedStore;
 use session::{ArmedWill, Delivery, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
+/// What becomes of a session's Will when its connection ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WillAtEnd {
+    /// Published now, or after its delay: the connection ended without a DISCONNECT.
+    Publish,
+    /// Discarded: a DISCONNECT that did not ask for it.
+    Withdraw,
+    /// Kept on the session, due at no moment: the broker is stopping (C-282).
+    Keep,
+}
+
 /// Where a publish goes. The one place that decides it is [`Broker::destination`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
@@ -153,11 +164,19 @@ impl Broker {
 
     /// A client id for a CONNECT that sent none (MQTT-3.1.3-6).
     pub fn assign_client_id(&mut self) -> Arc<str> {
-        self.next_assigned += 1;
-        Arc::from(format!(
-            "saguin-{}-{}",
-            self.settings.broker_id, self.next_assigned
-        ))
+        // Never the id of a session held now, restored ones included: the counter
+        // starts again at every start, and a Clean Start under a taken id would end
+        // somebody else's session.
+        loop {
+            self.next_assigned += 1;
+            let id: Arc<str> = Arc::from(format!(
+                "saguin-{}-{}",
+                self.settings.broker_id, self.next_assigned
+            ));
+            if !self.sessions.contains_key(&id) {
+                return id;
+            }
+        }
     }
 
     /// The Session Expiry Interval a CONNECT is granted.
@@ -406,6 +425,7 @@ impl Broker {
         };
         let expiry = self.granted_expiry(connect);
 
+        let waiting = self.wills.contains_key(&client_id);
         if let Some(old) = self.sessions.get_mut(&client_id) {
             let cut = old
                 .link
@@ -413,10 +433,11 @@ impl Broker {
                 .inspect(|link| link.kick(reason::SESSION_TAKEN_OVER));
             // A connection cut here ends without a DISCONNECT: its Will is due unless
             // its delay lets this resuming connection cancel it. A Clean Start ends
-            // the session, and a session ending publishes the Will it still holds,
-            // whether its connection is cut now or left earlier (C-271).
+            // the session, which publishes a Will waiting out its delay (C-271); one
+            // kept at a stop, due at no moment, is replaced by this CONNECT (C-282).
             if let Some(will) = old.will.take()
-                && ((cut.is_some() && will.delay == 0) || connect.clean_start)
+                && ((cut.is_some() && (will.delay == 0 || connect.clean_start))
+                    || (waiting && connect.clean_start))
             {
                 let publisher = old.client_id.clone();
                 self.publish_will(&publisher, will);
@@ -465,7 +486,13 @@ impl Broker {
 
     /// The connection `link_id` of `client_id` ended. `will_due` says whether it ended
     /// without a normal DISCONNECT (or with 0x04), so its Will is owed.
-    pub fn disconnect(&mut self, client_id: &Arc<str>, link_id: u64, will_due: bool, now: Instant) {
+    pub fn disconnect(
+        &mut self,
+        client_id: &Arc<str>,
+        link_id: u64,
+        will: WillAtEnd,
+        now: Instant,
+    ) {
         let Some(session) = self.session_of(client_id, link_id) else {
             return;
         };
@@ -477,10 +504,13 @@ impl Broker {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;
         };
-        let will = session.will.take();
+        let armed = match will {
+            WillAtEnd::Keep => None,
+            WillAtEnd::Publish | WillAtEnd::Withdraw => session.will.take(),
+        };
         let generation = session.generation;
         let expiry = session.expiry;
-        if let Some(will) = will.filter(|_| will_due) {
+        if let Some(will) = armed.filter(|_| will == WillAtEnd::Publish) {
             if will.delay == 0 || expiry == 0 {
                 self.publish_will(client_id, will);
             } else {

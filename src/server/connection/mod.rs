@@ -27,7 +27,7 @@ use super::slots::{Place, Slot};
 use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
 use crate::broker::session::{Delivery, HeldQos2, Inflight, Message, Subscription};
-use crate::broker::{Accepted, ConnLink, partition, topic};
+use crate::broker::{Accepted, ConnLink, WillAtEnd, partition, topic};
 use crate::codec::reason;
 use crate::codec::{
     self, Ack, ConnAck, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion,
@@ -1745,13 +1745,19 @@ impl Conn {
 
     /// Ends the connection: the last packet, the Will, the session's fate.
     async fn finish(mut self, end: End) {
-        let (will_due, code) = match end {
-            End::Client { will } => (will, None),
-            End::Broker(code) => (true, Some(code)),
-            End::Close => (true, None),
-            // Taken over or stopped: the session is handed back as at any other end
+        let (will, code) = match end {
+            End::Client { will: true } => (WillAtEnd::Publish, None),
+            End::Client { will: false } => (WillAtEnd::Withdraw, None),
+            End::Broker(code) => (WillAtEnd::Publish, Some(code)),
+            End::Close => (WillAtEnd::Publish, None),
+            // A broker stopping is not a device dying: the Will stays with the session,
+            // due at no moment, and goes if the session ends (C-282, C-287).
+            End::Kicked(reason::SERVER_SHUTTING_DOWN) => {
+                (WillAtEnd::Keep, Some(reason::SERVER_SHUTTING_DOWN))
+            }
+            // Taken over or hung up: the session is handed back as at any other end
             // (if a new connection has not taken it already), its Will owed.
-            End::Kicked(code) => (true, Some(code)),
+            End::Kicked(code) => (WillAtEnd::Publish, Some(code)),
         };
         // Its queue jobs go back, and the session keeps no offer to send again.
         self.queue_connection_ended();
@@ -1759,7 +1765,7 @@ impl Conn {
         self.shared.broker.borrow_mut().disconnect(
             &self.client_id,
             self.link.id,
-            will_due,
+            will,
             Instant::now(),
         );
         // The moment it went away, and its Will's due moment (C-278), or its
