@@ -59,6 +59,14 @@ pub struct QueueCounts {
 }
 
 impl Metrics {
+    /// Counts a storage operation that failed; a provider that is only full is a
+    /// refusal the caller answers (0x97), not a failure.
+    pub fn storage_failed(&self, error: &crate::storage::StorageError) {
+        if !error.is_full() {
+            self.storage_errors.set(self.storage_errors.get() + 1);
+        }
+    }
+
     /// Counts a refused connection under `label`.
     pub fn refuse_connection(&self, label: &'static str) {
         *self

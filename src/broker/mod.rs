@@ -249,11 +249,6 @@ impl Broker {
         std::mem::take(&mut self.record_work)
     }
 
-    /// Whether `client_id`'s session has a record in storage.
-    pub fn is_stored(&self, client_id: &str) -> bool {
-        self.sessions.get(client_id).is_some_and(|s| s.stored)
-    }
-
     /// Marks `client_id`'s session as stored (its record written) or not.
     pub fn set_stored(&mut self, client_id: &str, stored: bool) {
         if let Some(session) = self.sessions.get_mut(client_id) {
@@ -337,7 +332,10 @@ impl Broker {
         }
         if restored + ended > 0 {
             log::info!(
-                "sessions restored from broker.session.storage: {restored} ({ended} ended                  while the broker was stopped, {wills_fired} Wills published that fell due                  meanwhile); a restored session is owed nothing - deliveries and exchanges                  in flight are not kept"
+                "sessions restored from broker.session.storage: {restored} ({ended} ended \
+                 while the broker was stopped, {wills_fired} Wills published that fell due \
+                 meanwhile); a restored session is owed nothing - deliveries and exchanges \
+                 in flight are not kept"
             );
         }
     }

@@ -363,29 +363,39 @@ async fn housekeeping(shared: Rc<Shared>) {
 /// other than on a client's packet: an expiry, a connection's end, a start (B-455).
 pub(crate) async fn sync_records(shared: &Shared) {
     let mut work = shared.broker.borrow_mut().take_record_work();
-    if work.is_empty() {
-        return;
-    }
-    let Some(provider) = shared.broker.borrow().session_store() else {
-        return;
-    };
     work.sort_unstable();
     work.dedup();
     let stopping = shared.stopping.get();
     for client_id in work {
         // Read and sent in one step: the record is what the broker holds now.
         let record = shared.broker.borrow().record_of(&client_id, &[], stopping);
-        let result = match record {
-            Some(text) => provider.put_session(&client_id, text).await,
-            None => provider.delete_session(&client_id).await,
-        };
-        if let Err(e) = result {
-            log::error!("the stored session of {client_id:?} could not be written: {e}");
-            let broker = shared.broker.borrow();
-            let errors = &broker.metrics.storage_errors;
-            errors.set(errors.get() + 1);
-        }
+        let _ = write_session_record(shared, &client_id, record).await;
     }
+}
+
+/// Writes `client_id`'s record to `broker.session.storage`, or deletes it when
+/// `record` is `None`: the one place a session record is written. A failure is logged
+/// and counted; the caller decides what the client is told.
+///
+/// # Errors
+/// What the provider refused.
+pub(crate) async fn write_session_record(
+    shared: &Shared,
+    client_id: &str,
+    record: Option<String>,
+) -> Result<(), crate::storage::StorageError> {
+    let Some(provider) = shared.broker.borrow().session_store() else {
+        return Ok(());
+    };
+    let result = match record {
+        Some(text) => provider.put_session(client_id, text).await,
+        None => provider.delete_session(client_id).await,
+    };
+    if let Err(e) = &result {
+        log::error!("the session record of {client_id:?} could not be written: {e}");
+        shared.broker.borrow().metrics.storage_failed(e);
+    }
+    result
 }
 
 /// Discards the channel positions of sessions that lapsed.

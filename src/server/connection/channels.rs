@@ -64,11 +64,7 @@ async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
         }
         Err(e) => {
             log::error!("retained value of {:?} not stored: {e}", message.topic);
-            let broker = shared.broker.borrow();
-            broker
-                .metrics
-                .storage_errors
-                .set(broker.metrics.storage_errors.get() + 1);
+            shared.broker.borrow().metrics.storage_failed(&e);
             Some(reason::IMPLEMENTATION_SPECIFIC_ERROR)
         }
     }
@@ -141,11 +137,7 @@ pub(super) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
                 "channel {name} could not store a record for {:?}: {e}",
                 message.topic
             );
-            let broker = shared.broker.borrow();
-            broker
-                .metrics
-                .storage_errors
-                .set(broker.metrics.storage_errors.get() + 1);
+            shared.broker.borrow().metrics.storage_failed(&e);
             reason::IMPLEMENTATION_SPECIFIC_ERROR
         }
     }

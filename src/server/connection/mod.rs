@@ -218,18 +218,15 @@ async fn establish(
         } else {
             reason::IMPLEMENTATION_SPECIFIC_ERROR
         };
-        log::error!(
-            "{peer}: CONNECT from {:?} refused with 0x{code:02X}: its session could not be stored: {e}",
+        log::warn!(
+            "{peer}: CONNECT from {:?} refused with 0x{code:02X}: its session could not be stored",
             connect.client_id
         );
-        {
-            let broker = shared.broker.borrow();
-            let errors = &broker.metrics.storage_errors;
-            errors.set(errors.get() + u64::from(!e.is_full()));
-            broker
-                .metrics
-                .refuse_connection(connection_refusal_label(code));
-        }
+        shared
+            .broker
+            .borrow()
+            .metrics
+            .refuse_connection(connection_refusal_label(code));
         let ack = connack(protocol, false, code, Properties::default());
         let bytes = encode_one(&Packet::ConnAck(ack), protocol);
         drop(slot);
@@ -284,21 +281,16 @@ async fn store_connect(
     shared: &Shared,
     connect: &Connect,
 ) -> Result<(), crate::storage::StorageError> {
-    let (write, provider) = {
-        let broker = shared.broker.borrow();
-        let write = broker.connect_record(connect, &connect.client_id);
-        (write, broker.session_store())
+    let write = shared
+        .broker
+        .borrow()
+        .connect_record(connect, &connect.client_id);
+    let record = match write {
+        crate::broker::RecordWrite::Put(text) => Some(text),
+        crate::broker::RecordWrite::Delete => None,
+        crate::broker::RecordWrite::Nothing => return Ok(()),
     };
-    let Some(provider) = provider else {
-        return Ok(());
-    };
-    match write {
-        crate::broker::RecordWrite::Put(text) => {
-            provider.put_session(&connect.client_id, text).await
-        }
-        crate::broker::RecordWrite::Delete => provider.delete_session(&connect.client_id).await,
-        crate::broker::RecordWrite::Nothing => Ok(()),
-    }
+    super::write_session_record(shared, &connect.client_id, record).await
 }
 
 /// Answers a socket that held an overflow place but got no slot: once the opening
@@ -1565,37 +1557,20 @@ impl Conn {
     /// Writes the session's record as it is, less the filters in `without`, if the
     /// session outlives its connection (B-454); nothing is written otherwise.
     async fn store_session(&self, without: &[String]) -> Result<(), crate::storage::StorageError> {
-        let (record, provider) = {
-            let broker = self.shared.broker.borrow();
-            (
-                broker.record_of(&self.client_id, without, false),
-                broker.session_store(),
-            )
-        };
-        let (Some(record), Some(provider)) = (record, provider) else {
+        let record = self
+            .shared
+            .broker
+            .borrow()
+            .record_of(&self.client_id, without, false);
+        let Some(record) = record else {
             return Ok(());
         };
-        let result = provider.put_session(&self.client_id, record).await;
-        match &result {
-            Ok(()) => self
-                .shared
-                .broker
-                .borrow_mut()
-                .set_stored(&self.client_id, true),
-            Err(e) => {
-                log::error!(
-                    "{}: the session of {} could not be stored: {e}",
-                    self.peer,
-                    self.client_id
-                );
-                if !e.is_full() {
-                    let broker = self.shared.broker.borrow();
-                    let errors = &broker.metrics.storage_errors;
-                    errors.set(errors.get() + 1);
-                }
-            }
-        }
-        result
+        super::write_session_record(&self.shared, &self.client_id, Some(record)).await?;
+        self.shared
+            .broker
+            .borrow_mut()
+            .set_stored(&self.client_id, true);
+        Ok(())
     }
 
     /// Forgets the filters, once the session is stored without them (B-463): a store
