@@ -1,7 +1,7 @@
 //! A persistent session's record across a broker restart (B-454, B-455, B-460,
 //! B-463; C-278..C-283; gaps G-10 "Sessions"): kept by `broker.session.storage`, on
 //! sqlite across a crash and on memory across a graceful stop. What a session is owed
-//! is not kept yet (B-456): these tests publish only after the restart.
+//! across a restart (the broadcast log, B-456..B-459) is `tests/sessions_owed.rs`.
 
 mod common;
 

@@ -164,11 +164,13 @@ pub struct SessionStore {
     pub provider: Arc<Provider>,
     /// The records read at startup, taken by [`super::Broker::new`].
     pub loaded: Vec<super::stored::Restored>,
+    /// The broadcast log read at startup, taken by [`super::Broker::new`] (B-456).
+    pub log: Vec<super::broadcast_log::Entry>,
 }
 
 impl SessionStore {
-    /// Reads every session record `provider` holds; a damaged one is logged and
-    /// skipped, never fatal.
+    /// Reads every session record `provider` holds, each with its position in the
+    /// broadcast log, and the log; a damaged record is logged and skipped, never fatal.
     ///
     /// # Errors
     /// The provider could not be read at all.
@@ -190,6 +192,23 @@ impl SessionStore {
                 ),
             }
         }
-        Ok(SessionStore { provider, loaded })
+        let log = super::broadcast_log::open(&provider, super::records::now_ms()).await?;
+        for record in &mut loaded {
+            record.log_position = provider
+                .position(&record.client_id, super::broadcast_log::CHANNEL)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "broker.session.storage: the broadcast log position of {:?} could \
+                         not be read: {e}",
+                        record.client_id
+                    )
+                })?;
+        }
+        Ok(SessionStore {
+            provider,
+            loaded,
+            log,
+        })
     }
 }

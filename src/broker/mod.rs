@@ -6,6 +6,7 @@
 //! an await. Connections own their sockets; the broker only queues deliveries on
 //! sessions and wakes the connection that holds one (DESIGN-NOTES 3).
 
+pub mod broadcast_log;
 pub mod channels;
 mod connection_link;
 pub mod cursor;
@@ -20,7 +21,7 @@ mod settings;
 pub mod stored;
 pub mod topic;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,6 +117,18 @@ pub struct Broker {
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
+    /// Whether broadcasts owed to sessions that outlive their connection are logged:
+    /// the broker runs with a `broker.session.storage` provider (B-456).
+    logs: bool,
+    /// The deliveries of the broadcast being handed out that wait for its log write;
+    /// kept for its capacity, empty between broadcasts.
+    owed_now: Vec<(Arc<str>, Delivery)>,
+    /// Broadcasts waiting for their log write, for the server (`take_unlogged`).
+    unlogged: Vec<broadcast_log::Pending>,
+    /// Each log record, by offset, and how many sessions still hold it.
+    log_refs: BTreeMap<u64, usize>,
+    /// Log records no session needs any more, to be deleted by the server.
+    log_unneeded: Vec<u64>,
 }
 
 impl Broker {
@@ -130,11 +143,12 @@ impl Broker {
             }
         }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
-        let loaded = channels
+        let (loaded, logged) = channels
             .sessions
             .as_mut()
-            .map(|s| std::mem::take(&mut s.loaded))
+            .map(|s| (std::mem::take(&mut s.loaded), std::mem::take(&mut s.log)))
             .unwrap_or_default();
+        let logs = channels.sessions.is_some();
         let mut broker = Broker {
             retained,
             settings,
@@ -152,8 +166,14 @@ impl Broker {
             record_work: Vec::new(),
             handed: 0,
             next_assigned: 0,
+            logs,
+            owed_now: Vec::new(),
+            unlogged: Vec::new(),
+            log_refs: BTreeMap::new(),
+            log_unneeded: Vec::new(),
         };
         broker.restore(loaded);
+        broker.restore_owed(logged);
         broker
     }
 
@@ -206,6 +226,7 @@ impl Broker {
         }
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
         session.expiry = expiry;
+        session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         if let Some(old) = existing.filter(|_| !connect.clean_start) {
             session.subscriptions = old.subscriptions.clone();
         }
@@ -292,6 +313,12 @@ impl Broker {
             session.stored = true;
             session.restored = true;
             session.away_ms = Some(away_ms);
+            // The window its last connection had: how many of what it is owed from
+            // the log may have been on the wire (B-459), until a connection resumes it.
+            session.receive_maximum = record.receive_maximum;
+            session.log = record
+                .log_position
+                .map(|p| Box::new(broadcast_log::LogCursor::restored(p)));
             let generation = session.generation;
             let mut will_due = None;
             if let Some((will, due_ms)) = record.will {
@@ -334,8 +361,49 @@ impl Broker {
             log::info!(
                 "sessions restored from broker.session.storage: {restored} ({ended} ended \
                  while the broker was stopped, {wills_fired} Wills published that fell due \
-                 meanwhile); a restored session is owed nothing - deliveries and exchanges \
-                 in flight are not kept"
+                 meanwhile)"
+            );
+        }
+    }
+
+    /// Hands each restored session what the broadcast log holds for it at or above
+    /// its stored position, in log order (B-456): the first Receive Maximum of them
+    /// with DUP set, since any of them may have been on the wire when the broker
+    /// stopped (B-459). A record no restored session is owed is left for the server
+    /// to delete.
+    fn restore_owed(&mut self, entries: Vec<broadcast_log::Entry>) {
+        let (records, mut owed) = (entries.len(), 0usize);
+        for entry in entries {
+            let mut holders = 0;
+            for target in &entry.targets {
+                let Some(session) = self.sessions.get_mut(target.client_id.as_str()) else {
+                    continue;
+                };
+                let (position, handed) = session.log.as_ref().map_or((0, 0), |l| {
+                    (l.stored.unwrap_or(0), l.unsettled.len() + l.released.len())
+                });
+                if entry.offset < position {
+                    continue;
+                }
+                let Some(mut delivery) = target.delivery(&entry.message, entry.offset) else {
+                    continue;
+                };
+                delivery.resent = handed < usize::from(session.receive_maximum);
+                session.hand_logged(entry.offset);
+                session.enqueue(delivery);
+                holders += 1;
+            }
+            owed += holders;
+            if holders == 0 {
+                self.log_unneeded.push(entry.offset);
+            } else {
+                self.log_refs.insert(entry.offset, holders);
+            }
+        }
+        if records > 0 {
+            log::info!(
+                "broadcast log: {records} messages read back, {owed} deliveries owed to \
+                 restored sessions"
             );
         }
     }
@@ -563,6 +631,7 @@ impl Broker {
         self.budgets.prune(now);
         self.abandon_held_qos2(now);
         self.drop_expired_backlog(now);
+        self.count_released();
     }
 
     /// Drops what members away from their connections hold for shared groups past
@@ -681,10 +750,10 @@ impl Broker {
     /// one a Clean Start replaced: the positions it stored go too, so a later session
     /// of the same client id starts where the channel's `start` says (A-079).
     fn lapse_session(&mut self, client_id: &Arc<str>) {
-        let stored = self
-            .sessions
-            .get(client_id)
-            .is_some_and(|s| s.cursors.values().any(|c| c.stored.is_some()));
+        let stored = self.sessions.get(client_id).is_some_and(|s| {
+            s.cursors.values().any(|c| c.stored.is_some())
+                || s.log.as_ref().is_some_and(|l| l.stored.is_some())
+        });
         self.end_session(client_id);
         if stored {
             self.lapsed.push(client_id.clone());
@@ -713,6 +782,11 @@ impl Broker {
         }
         self.wills.remove(client_id);
         self.expiring.remove(client_id);
+        // What it held of the broadcast log, settled or not, it holds no more.
+        if let Some(log) = session.log {
+            let held = log.released.into_iter().chain(log.unsettled);
+            release_logged(&mut self.log_refs, &mut self.log_unneeded, held);
+        }
     }
 
     /// Adds or replaces a subscription (its filter already checked). Returns whether
@@ -830,6 +904,69 @@ impl Broker {
         self.fan_out(message, false);
     }
 
+    /// Whether broadcasts wait for their log write (`take_unlogged`).
+    pub fn has_unlogged(&self) -> bool {
+        !self.unlogged.is_empty()
+    }
+
+    /// The broadcasts whose deliveries to sessions that outlive their connection
+    /// wait for the log write, for the server to write (B-456).
+    pub fn take_unlogged(&mut self) -> Vec<broadcast_log::Pending> {
+        std::mem::take(&mut self.unlogged)
+    }
+
+    /// The log write of `pending` is done: each session owed it is handed its
+    /// delivery, under the record's `offset`. With no offset (the write failed) the
+    /// deliveries are kept in memory only.
+    pub fn logged(&mut self, pending: broadcast_log::Pending, offset: Option<u64>) {
+        let mut holders = 0;
+        for (client, mut delivery) in pending.owed {
+            let Some(session) = self.sessions.get_mut(&client) else {
+                continue;
+            };
+            if let Some(offset) = offset {
+                delivery.logged = Some(offset);
+                session.hand_logged(offset);
+                holders += 1;
+            }
+            let enqueued = session.enqueue(delivery);
+            let m = &self.metrics;
+            m.dropped_queue_full
+                .set(m.dropped_queue_full.get() + enqueued.dropped as u64);
+            m.deliveries_refused
+                .set(m.deliveries_refused.get() + u64::from(enqueued.refused));
+            session.wake();
+        }
+        match offset {
+            Some(offset) if holders > 0 => {
+                self.log_refs.insert(offset, holders);
+            }
+            Some(offset) => self.log_unneeded.push(offset),
+            None => {}
+        }
+    }
+
+    /// Log records no session needs any more, for the server to delete.
+    pub fn take_log_unneeded(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.log_unneeded)
+    }
+
+    /// Counts what sessions settled or gave up of the broadcast log since the last
+    /// count: a record none of its sessions holds any more is to be deleted.
+    fn count_released(&mut self) {
+        if self.log_refs.is_empty() {
+            return;
+        }
+        for session in self.sessions.values_mut() {
+            if let Some(log) = &mut session.log
+                && !log.released.is_empty()
+            {
+                let released = std::mem::take(&mut log.released);
+                release_logged(&mut self.log_refs, &mut self.log_unneeded, released);
+            }
+        }
+    }
+
     /// Hands `message` to every subscription matching its topic (only the shared
     /// groups when `shared_only`, for a channel's record).
     fn fan_out(&mut self, message: Arc<Message>, shared_only: bool) {
@@ -918,9 +1055,15 @@ impl Broker {
                 message: message.clone(),
                 origin: None,
                 held_until: held_until.filter(|_| only_held),
+                logged: None,
+                resent: false,
             };
-            self.deliver_as(&client, delivery, true);
+            self.deliver_as(&client, delivery, true, !shared_only);
             self.handed += 1;
+        }
+        if !self.owed_now.is_empty() {
+            let owed = std::mem::take(&mut self.owed_now);
+            self.unlogged.push(broadcast_log::Pending { message, owed });
         }
     }
 
@@ -938,13 +1081,16 @@ impl Broker {
 
     /// Queues a delivery on a session and wakes its connection.
     pub fn deliver(&mut self, client_id: &str, delivery: Delivery) {
-        self.deliver_as(client_id, delivery, false);
+        self.deliver_as(client_id, delivery, false, false);
     }
 
     /// [`Broker::deliver`]; `as_read` asks the acl_file first whether the client
     /// may read the topic, as every broadcast delivery is asked (B-293) - a queue's
-    /// offer rides on consume instead, asked when its worker is chosen.
-    fn deliver_as(&mut self, client_id: &str, delivery: Delivery, as_read: bool) {
+    /// offer rides on consume instead, asked when its worker is chosen. A `loggable`
+    /// (broadcast) delivery at QoS 1 or 2 to a session that outlives its connection
+    /// waits for the broadcast log instead (`owed_now`, B-456); a group's backlog
+    /// is not logged.
+    fn deliver_as(&mut self, client_id: &str, delivery: Delivery, as_read: bool, loggable: bool) {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;
         };
@@ -952,6 +1098,15 @@ impl Broker {
             return; // QoS 0 is not kept for a client that is away (MQTT-3.1.2-5 allows it)
         }
         if as_read && !session.may_read(&delivery.message.topic) {
+            return;
+        }
+        if loggable
+            && self.logs
+            && delivery.qos != QoS::AtMostOnce
+            && session.outlives_connection()
+            && delivery.held_until.is_none()
+        {
+            self.owed_now.push((session.client_id.clone(), delivery));
             return;
         }
         let enqueued = session.enqueue(delivery);
@@ -1001,6 +1156,24 @@ impl Broker {
             .values()
             .filter_map(|s| s.link.clone())
             .collect()
+    }
+}
+
+/// Counts `released` log offsets off their records; a record no session holds any
+/// more is noted for deletion.
+fn release_logged(
+    refs: &mut BTreeMap<u64, usize>,
+    unneeded: &mut Vec<u64>,
+    released: impl IntoIterator<Item = u64>,
+) {
+    for offset in released {
+        if let Some(holders) = refs.get_mut(&offset) {
+            *holders = holders.saturating_sub(1);
+            if *holders == 0 {
+                refs.remove(&offset);
+                unneeded.push(offset);
+            }
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Sessions live in memory; a persistent session's record (subscriptions, expiry,
 //! Will, when its connection ended) is also kept by `broker.session.storage`
-//! (`super::stored`), while what it is owed and has in flight is kept in memory only.
+//! (`super::stored`), and the QoS 1/2 broadcasts it is owed by that provider's
+//! broadcast log (`super::broadcast_log`), of which the session keeps only its cursor.
 //!
 //! Architecture invariant: a session's queue is bounded by `limits.session_queue_bytes`;
 //! past the bound the oldest delivery not yet on the wire is given up (RFC 0002
@@ -98,6 +99,13 @@ pub struct Delivery {
     /// For a shared group's delivery no member could take when it came, the moment
     /// `broker.share.expires_after` gives it up (B-446).
     pub held_until: Option<Instant>,
+    /// Its offset in the broadcast log, for a broadcast owed to a session that
+    /// outlives its connection (B-456): settling or giving it up moves the session's
+    /// log cursor.
+    pub logged: Option<u64>,
+    /// Read back from the log at startup and perhaps sent before the stop: it goes
+    /// out with DUP set (B-459).
+    pub resent: bool,
 }
 
 impl Delivery {
@@ -113,8 +121,9 @@ impl Delivery {
 pub enum Inflight {
     /// PUBLISH sent; waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
     Published(Delivery),
-    /// PUBREL sent; waiting for PUBCOMP. Carries the channel record it was, if any.
-    Released(Option<(ChannelId, u64)>),
+    /// PUBREL sent; waiting for PUBCOMP. Carries the channel record it was, if any,
+    /// and its broadcast log offset, if any.
+    Released(Option<(ChannelId, u64)>, Option<u64>),
 }
 
 /// A subscription as the session remembers it.
@@ -199,6 +208,9 @@ pub struct Session {
     /// Read back from storage at startup and not resumed since: its channel
     /// subscriptions have no cursors until the connection resuming it opens them.
     pub restored: bool,
+    /// Its place in the broadcast log, once it has been owed a logged broadcast or
+    /// was restored with one (B-456); boxed, so a session that never is pays a word.
+    pub log: Option<Box<super::broadcast_log::LogCursor>>,
     next_packet_id: u16,
 }
 
@@ -234,6 +246,7 @@ impl Session {
             stored: false,
             away_ms: None,
             restored: false,
+            log: None,
             next_packet_id: 1,
         }
     }
@@ -274,6 +287,7 @@ impl Session {
                 break;
             };
             self.queued_bytes -= oldest.message.charge();
+            self.settle_logged(oldest.logged);
             dropped += 1;
         }
         let over = self.queued_bytes + charge > self.queue_bound;
@@ -282,6 +296,7 @@ impl Session {
             // cannot be lost, so the new broadcast is refused rather than over-run the
             // bound (B-086). A channel's record is never refused (B-087), nor is a
             // message into an empty session, however large (B-088).
+            self.settle_logged(delivery.logged);
             return Enqueued {
                 dropped,
                 refused: true,
@@ -307,7 +322,7 @@ impl Session {
             .values()
             .map(|i| match i {
                 Inflight::Published(d) => d.message.charge(),
-                Inflight::Released(_) => 0,
+                Inflight::Released(..) => 0,
             })
             .sum()
     }
@@ -352,10 +367,12 @@ impl Session {
             Some(Inflight::Published(d)) => {
                 self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
                 self.settle_origin(d.origin);
+                self.settle_logged(d.logged);
                 true
             }
-            Some(Inflight::Released(origin)) => {
+            Some(Inflight::Released(origin, logged)) => {
                 self.settle_origin(origin);
+                self.settle_logged(logged);
                 true
             }
             None => false,
@@ -371,21 +388,44 @@ impl Session {
         }
     }
 
+    /// Moves the session's log cursor past a logged delivery settled or given up.
+    pub fn settle_logged(&mut self, logged: Option<u64>) {
+        if let Some(offset) = logged
+            && let Some(log) = &mut self.log
+        {
+            log.settle(offset);
+        }
+    }
+
+    /// Notes that the logged broadcast at `offset` is owed to this session.
+    pub fn hand_logged(&mut self, offset: u64) {
+        self.log.get_or_insert_with(Box::default).hand(offset);
+    }
+
+    /// Whether one more logged delivery may go on the wire: at most the Receive
+    /// Maximum of them at or above the stored log position (B-459).
+    pub fn log_window_open(&self) -> bool {
+        self.log
+            .as_ref()
+            .is_none_or(|log| log.window_open(self.receive_maximum))
+    }
+
     /// Moves a QoS 2 exchange from PUBLISH to PUBREL at PUBREC; returns whether it existed.
     pub fn release(&mut self, packet_id: u16) -> bool {
         match self.inflight.get_mut(&packet_id) {
             Some(slot @ Inflight::Published(_)) => {
-                let origin = match slot {
-                    Inflight::Published(d) => d.origin,
-                    Inflight::Released(o) => *o,
+                let (origin, logged) = match slot {
+                    Inflight::Published(d) => (d.origin, d.logged),
+                    Inflight::Released(o, l) => (*o, *l),
                 };
-                if let Inflight::Published(d) = std::mem::replace(slot, Inflight::Released(origin))
+                if let Inflight::Published(d) =
+                    std::mem::replace(slot, Inflight::Released(origin, logged))
                 {
                     self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
                 }
                 true
             }
-            Some(Inflight::Released(_)) => true,
+            Some(Inflight::Released(..)) => true,
             None => false,
         }
     }
@@ -428,6 +468,8 @@ mod tests {
             identifiers: vec![],
             origin: None,
             held_until,
+            logged: None,
+            resent: false,
         }
     }
 
@@ -480,7 +522,7 @@ mod tests {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         s.next_packet_id = u16::MAX;
         assert_eq!(s.next_packet_id(), u16::MAX);
-        s.inflight.insert(1, Inflight::Released(None));
+        s.inflight.insert(1, Inflight::Released(None, None));
         assert_eq!(s.next_packet_id(), 2);
     }
 }

@@ -5,8 +5,8 @@
 //! every subscription (filter, share name, options, Subscription Identifier, the
 //! `saguin-filter` slice), the armed Will with its due moment once it waits out a
 //! delay, and, while the session is away, the wall-clock moment its connection ended.
-//! What is not kept yet: deliveries owed and exchanges in flight (the broadcast log,
-//! B-456) - a restored session is owed nothing.
+//! What it is owed of broadcast is in the broadcast log (`super::broadcast_log`), beside it;
+//! its channel positions are in the channels' providers.
 //!
 //! The record is JSON (serde_json), opaque to the provider. Only sessions that outlive
 //! their connection are written, and only at CONNECT, SUBSCRIBE, UNSUBSCRIBE and the
@@ -44,6 +44,11 @@ pub struct SessionRecord {
     pub will: Option<StoredWill>,
     /// When its last connection ended (ms since the epoch); `None` while connected.
     pub away_ms: Option<u64>,
+    /// The Receive Maximum of its last connection: how many of what it is owed from
+    /// the broadcast log may have been on the wire at a stop (B-459). Absent in
+    /// records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receive_maximum: Option<u16>,
 }
 
 /// One subscription of a stored session.
@@ -114,6 +119,11 @@ pub struct Restored {
     /// When its last connection ended; `None` when the broker stopped while it was
     /// connected and could not say (a crash).
     pub away_ms: Option<u64>,
+    /// The Receive Maximum of its last connection.
+    pub receive_maximum: u16,
+    /// Its stored position in the broadcast log (`super::broadcast_log`), read beside the
+    /// record; `None` when it never stored one.
+    pub log_position: Option<u64>,
 }
 
 impl SessionRecord {
@@ -136,6 +146,7 @@ impl SessionRecord {
                 .as_ref()
                 .map(|w| StoredWill::of(w, will_due_ms)),
             away_ms,
+            receive_maximum: Some(session.receive_maximum),
         }
     }
 
@@ -181,6 +192,8 @@ impl SessionRecord {
             subscriptions,
             will,
             away_ms: record.away_ms,
+            receive_maximum: record.receive_maximum.unwrap_or(u16::MAX),
+            log_position: None,
         })
     }
 }

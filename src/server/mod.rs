@@ -356,6 +356,7 @@ async fn housekeeping(shared: Rc<Shared>) {
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
         sync_records(&shared).await;
+        connection::drop_unneeded_log(&shared).await;
     }
 }
 
@@ -424,6 +425,11 @@ pub(crate) async fn store_unstored(shared: &Shared) {
         if code != 0 {
             log::warn!("a Will to {topic:?} was refused 0x{code:02X}");
         }
+    }
+    // A plain broadcast Will owed to sessions that outlive their connection went out
+    // at once, and waits for its log write here (B-456).
+    if shared.broker.borrow().has_unlogged() {
+        connection::log_owed(shared).await;
     }
 }
 

@@ -686,6 +686,8 @@ impl Owner {
             identifiers: identifier.into_iter().collect(),
             origin: Some((self.id, offset)),
             held_until: None,
+            logged: None,
+            resent: false,
         };
         self.shared
             .broker
@@ -859,7 +861,7 @@ fn carries(session: &Session, queue: ChannelId, offset: u64, delivery: &Delivery
     session.queue.iter().any(is_it)
         || session.inflight.values().any(|i| match i {
             Inflight::Published(d) => is_it(d),
-            Inflight::Released(_) => false,
+            Inflight::Released(..) => false,
         })
 }
 

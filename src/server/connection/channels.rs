@@ -35,9 +35,75 @@ pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
                 return code;
             }
             shared.broker.borrow_mut().publish(message);
+            // Only a broadcast owed to a session that outlives its connection waits
+            // here; every other costs this one branch.
+            if shared.broker.borrow().has_unlogged() {
+                return log_owed(shared).await;
+            }
             reason::SUCCESS
         }
         Destination::Channel(id) => store(shared, id, message).await,
+    }
+}
+
+/// Writes the broadcasts owed to sessions that outlive their connection to the
+/// broadcast log, once each however many sessions are owed it, and then hands the
+/// sessions their deliveries (B-456): what the publisher's PUBACK waits for. A
+/// write that fails is logged and counted, the deliveries kept in memory only, and
+/// the publisher told 0x83 (RFC 0002: "the broadcast log's ... could not keep the
+/// record").
+pub(crate) async fn log_owed(shared: &Shared) -> u8 {
+    let (pending, provider) = {
+        let mut broker = shared.broker.borrow_mut();
+        (broker.take_unlogged(), broker.session_store())
+    };
+    let mut code = reason::SUCCESS;
+    for pending in pending {
+        let written = match &provider {
+            Some(provider) => {
+                let record = crate::broker::broadcast_log::record(&pending, now_ms());
+                provider
+                    .append(crate::broker::broadcast_log::CHANNEL, record)
+                    .await
+            }
+            None => Ok(0),
+        };
+        let offset = match written {
+            Ok(offset) => Some(offset),
+            Err(e) => {
+                log::error!(
+                    "a broadcast to {:?} owed to {} sessions could not be logged, and is \
+                     kept in memory only: {e}",
+                    pending.message.topic,
+                    pending.owed.len()
+                );
+                shared.broker.borrow().metrics.storage_failed(&e);
+                code = reason::IMPLEMENTATION_SPECIFIC_ERROR;
+                None
+            }
+        };
+        shared.broker.borrow_mut().logged(pending, offset);
+    }
+    code
+}
+
+/// Deletes the broadcast log's records no session needs any more.
+pub(crate) async fn drop_unneeded_log(shared: &Shared) {
+    let (unneeded, provider) = {
+        let mut broker = shared.broker.borrow_mut();
+        (broker.take_log_unneeded(), broker.session_store())
+    };
+    let Some(provider) = provider else {
+        return;
+    };
+    for offset in unneeded {
+        match provider
+            .resolve(crate::broker::broadcast_log::CHANNEL, offset)
+            .await
+        {
+            Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {}
+            Err(e) => log::error!("broadcast log record {offset} not deleted: {e}"),
+        }
     }
 }
 
@@ -386,6 +452,8 @@ impl Conn {
                     identifiers,
                     origin,
                     held_until: None,
+                    logged: None,
+                    resent: false,
                 });
             }
             for delivery in deliveries {
@@ -433,18 +501,22 @@ impl Conn {
     pub(super) fn positions_deadline(&self) -> Option<Instant> {
         let at = self.positions_stored_at? + self.shared.settings.ack_commit_interval;
         let moved = self
-            .with_session(|s| s.outlives_connection() && s.cursors.values().any(Cursor::dirty))
+            .with_session(|s| {
+                s.outlives_connection()
+                    && (s.cursors.values().any(Cursor::dirty)
+                        || s.log.as_ref().is_some_and(|l| l.dirty()))
+            })
             .unwrap_or(false);
         moved.then_some(at)
     }
 
-    /// Writes the positions of a durable consumer that moved: at most every
-    /// `ack_commit_interval`, or now when `force`.
+    /// Writes the positions of a durable consumer that moved, and its place in the
+    /// broadcast log: at most every `ack_commit_interval`, or now when `force`.
     pub(super) async fn store_positions(&mut self, force: bool) {
         if !force && !self.positions_due() {
             return;
         }
-        let moved: Vec<(ChannelId, u64)> = {
+        let (moved, log_moved): (Vec<(ChannelId, u64)>, Option<u64>) = {
             let mut broker = self.shared.broker.borrow_mut();
             let Some(session) = broker.session(&self.client_id) else {
                 return;
@@ -452,17 +524,26 @@ impl Conn {
             if !session.outlives_connection() {
                 return;
             }
-            session
+            let moved = session
                 .cursors
                 .iter()
                 .filter(|(_, c)| c.dirty())
                 .map(|(id, c)| (*id, c.position()))
-                .collect()
+                .collect();
+            let log_moved = session
+                .log
+                .as_ref()
+                .filter(|l| l.dirty())
+                .map(|l| l.position());
+            (moved, log_moved)
         };
-        if moved.is_empty() {
+        if moved.is_empty() && log_moved.is_none() {
             return;
         }
         self.positions_stored_at = Some(Instant::now());
+        if let Some(position) = log_moved {
+            self.store_log_position(position).await;
+        }
         for (id, position) in moved {
             let (provider, name): (Arc<_>, Arc<str>) = {
                 let broker = self.shared.broker.borrow();
@@ -486,6 +567,35 @@ impl Conn {
                     "channel {name}: position of {} not stored: {e}",
                     self.client_id
                 ),
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Writes the session's position in the broadcast log (B-457, B-458); once
+    /// written, what was sent below it can no longer be sent again (B-459).
+    async fn store_log_position(&mut self, position: u64) {
+        let Some(provider) = self.shared.broker.borrow().session_store() else {
+            return;
+        };
+        let channel = crate::broker::broadcast_log::CHANNEL;
+        match provider
+            .set_position(&self.client_id, channel, position)
+            .await
+        {
+            Ok(()) => {
+                let mut broker = self.shared.broker.borrow_mut();
+                if let Some(log) = broker.session(&self.client_id).and_then(|s| s.log.as_mut()) {
+                    log.stored_at(position);
+                }
+            }
+            Err(e) => {
+                log::error!(
+                    "the broadcast log position of {} not stored: {e}",
+                    self.client_id
+                );
+                self.shared.broker.borrow().metrics.storage_failed(&e);
             }
         }
     }
@@ -573,6 +683,8 @@ fn current_state(
             identifiers,
             origin: None,
             held_until: None,
+            logged: None,
+            resent: false,
         });
     }
     if done || pass.next >= pass.until {

@@ -18,7 +18,7 @@ mod outbox;
 mod queue;
 mod verbs;
 
-pub(crate) use channels::route;
+pub(crate) use channels::{drop_unneeded_log, log_owed, route};
 use verbs::Verb;
 
 use super::Shared;
@@ -83,6 +83,9 @@ struct Conn {
     /// A wait for the client or the broker was not over at once since the last
     /// packet was handled.
     waited: bool,
+    /// `write_owed` stopped at a logged delivery: the Receive Maximum of them are on
+    /// the wire above the stored log position, which is written now (B-459).
+    log_window_full: bool,
 }
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
@@ -256,6 +259,7 @@ async fn establish(
         puback_reason: None,
         acl: admitted.ok().flatten(),
         waited: false,
+        log_window_full: false,
         shared,
     };
     if accepted.session_present {
@@ -727,7 +731,7 @@ impl Conn {
                 Inflight::Published(d) => {
                     Packet::Publish(publish_packet(d, Some(*id), true, now, self.protocol))
                 }
-                Inflight::Released(_) => Packet::PubRel(Ack::new(*id, 0)),
+                Inflight::Released(..) => Packet::PubRel(Ack::new(*id, 0)),
             });
         }
         drop(broker);
@@ -812,8 +816,19 @@ impl Conn {
             {
                 return end;
             }
-            if self.positions_due() {
-                Box::pin(self.store_positions(false)).await;
+            if self.positions_due() || self.log_window_full {
+                // A full log window is written at once: what waits behind it cannot
+                // go until the position moves (B-459).
+                let force = std::mem::take(&mut self.log_window_full);
+                Box::pin(self.store_positions(force)).await;
+                if force && let Err(end) = self.write_owed() {
+                    return end;
+                }
+                if !self.out.is_empty()
+                    && let Err(end) = Box::pin(self.flush()).await
+                {
+                    return end;
+                }
             }
             let positions_due_at = self.positions_deadline();
             let (event, waited) = {
@@ -1418,6 +1433,8 @@ impl Conn {
                 message,
                 origin: None,
                 held_until: None,
+                logged: None,
+                resent: false,
             };
             broker.deliver(&self.client_id, delivery);
         }
@@ -1664,6 +1681,10 @@ impl Conn {
             if front.qos != QoS::AtMostOnce && !session.window_open() {
                 break;
             }
+            if front.logged.is_some() && !session.log_window_open() {
+                self.log_window_full = true;
+                break;
+            }
             let Some(mut delivery) = session.queue.pop_front() else {
                 break;
             };
@@ -1682,6 +1703,7 @@ impl Conn {
             // its countdown left out (gaps G-16).
             if delivery.origin.is_none() && delivery.message.expired(now) {
                 session.queued_bytes -= charge;
+                session.settle_logged(delivery.logged);
                 continue;
             }
             // A group's backlog waits `broker.share.expires_after` at most (B-446).
@@ -1692,7 +1714,7 @@ impl Conn {
                 continue;
             }
             let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
-            let publish = publish_packet(&delivery, packet_id, false, now, self.protocol);
+            let publish = publish_packet(&delivery, packet_id, delivery.resent, now, self.protocol);
             if !self.out.publish(&publish, self.protocol, max_packet) {
                 if delivery.origin.is_some() {
                     // A channel's record is not skipped: the consumer is told why it
@@ -1703,10 +1725,14 @@ impl Conn {
                 // A broadcast over the client's Maximum Packet Size is discarded
                 // (MQTT-3.1.2-25).
                 session.queued_bytes -= charge;
+                session.settle_logged(delivery.logged);
                 continue;
             }
             match packet_id {
                 Some(id) => {
+                    if let (Some(offset), Some(log)) = (delivery.logged, &mut session.log) {
+                        log.sent.insert(offset);
+                    }
                     session.inflight.insert(id, Inflight::Published(delivery));
                 }
                 None => {
