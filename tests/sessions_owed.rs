@@ -349,3 +349,152 @@ fn b456_a_clean_sessions_deliveries_are_not_logged() {
     let dir = kill(broker);
     assert_eq!(log_rows(&dir), 0);
 }
+
+/// A broker whose sessions and broadcast log share one small memory provider: about
+/// eight 1000-byte messages fit the log (12KiB less the 3KiB reserve).
+const TIGHT: &str = "broker:
+  id: full-test
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  operations:
+    listen:
+      unix:
+        path: {dir}/ops.sock
+  session:
+    storage: tight
+  limits:
+    max_message_size: 2KiB
+    max_header_bytes: 1KiB
+  storage:
+    default: tight
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      tight:
+        type: memory
+        max_bytes: 12KiB
+        snapshot_dir: {dir}/snapshots
+";
+
+/// Publishes `count` 1000-byte QoS 1 messages `m-N`, each answered 0x00 though the
+/// log is full (B-472: the loss is the sessions', not the publisher's).
+fn flood(broker: &Broker, count: usize) {
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    for i in 0..count {
+        let mut payload = format!("m-{i}").into_bytes();
+        payload.resize(1000, b' ');
+        assert_eq!(
+            p.publish("news/x", &payload, QoS::AtLeastOnce, false),
+            Some(0),
+            "m-{i}"
+        );
+    }
+    p.disconnect();
+}
+
+fn trimmed(payloads: Vec<String>) -> Vec<String> {
+    payloads
+        .into_iter()
+        .map(|p| p.trim_end().to_string())
+        .collect()
+}
+
+/// `saguin_session_deliveries_dropped_total{cause="storage_full"}`.
+fn dropped_storage_full(broker: &Broker) -> usize {
+    let ops =
+        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    let line = "saguin_session_deliveries_dropped_total{cause=\"storage_full\"} ";
+    body.lines()
+        .find_map(|l| l.strip_prefix(line))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no storage_full line in {body}"))
+}
+
+/// B-472, B-474: with the log's provider full, the oldest messages owed to a session
+/// that is away go to make room, each lost delivery counted, the publisher answered
+/// 0x00 every time, and a warning logged naming the provider and the remedy; the
+/// session resumes with the newest, in order.
+#[test]
+fn b472_a_full_log_gives_up_its_oldest_and_counts_them() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    subscribe_and_leave(&broker, "keeper", "news/#", QoS::AtLeastOnce);
+    flood(&broker, 14);
+    let warning = broker.wait_log("broadcast log on storage provider tight is full");
+    assert!(warning.contains("a larger max_bytes"), "{warning}");
+    let dropped = dropped_storage_full(&broker);
+    assert!((1..14).contains(&dropped), "dropped {dropped}");
+    let (mut s, present) = connected(&broker, persistent("keeper", false, 300));
+    assert!(present);
+    let kept = 14 - dropped;
+    assert_eq!(trimmed(receive(&mut s, kept)), expected("m", dropped..14));
+    s.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-473: a message a session has on the wire unacknowledged is never given up for
+/// room: after the flood and a graceful stop, the two it held unacknowledged come
+/// back first, DUP set, then the newest.
+#[test]
+fn b473_what_is_on_the_wire_is_never_given_up_for_room() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut s, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("busy", true, 300), 2),
+    );
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    flood(&broker, 14);
+    let held: Vec<String> = (0..2)
+        .map(|_| {
+            String::from_utf8_lossy(&s.recv_offer().payload)
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(held, expected("m", 0..2));
+    let dropped = dropped_storage_full(&broker);
+    assert!((1..12).contains(&dropped), "dropped {dropped}");
+    let dir = broker.stop();
+    drop(s);
+    let broker = Broker::start_in(dir, TIGHT);
+    let (mut s, present) = connected(
+        &broker,
+        with_receive_maximum(persistent("busy", false, 300), 20),
+    );
+    assert!(present);
+    for want in ["m-0", "m-1"] {
+        let p = s.recv_publish();
+        assert_eq!(String::from_utf8_lossy(&p.payload).trim_end(), want);
+        assert!(p.dup, "{want} was on the wire: DUP set");
+    }
+    let rest = 12 - dropped;
+    assert_eq!(trimmed(receive(&mut s, rest)), expected("m", 14 - rest..14));
+    s.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-473: when everything in the log is on the wire unacknowledged, nothing can go,
+/// and the new message is not kept: the session is not sent it, and it is counted.
+#[test]
+fn b473_a_message_nothing_can_make_room_for_is_not_kept() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut s, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("slow", true, 300), 50),
+    );
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    flood(&broker, 14);
+    let mut got = Vec::new();
+    while let Ok(Packet::Publish(p)) = s.expect_nothing_or_packet(Duration::from_millis(500)) {
+        got.push(String::from_utf8_lossy(&p.payload).trim_end().to_string());
+    }
+    let dropped = dropped_storage_full(&broker);
+    assert!(dropped >= 1, "dropped {dropped}");
+    assert_eq!(
+        got,
+        expected("m", 0..14 - dropped),
+        "the oldest kept, the rest not"
+    );
+}

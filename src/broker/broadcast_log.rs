@@ -248,6 +248,57 @@ pub async fn open(provider: &Provider, now_ms: u64) -> Result<Vec<Entry>, String
     }
 }
 
+/// What a full provider cost the sessions since the last warning (B-474): logged at
+/// most every [`Losses::EVERY`], with the totals since the one before.
+#[derive(Debug, Default)]
+pub struct Losses {
+    /// Messages given up or not kept.
+    messages: u64,
+    /// Deliveries lost, one per session per message.
+    deliveries: u64,
+    /// The sessions that lost any; bounded by the sessions the broker holds.
+    sessions: std::collections::HashSet<Arc<str>>,
+    /// When the last warning was logged.
+    warned_at: Option<Instant>,
+}
+
+impl Losses {
+    /// The least time between two warnings.
+    pub const EVERY: Duration = Duration::from_secs(10);
+
+    /// One message lost by `sessions`.
+    pub fn note<'a>(&mut self, sessions: impl IntoIterator<Item = &'a Arc<str>>) {
+        self.messages += 1;
+        for session in sessions {
+            self.deliveries += 1;
+            if !self.sessions.contains(session) {
+                self.sessions.insert(session.clone());
+            }
+        }
+    }
+
+    /// Logs the totals since the last warning if there are any and the last was at
+    /// least [`Losses::EVERY`] ago.
+    pub fn warn_if_due(&mut self, provider: &str, now: Instant) {
+        if self.messages == 0 || self.warned_at.is_some_and(|at| now < at + Self::EVERY) {
+            return;
+        }
+        log::warn!(
+            "broadcast log on storage provider {provider} is full: {} messages owed to \
+             sessions that outlive their connection were given up or not kept ({} sessions, \
+             {} deliveries lost) since the last warning; give broker.session.storage a \
+             provider of its own, or a larger max_bytes",
+            self.messages,
+            self.sessions.len(),
+            self.deliveries
+        );
+        *self = Losses {
+            warned_at: Some(now),
+            ..Losses::default()
+        };
+    }
+}
+
 /// A session's place in the broadcast log.
 #[derive(Debug, Default)]
 pub struct LogCursor {

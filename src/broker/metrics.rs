@@ -21,6 +21,9 @@ pub struct Metrics {
     pub dropped_no_shared_member: Cell<u64>,
     /// Shared-group deliveries dropped after waiting `broker.share.expires_after`.
     pub dropped_share_expired: Cell<u64>,
+    /// Deliveries owed to sessions that outlive their connection lost because the
+    /// broadcast log's provider was full (B-472, B-473).
+    pub dropped_storage_full: Cell<u64>,
     /// Storage operations that failed.
     pub storage_errors: Cell<u64>,
     /// Inbound QoS 2 publishes given up for want of their PUBREL.

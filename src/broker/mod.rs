@@ -129,6 +129,8 @@ pub struct Broker {
     log_refs: BTreeMap<u64, usize>,
     /// Log records no session needs any more, to be deleted by the server.
     log_unneeded: Vec<u64>,
+    /// What a full log cost since the last warning (B-474).
+    log_losses: broadcast_log::Losses,
 }
 
 impl Broker {
@@ -171,6 +173,7 @@ impl Broker {
             unlogged: Vec::new(),
             log_refs: BTreeMap::new(),
             log_unneeded: Vec::new(),
+            log_losses: broadcast_log::Losses::default(),
         };
         broker.restore(loaded);
         broker.restore_owed(logged);
@@ -632,6 +635,7 @@ impl Broker {
         self.abandon_held_qos2(now);
         self.drop_expired_backlog(now);
         self.count_released();
+        self.warn_of_losses(now);
     }
 
     /// Drops what members away from their connections hold for shared groups past
@@ -944,6 +948,53 @@ impl Broker {
             Some(offset) => self.log_unneeded.push(offset),
             None => {}
         }
+    }
+
+    /// Makes room in a full broadcast log (B-472, B-473): a record no session needs
+    /// any more, else the oldest no session has on the wire unacknowledged, which
+    /// every session holding it loses, counted `storage_full`. Returns the offset to
+    /// delete; `None` when nothing in the log can go.
+    pub fn give_up_oldest_logged(&mut self) -> Option<u64> {
+        if let Some(offset) = self.log_unneeded.pop() {
+            return Some(offset);
+        }
+        let on_wire: std::collections::BTreeSet<u64> = self
+            .sessions
+            .values()
+            .filter_map(|s| s.log.as_ref())
+            .flat_map(|l| l.sent.intersection(&l.unsettled).copied())
+            .collect();
+        let offset = *self.log_refs.keys().find(|o| !on_wire.contains(o))?;
+        self.log_refs.remove(&offset);
+        let mut losers = Vec::new();
+        for session in self.sessions.values_mut() {
+            if session.give_up_logged(offset) {
+                losers.push(session.client_id.clone());
+            }
+        }
+        self.lost_to_full_store(&losers);
+        Some(offset)
+    }
+
+    /// A broadcast the full log could not keep (B-473): the sessions owed it do not
+    /// get it, each counted `storage_full`.
+    pub fn not_kept(&mut self, pending: broadcast_log::Pending) {
+        let losers: Vec<Arc<str>> = pending.owed.into_iter().map(|(c, _)| c).collect();
+        self.lost_to_full_store(&losers);
+    }
+
+    fn lost_to_full_store(&mut self, losers: &[Arc<str>]) {
+        let total = &self.metrics.dropped_storage_full;
+        total.set(total.get() + losers.len() as u64);
+        self.log_losses.note(losers);
+        self.warn_of_losses(Instant::now());
+    }
+
+    /// The rate-limited warning of what a full log cost (B-474).
+    fn warn_of_losses(&mut self, now: Instant) {
+        let provider = self.session_store();
+        let name = provider.as_ref().map_or("", |p| p.name());
+        self.log_losses.warn_if_due(name, now);
     }
 
     /// Log records no session needs any more, for the server to delete.

@@ -397,6 +397,25 @@ impl Session {
         }
     }
 
+    /// Gives up the logged delivery at `offset` the session holds queued, for room
+    /// in a full log (B-472); whether it held it.
+    pub fn give_up_logged(&mut self, offset: u64) -> bool {
+        if !self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.unsettled.contains(&offset))
+        {
+            return false;
+        }
+        if let Some(at) = self.queue.iter().position(|d| d.logged == Some(offset))
+            && let Some(gone) = self.queue.remove(at)
+        {
+            self.queued_bytes -= gone.message.charge();
+        }
+        self.settle_logged(Some(offset));
+        true
+    }
+
     /// Notes that the logged broadcast at `offset` is owed to this session.
     pub fn hand_logged(&mut self, offset: u64) {
         self.log.get_or_insert_with(Box::default).hand(offset);

@@ -186,6 +186,10 @@ pub fn render(
                 "{cause=\"no_shared_member\"}".to_string(),
                 m.dropped_no_shared_member.get(),
             ),
+            (
+                "{cause=\"storage_full\"}".to_string(),
+                m.dropped_storage_full.get(),
+            ),
         ],
     );
     f.emit(

@@ -48,10 +48,12 @@ pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
 
 /// Writes the broadcasts owed to sessions that outlive their connection to the
 /// broadcast log, once each however many sessions are owed it, and then hands the
-/// sessions their deliveries (B-456): what the publisher's PUBACK waits for. A
-/// write that fails is logged and counted, the deliveries kept in memory only, and
-/// the publisher told 0x83 (RFC 0002: "the broadcast log's ... could not keep the
-/// record").
+/// sessions their deliveries (B-456): what the publisher's PUBACK waits for. A full
+/// provider is the sessions' loss, not the publisher's (B-472, B-473): the oldest
+/// records go to make room, and a message nothing can make room for is not kept,
+/// both counted, and the publisher told 0x00. Any other failure is logged and
+/// counted, the deliveries kept in memory only, and the publisher told 0x83 (RFC
+/// 0002: "the broadcast log's ... could not keep the record").
 pub(crate) async fn log_owed(shared: &Shared) -> u8 {
     let (pending, provider) = {
         let mut broker = shared.broker.borrow_mut();
@@ -60,16 +62,16 @@ pub(crate) async fn log_owed(shared: &Shared) -> u8 {
     let mut code = reason::SUCCESS;
     for pending in pending {
         let written = match &provider {
-            Some(provider) => {
-                let record = crate::broker::broadcast_log::record(&pending, now_ms());
-                provider
-                    .append(crate::broker::broadcast_log::CHANNEL, record)
-                    .await
-            }
-            None => Ok(0),
+            Some(provider) => append_making_room(shared, provider, &pending).await,
+            None => Err(StorageError::io(
+                "",
+                "log a broadcast",
+                "no session provider",
+            )),
         };
-        let offset = match written {
-            Ok(offset) => Some(offset),
+        match written {
+            Ok(offset) => shared.broker.borrow_mut().logged(pending, Some(offset)),
+            Err(e) if e.is_full() => shared.broker.borrow_mut().not_kept(pending),
             Err(e) => {
                 log::error!(
                     "a broadcast to {:?} owed to {} sessions could not be logged, and is \
@@ -79,12 +81,36 @@ pub(crate) async fn log_owed(shared: &Shared) -> u8 {
                 );
                 shared.broker.borrow().metrics.storage_failed(&e);
                 code = reason::IMPLEMENTATION_SPECIFIC_ERROR;
-                None
+                shared.broker.borrow_mut().logged(pending, None);
             }
-        };
-        shared.broker.borrow_mut().logged(pending, offset);
+        }
     }
     code
+}
+
+/// Appends `pending` to the broadcast log, giving up its oldest records one at a
+/// time while the provider is full and one can go (B-472; B-478: a sqlite provider
+/// frees room by the page, so several may go for one message).
+async fn append_making_room(
+    shared: &Shared,
+    provider: &crate::storage::Provider,
+    pending: &crate::broker::broadcast_log::Pending,
+) -> Result<u64, StorageError> {
+    use crate::broker::broadcast_log::{CHANNEL, record};
+    loop {
+        match provider.append(CHANNEL, record(pending, now_ms())).await {
+            Err(e) if e.is_full() => {
+                let Some(offset) = shared.broker.borrow_mut().give_up_oldest_logged() else {
+                    return Err(e);
+                };
+                match provider.resolve(CHANNEL, offset).await {
+                    Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {}
+                    Err(other) => return Err(other),
+                }
+            }
+            written => return written,
+        }
+    }
 }
 
 /// Deletes the broadcast log's records no session needs any more.
