@@ -5,54 +5,21 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Broker, CHANNELS, Raw, WAIT, connect, opts, temp_dir};
+use common::sessions::{config, connected, fresh_dir, kill, persistent};
+use common::{Broker, Raw, WAIT, connect, opts};
 use saguin::codec::{
     self, Packet, Properties,
     ProtocolVersion::{V5, V311},
     QoS,
 };
 
-fn fresh_dir() -> PathBuf {
-    let dir = temp_dir("sessions-restart");
-    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
-    dir
-}
-
-/// CHANNELS with `broker.session.storage` naming `provider`.
-fn config(provider: &str) -> String {
-    CHANNELS.replace(
-        "  id: channels-test\n",
-        &format!("  id: channels-test\n  session:\n    storage: {provider}\n"),
-    )
-}
-
-/// A CONNECT asking for a session of `expiry` seconds (MQTT 5).
-fn persistent(client_id: &str, clean_start: bool, expiry: u32) -> codec::Connect {
-    let mut c = connect(V5, client_id, clean_start);
-    c.properties.session_expiry_interval = Some(expiry);
-    c
-}
-
-fn connected(broker: &Broker, c: codec::Connect) -> (Raw, bool) {
-    let (raw, ack) = Raw::handshake(broker.addr, c);
-    assert_eq!(ack.code, 0, "CONNACK {ack:?}");
-    (raw, ack.session_present)
-}
-
 /// Publishes one QoS 1 message from a client of its own.
 fn publish(broker: &Broker, topic: &str, payload: &[u8]) {
     let mut p = Raw::connected(broker.addr, V5, "publisher");
     assert_eq!(p.publish(topic, payload, QoS::AtLeastOnce, false), Some(0));
     p.disconnect();
-}
-
-fn kill(mut broker: Broker) -> PathBuf {
-    broker.signal("KILL");
-    broker.wait_exit();
-    broker.stop_killed()
 }
 
 /// Resumes `client_id` after a restart and checks that, without subscribing again,

@@ -24,6 +24,9 @@ pub struct Metrics {
     /// Deliveries owed to sessions that outlive their connection lost because the
     /// broadcast log's provider was full (B-472, B-473).
     pub dropped_storage_full: Cell<u64>,
+    /// Sessions asked to outlive their connection and accepted ending with it, the
+    /// session store having no room (B-469).
+    pub sessions_dropped_full: Cell<u64>,
     /// Storage operations that failed.
     pub storage_errors: Cell<u64>,
     /// Inbound QoS 2 publishes given up for want of their PUBREL.

@@ -69,13 +69,16 @@ pub struct Accepted {
     pub session_expiry: u32,
     /// The client id was assigned: the CONNECT sent none.
     pub assigned: bool,
+    /// The session store had no room for the session it asked for, so it ends with
+    /// this connection: the CONNACK says Session Expiry Interval 0 (B-469).
+    pub cut_for_room: bool,
 }
 
 /// What a CONNECT writes to `broker.session.storage` before its CONNACK.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordWrite {
     /// The session's record, encoded (`stored::SessionRecord`).
-    Put(String),
+    Put(stored::Encoded),
     /// The deletion of the record the session it replaces or shortens left.
     Delete,
     /// Nothing: no record was or will be kept.
@@ -247,7 +250,12 @@ impl Broker {
     /// session or it ends with its connection. `without` are filters (as the client
     /// spelled them) left out, for an UNSUBSCRIBE stored before it is applied. While
     /// `stopping`, a waiting Will is kept with no due moment (C-282).
-    pub fn record_of(&self, client_id: &str, without: &[String], stopping: bool) -> Option<String> {
+    pub fn record_of(
+        &self,
+        client_id: &str,
+        without: &[String],
+        stopping: bool,
+    ) -> Option<stored::Encoded> {
         let session = self.sessions.get(client_id).filter(|s| s.expiry > 0)?;
         let due_ms = self
             .wills
@@ -550,6 +558,7 @@ impl Broker {
             assigned: false,
             client_id,
             session_expiry: expiry,
+            cut_for_room: false,
         }
     }
 

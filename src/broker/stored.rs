@@ -26,6 +26,17 @@ use super::session::{ArmedWill, Session, Subscription};
 
 /// The version of the record's shape; a record of another is skipped, logged.
 const VERSION: u32 = 1;
+/// What any session is charged before its client id, filters and Will (B-465).
+const SESSION_CHARGE: usize = 3_500;
+
+/// A record as written: its text, and its charge (B-465).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    /// The JSON the provider keeps, opaque to it.
+    pub text: String,
+    /// What it counts against a memory provider's `max_bytes`.
+    pub charge: u64,
+}
 
 /// One session's record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,10 +161,40 @@ impl SessionRecord {
         }
     }
 
-    /// The record as stored.
-    pub fn encode(&self) -> String {
-        // Plain strings, integers and vectors: serializing them cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+    /// The record as stored, with its charge.
+    pub fn encode(&self) -> Encoded {
+        Encoded {
+            // Plain strings, integers and vectors: serializing them cannot fail.
+            text: serde_json::to_string(self).unwrap_or_default(),
+            charge: self.charge(),
+        }
+    }
+
+    /// What the session is charged against a memory provider's `max_bytes`: the
+    /// memory the broker holds for it while its client is away (B-465, RFC 0002
+    /// "Every session's state"): 3,500 bytes and its client id; for each filter 800
+    /// bytes, 400 more if shared, 600 for each level after its first, and its length;
+    /// and its Will's topic, payload and properties.
+    pub fn charge(&self) -> u64 {
+        let filters: usize = self
+            .subscriptions
+            .iter()
+            .map(|s| filter_charge(&s.filter, s.share.as_deref()) as usize)
+            .sum();
+        let will = self.will.as_ref().map_or(0, |w| {
+            // Base64 keeps three bytes in four characters.
+            let bytes = |b64: &str| b64.len() / 4 * 3;
+            w.topic.len()
+                + bytes(&w.payload)
+                + w.content_type.as_ref().map_or(0, String::len)
+                + w.response_topic.as_ref().map_or(0, String::len)
+                + w.correlation_data.as_deref().map_or(0, bytes)
+                + w.user_properties
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
+        });
+        (SESSION_CHARGE + self.client_id.len() + filters + will) as u64
     }
 
     /// A stored record read back and checked, under the client id it was stored as.
@@ -196,6 +237,14 @@ impl SessionRecord {
             log_position: None,
         })
     }
+}
+
+/// What one filter is charged (B-465): 800 bytes, 400 more if shared, 600 for each
+/// level after its first, and its length as the client spelled it.
+pub fn filter_charge(filter: &str, share: Option<&str>) -> u64 {
+    let levels = filter.split('/').count();
+    let shared = share.map_or(0, |name| 400 + "$share//".len() + name.len());
+    (800 + shared + 600 * levels.saturating_sub(1) + filter.len()) as u64
 }
 
 fn qos(bits: u8, what: &str) -> Result<QoS, String> {
@@ -344,7 +393,7 @@ mod tests {
             delay: 30,
             asker: None,
         }));
-        let text = SessionRecord::of(&session, Some(5), Some(35)).encode();
+        let text = SessionRecord::of(&session, Some(5), Some(35)).encode().text;
         let back = SessionRecord::decode("dev-1", &text).expect("decodes");
         assert_eq!(back.expiry, 300);
         assert_eq!(back.away_ms, Some(5));
@@ -358,13 +407,54 @@ mod tests {
     }
 
     #[test]
+    fn a_session_is_charged_as_rfc_0002_counts_it_b465() {
+        let mut session = Session::new(Arc::from("dev"), ProtocolVersion::V5, 1024);
+        session.expiry = 60;
+        assert_eq!(SessionRecord::of(&session, None, None).charge(), 3_503);
+        let sub = |filter: &str, share: Option<&str>| Subscription {
+            filter: filter.into(),
+            share: share.map(String::from),
+            options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
+            identifier: None,
+            slice: None,
+        };
+        session
+            .subscriptions
+            .insert("a/b/c".into(), sub("a/b/c", None));
+        session
+            .subscriptions
+            .insert("$share/g/x".into(), sub("x", Some("g")));
+        let with_filters = 3_503 + (800 + 2 * 600 + 5) + (800 + 400 + 9 + 1);
+        assert_eq!(
+            SessionRecord::of(&session, None, None).charge(),
+            with_filters
+        );
+        session.will = Some(Box::new(ArmedWill {
+            will: Will {
+                topic: "gone".into(),
+                payload: vec![0; 30],
+                qos: QoS::AtMostOnce,
+                retain: false,
+                properties: Properties {
+                    user_properties: vec![("k".into(), "vv".into())],
+                    ..Properties::default()
+                },
+            },
+            delay: 0,
+            asker: None,
+        }));
+        let charge = SessionRecord::of(&session, None, None).charge();
+        assert_eq!(charge, with_filters + 4 + 30 + 3);
+    }
+
+    #[test]
     fn a_damaged_record_is_an_error_not_a_panic() {
         for text in ["", "{", "null", "{\"version\":1}", "[1,2]"] {
             assert!(SessionRecord::decode("x", text).is_err(), "{text:?}");
         }
         let mut session = Session::new(Arc::from("x"), ProtocolVersion::V311, 1);
         session.expiry = 1;
-        let text = SessionRecord::of(&session, None, None).encode();
+        let text = SessionRecord::of(&session, None, None).encode().text;
         assert!(SessionRecord::decode("y", &text).is_err(), "another id");
         let bad = text.replace("\"protocol\":4", "\"protocol\":9");
         assert!(SessionRecord::decode("x", &bad).is_err(), "protocol 9");

@@ -193,6 +193,15 @@ pub fn render(
         ],
     );
     f.emit(
+        "saguin_sessions_dropped_total",
+        "counter",
+        "Sessions that asked to outlive their connection and end with it, by cause.",
+        [(
+            "{cause=\"storage_full\"}".to_string(),
+            m.sessions_dropped_full.get(),
+        )],
+    );
+    f.emit(
         "saguin_shares_dropped_total",
         "counter",
         "Shared-group deliveries given up, by cause.",

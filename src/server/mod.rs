@@ -383,13 +383,17 @@ pub(crate) async fn sync_records(shared: &Shared) {
 pub(crate) async fn write_session_record(
     shared: &Shared,
     client_id: &str,
-    record: Option<String>,
+    record: Option<crate::broker::stored::Encoded>,
 ) -> Result<(), crate::storage::StorageError> {
     let Some(provider) = shared.broker.borrow().session_store() else {
         return Ok(());
     };
     let result = match record {
-        Some(text) => provider.put_session(client_id, text).await,
+        // A full provider takes the record's room from the broadcast log (B-476).
+        Some(record) => {
+            let put = || provider.put_session(client_id, record.text.clone(), record.charge);
+            connection::with_room(shared, &provider, put).await
+        }
         None => provider.delete_session(client_id).await,
     };
     if let Err(e) = &result {

@@ -74,6 +74,18 @@ impl Provider {
         }
     }
 
+    /// Whether `bytes` more would fit under its `max_bytes` less the reserve: a
+    /// memory provider's count, a sqlite provider's pages in use at its last commit.
+    ///
+    /// # Errors
+    /// [`StorageError::ProviderFull`] when they would not.
+    pub fn check_room(&self, bytes: u64) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.check_room(bytes),
+            Provider::Memory(p) => p.check_room(bytes),
+        }
+    }
+
     /// Whether the provider can write now (`/health`).
     ///
     /// # Errors
@@ -231,10 +243,18 @@ impl Provider {
     /// Stores a session's record (`broker::stored`, opaque here) under its client id,
     /// replacing the one there. Durable as the provider promises once it returns:
     /// committed on sqlite, in memory until the graceful stop's snapshot (B-455).
-    pub async fn put_session(&self, client_id: &str, record: String) -> Result<(), StorageError> {
+    /// A memory provider counts the session as `charge` bytes against its
+    /// `max_bytes` and refuses one that grows past it (0x97; B-465); a sqlite
+    /// provider's bound is its file's (RFC 0002 "Every session's state").
+    pub async fn put_session(
+        &self,
+        client_id: &str,
+        record: String,
+        charge: u64,
+    ) -> Result<(), StorageError> {
         match self {
             Provider::Sqlite(p) => p.put_session(client_id, record).await,
-            Provider::Memory(p) => p.put_session(client_id, record).await,
+            Provider::Memory(p) => p.put_session(client_id, record, charge).await,
         }
     }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod sessions;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

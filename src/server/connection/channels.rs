@@ -18,7 +18,7 @@ use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Message};
 use crate::broker::{Destination, topic};
 use crate::codec::{QoS, RetainHandling, SubscriptionOptions, reason};
-use crate::storage::{RecordState, StorageError, WindowRequest};
+use crate::storage::{Provider, RecordState, StorageError, WindowRequest};
 
 /// The most records one read takes.
 const WINDOW_RECORDS: usize = 64;
@@ -88,27 +88,66 @@ pub(crate) async fn log_owed(shared: &Shared) -> u8 {
     code
 }
 
-/// Appends `pending` to the broadcast log, giving up its oldest records one at a
-/// time while the provider is full and one can go (B-472; B-478: a sqlite provider
-/// frees room by the page, so several may go for one message).
+/// Appends `pending` to the broadcast log, giving up its oldest records while the
+/// provider is full and one can go (B-472; B-478: a sqlite provider frees room by
+/// the page, so several may go for one message).
 async fn append_making_room(
     shared: &Shared,
-    provider: &crate::storage::Provider,
+    provider: &Provider,
     pending: &crate::broker::broadcast_log::Pending,
 ) -> Result<u64, StorageError> {
     use crate::broker::broadcast_log::{CHANNEL, record};
+    with_room(shared, provider, || {
+        provider.append(CHANNEL, record(pending, now_ms()))
+    })
+    .await
+}
+
+/// Runs `write` on `provider` and, while it finds the provider full and that
+/// provider keeps the broadcast log, gives up the log's oldest record it can for
+/// room and runs it again: any write finding the provider full takes its room from
+/// the log first, and is refused only when the log has nothing left to give (B-476).
+/// A channel's own `max_bytes` never makes the log give room (B-477).
+pub(crate) async fn with_room<T, F>(
+    shared: &Shared,
+    provider: &Provider,
+    mut write: impl FnMut() -> F,
+) -> Result<T, StorageError>
+where
+    F: std::future::Future<Output = Result<T, StorageError>>,
+{
     loop {
-        match provider.append(CHANNEL, record(pending, now_ms())).await {
-            Err(e) if e.is_full() => {
-                let Some(offset) = shared.broker.borrow_mut().give_up_oldest_logged() else {
+        match write().await {
+            Err(e @ StorageError::ProviderFull { .. }) => {
+                if !give_room(shared, provider).await {
                     return Err(e);
-                };
-                match provider.resolve(CHANNEL, offset).await {
-                    Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {}
-                    Err(other) => return Err(other),
                 }
             }
-            written => return written,
+            done => return done,
+        }
+    }
+}
+
+/// Gives up the broadcast log's oldest record that can go and deletes it; false when
+/// `provider` does not keep the log or nothing in it can go.
+async fn give_room(shared: &Shared, provider: &Provider) -> bool {
+    use crate::broker::broadcast_log::CHANNEL;
+    let keeps_log = shared
+        .broker
+        .borrow()
+        .session_store()
+        .is_some_and(|p| std::ptr::eq(&*p, provider));
+    if !keeps_log {
+        return false;
+    }
+    let Some(offset) = shared.broker.borrow_mut().give_up_oldest_logged() else {
+        return false;
+    };
+    match provider.resolve(CHANNEL, offset).await {
+        Ok(()) | Err(StorageError::NoSuchRecord { .. }) => true,
+        Err(e) => {
+            log::error!("broadcast log record {offset} not deleted for room: {e}");
+            false
         }
     }
 }
@@ -143,7 +182,8 @@ async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
         .retained
         .as_ref()
         .map(|d| d.provider.clone())?;
-    match crate::broker::retained::write_through(&provider, message).await {
+    let write = || crate::broker::retained::write_through(&provider, message);
+    match with_room(shared, &provider, write).await {
         Ok(()) => None,
         Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
             log::info!("retained value of {:?} refused 0x97: {e}", message.topic);
@@ -178,13 +218,19 @@ pub(super) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
             .refuse_publish("not authorized");
         return reason::NOT_AUTHORIZED;
     }
-    let record = records::to_record(&message, now_ms());
     // Only a shared group is handed the record itself; everyone else reads it from
     // the channel, so the copy is made only when a group exists.
     // A queue's owner is handed every job it stores.
-    let landed =
-        (kind == Kind::Queue || shared.broker.borrow().has_shared_groups()).then(|| record.clone());
-    match provider.append(&name, record).await {
+    let wants_copy = kind == Kind::Queue || shared.broker.borrow().has_shared_groups();
+    let mut landed = None;
+    // Built again only when a full provider gave room and it is tried again (B-476).
+    let append = || {
+        let record = records::to_record(&message, now_ms());
+        landed = wants_copy.then(|| record.clone());
+        provider.append(&name, record)
+    };
+    let appended = with_room(shared, &provider, append).await;
+    match appended {
         Ok(offset) => {
             let stored = landed.map(|landed| crate::storage::Record {
                 offset,

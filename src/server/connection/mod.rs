@@ -18,7 +18,7 @@ mod outbox;
 mod queue;
 mod verbs;
 
-pub(crate) use channels::{drop_unneeded_log, log_owed, route};
+pub(crate) use channels::{drop_unneeded_log, log_owed, route, with_room};
 use verbs::Verb;
 
 use super::Shared;
@@ -213,7 +213,35 @@ async fn establish(
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
     take_over(&shared, &connect.client_id).await;
-    if let Err(e) = store_connect(&shared, &connect).await {
+    let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
+    let mut cut_for_room = false;
+    let stored = match store_connect(&shared, &connect).await {
+        Err(e) if e.is_full() && connect.will.is_none() => {
+            // B-469: a session the store has no room for is accepted ending with its
+            // connection, and told so; a Will is refused below instead (B-461), since
+            // MQTT has no way to say "your Will is not held".
+            log::warn!(
+                "{peer}: {:?} asked for a session that outlives its connection; the session \
+                 store has no room ({e}), so it ends with this connection",
+                connect.client_id
+            );
+            {
+                let broker = shared.broker.borrow();
+                let dropped = &broker.metrics.sessions_dropped_full;
+                dropped.set(dropped.get() + 1);
+            }
+            cut_for_room = true;
+            match protocol {
+                ProtocolVersion::V5 => connect.properties.session_expiry_interval = Some(0),
+                ProtocolVersion::V311 => connect.clean_start = true,
+            }
+            // What remains to write: the deletion of the record of the session it
+            // replaces, if there was one.
+            store_connect(&shared, &connect).await
+        }
+        other => other,
+    };
+    if let Err(e) = stored {
         // Stored before acknowledged: a session or Will the store could not keep is
         // refused, and the refusal changes nothing (B-462, C-270).
         let code = if e.is_full() {
@@ -241,6 +269,7 @@ async fn establish(
         .borrow_mut()
         .connect(&connect, link.clone(), true);
     accepted.assigned = assigned;
+    accepted.cut_for_room = cut_for_room;
     let mut conn = Conn {
         stream,
         peer,
@@ -253,7 +282,7 @@ async fn establish(
         keep_alive: None,
         aliases: None,
         problem_info: connect.properties.request_problem_information != Some(0),
-        connected_with_zero_expiry: connect.properties.session_expiry_interval.unwrap_or(0) == 0,
+        connected_with_zero_expiry: asked_zero_expiry,
         positions_stored_at: None,
         suback_reason: None,
         puback_reason: None,
@@ -290,7 +319,7 @@ async fn store_connect(
         .borrow()
         .connect_record(connect, &connect.client_id);
     let record = match write {
-        crate::broker::RecordWrite::Put(text) => Some(text),
+        crate::broker::RecordWrite::Put(record) => Some(record),
         crate::broker::RecordWrite::Delete => None,
         crate::broker::RecordWrite::Nothing => return Ok(()),
     };
@@ -686,7 +715,10 @@ impl Conn {
             properties.maximum_packet_size = Some(settings.max_message_size);
             properties.retain_available = Some(1);
             properties.receive_maximum = Some(settings.receive_maximum);
-            if connect.properties.session_expiry_interval.unwrap_or(0) != accepted.session_expiry {
+            if accepted.cut_for_room
+                || connect.properties.session_expiry_interval.unwrap_or(0)
+                    != accepted.session_expiry
+            {
                 properties.session_expiry_interval = Some(accepted.session_expiry);
             }
             if accepted.assigned {
@@ -1392,7 +1424,7 @@ impl Conn {
             });
         }
         if !changed.is_empty()
-            && let Err(e) = self.store_session(&[]).await
+            && let Err(e) = self.store_subscriptions(&changed).await
         {
             // Stored before acknowledged (invariant 18): what the store could not keep
             // is refused, 0x97 when it is full, 0x83 otherwise (3.1.1: 0x80), and the
@@ -1588,6 +1620,30 @@ impl Conn {
             .borrow_mut()
             .set_stored(&self.client_id, true);
         Ok(())
+    }
+
+    /// Stores the subscriptions a SUBSCRIBE changed: a session that outlives its
+    /// connection writes its record (B-454); one that does not writes nothing, and is
+    /// refused all the same when the session store has no room for the filters, since
+    /// a full store refuses a new subscription from every client (B-471).
+    async fn store_subscriptions(
+        &self,
+        changed: &[(usize, String, Option<Subscription>)],
+    ) -> Result<(), crate::storage::StorageError> {
+        let outlives = self
+            .with_session(|s| s.outlives_connection())
+            .unwrap_or(false);
+        if outlives {
+            return self.store_session(&[]).await;
+        }
+        let Some(provider) = self.shared.broker.borrow().session_store() else {
+            return Ok(());
+        };
+        let charge: u64 = changed
+            .iter()
+            .map(|(_, filter, _)| crate::broker::stored::filter_charge(filter, None))
+            .sum();
+        provider.check_room(charge)
     }
 
     /// Forgets the filters, once the session is stored without them (B-463): a store

@@ -69,10 +69,12 @@ struct State {
     channels: HashMap<String, Open>,
     /// Loaded from a snapshot and not yet opened (a group file holds several channels).
     pending: HashMap<String, MemChannel>,
-    /// Bytes held across every channel, counted by `record_size`.
+    /// Bytes held across every channel, counted by `record_size`, and the sessions'
+    /// charges (B-465).
     used: u64,
-    /// Session records by client id (`broker::stored`), kept by the snapshot.
-    sessions: BTreeMap<String, String>,
+    /// Session records by client id (`broker::stored`), kept by the snapshot, each
+    /// with what it is charged.
+    sessions: BTreeMap<String, (String, u64)>,
 }
 
 /// A memory storage provider.
@@ -117,10 +119,21 @@ impl MemoryProvider {
                 (Some(lock), manifest, sessions)
             }
         };
+        // A record read back is charged its length until the broker writes it again
+        // at startup with its charge; a snapshot over max_bytes is loaded whole (B-467).
+        let sessions: BTreeMap<String, (String, u64)> = sessions
+            .into_iter()
+            .map(|(client, record)| {
+                let charge = record.len() as u64;
+                (client, (record, charge))
+            })
+            .collect();
+        let used = sessions.values().map(|(_, charge)| charge).sum();
         Ok(MemoryProvider {
             settings: settings.clone(),
             state: Mutex::new(State {
                 sessions,
+                used,
                 ..State::default()
             }),
             manifest,
@@ -505,17 +518,61 @@ impl MemoryProvider {
         Ok(open.data.positions.get(client_id).copied())
     }
 
-    /// Stores a session's record under its client id, replacing the one there. Kept
-    /// across a graceful stop by the snapshot (B-455).
-    pub async fn put_session(&self, client_id: &str, record: String) -> Result<(), StorageError> {
-        self.state().sessions.insert(client_id.to_owned(), record);
+    /// Stores a session's record under its client id, replacing the one there,
+    /// charged `charge` bytes (B-465). Kept across a graceful stop by the snapshot
+    /// (B-455). A record that grows its session's charge past `max_bytes` less the
+    /// reserve is refused (0x97); one that does not grow it never is, so a snapshot
+    /// restored over the bound still takes resumes without a Will (B-467).
+    pub async fn put_session(
+        &self,
+        client_id: &str,
+        record: String,
+        charge: u64,
+    ) -> Result<(), StorageError> {
+        let mut st = self.state();
+        let old = st.sessions.get(client_id).map_or(0, |(_, c)| *c);
+        let limit = self
+            .settings
+            .max_bytes
+            .saturating_sub(self.settings.reserve_bytes);
+        if charge > old && st.used.saturating_sub(old) + charge > limit {
+            return Err(StorageError::ProviderFull {
+                provider: self.settings.name.clone(),
+                max_bytes: self.settings.max_bytes,
+                reserve: self.settings.reserve_bytes,
+            });
+        }
+        st.used = st.used.saturating_sub(old) + charge;
+        st.sessions.insert(client_id.to_owned(), (record, charge));
         Ok(())
     }
 
-    /// Forgets a session's record.
+    /// Forgets a session's record, and its charge.
     pub async fn delete_session(&self, client_id: &str) -> Result<(), StorageError> {
-        self.state().sessions.remove(client_id);
+        let mut st = self.state();
+        if let Some((_, charge)) = st.sessions.remove(client_id) {
+            st.used = st.used.saturating_sub(charge);
+        }
         Ok(())
+    }
+
+    /// Whether `bytes` more would fit under `max_bytes` less the reserve.
+    ///
+    /// # Errors
+    /// [`StorageError::ProviderFull`] when they would not.
+    pub fn check_room(&self, bytes: u64) -> Result<(), StorageError> {
+        let limit = self
+            .settings
+            .max_bytes
+            .saturating_sub(self.settings.reserve_bytes);
+        if self.state().used + bytes <= limit {
+            return Ok(());
+        }
+        Err(StorageError::ProviderFull {
+            provider: self.settings.name.clone(),
+            max_bytes: self.settings.max_bytes,
+            reserve: self.settings.reserve_bytes,
+        })
     }
 
     /// Every stored session record, as (client id, encoded record).
@@ -524,7 +581,7 @@ impl MemoryProvider {
             .state()
             .sessions
             .iter()
-            .map(|(c, r)| (c.clone(), r.clone()))
+            .map(|(c, (r, _))| (c.clone(), r.clone()))
             .collect())
     }
 
@@ -630,7 +687,8 @@ impl MemoryProvider {
                 .or_default()
                 .push((name.as_str(), &open.data));
         }
-        snapshot::write_sessions(&self.settings.name, dir, &st.sessions)?;
+        let sessions = st.sessions.iter().map(|(c, (r, _))| (c, r)).collect();
+        snapshot::write_sessions(&self.settings.name, dir, &sessions)?;
         snapshot::write_all(&self.settings.name, dir, &groups, now_ms)
     }
 }

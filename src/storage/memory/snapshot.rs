@@ -143,7 +143,7 @@ pub(crate) fn read_sessions(
 pub(crate) fn write_sessions(
     provider: &str,
     dir: &Path,
-    sessions: &BTreeMap<String, String>,
+    sessions: &BTreeMap<&String, &String>,
 ) -> Result<(), StorageError> {
     let path = dir.join(SESSIONS);
     if sessions.is_empty() {

@@ -41,6 +41,7 @@ pub struct SqliteProvider {
     name: String,
     file_path: PathBuf,
     max_bytes: u64,
+    reserve_bytes: u64,
     writes: Sender<Box<WriteOp>>,
     /// Consumer positions: taken by the writer after `writes`.
     background: Sender<Box<WriteOp>>,
@@ -182,6 +183,7 @@ impl SqliteProvider {
             name: settings.name.clone(),
             file_path: settings.file_path.clone(),
             max_bytes: settings.max_bytes,
+            reserve_bytes: settings.reserve_bytes,
             writes: wtx,
             background: btx,
             reads,
@@ -199,6 +201,23 @@ impl SqliteProvider {
     /// Its `max_bytes`.
     pub fn max_bytes(&self) -> u64 {
         self.max_bytes
+    }
+
+    /// Whether `bytes` more would fit under `max_bytes` less the reserve, by the
+    /// pages in use at the last commit.
+    ///
+    /// # Errors
+    /// [`StorageError::ProviderFull`] when they would not.
+    pub fn check_room(&self, bytes: u64) -> Result<(), StorageError> {
+        let used = self.writer_stats().used_bytes;
+        if used + bytes <= self.max_bytes.saturating_sub(self.reserve_bytes) {
+            return Ok(());
+        }
+        Err(StorageError::ProviderFull {
+            provider: self.name.clone(),
+            max_bytes: self.max_bytes,
+            reserve: self.reserve_bytes,
+        })
     }
 
     /// The database file.

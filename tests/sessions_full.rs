@@ -1,0 +1,245 @@
+//! A full session store (RFC 0002 "Every session's state", the full-store table;
+//! B-465, B-469..B-473, B-476): sessions are charged against a memory provider's
+//! `max_bytes`, the broadcast log gives way to everything else on its provider, and
+//! what cannot be kept is said in MQTT's own signals and counted.
+
+mod common;
+
+use std::time::Duration;
+
+use common::sessions::{
+    connected, expected, fresh_dir, persistent, receive, subscribe_and_leave, with_receive_maximum,
+};
+use common::{Broker, Raw, opts};
+use saguin::codec::{
+    Packet,
+    ProtocolVersion::{V5, V311},
+    QoS,
+};
+
+/// A broker whose sessions and broadcast log share one small memory provider: about
+/// eight 1000-byte messages fit the log (12KiB less the 3KiB reserve).
+const TIGHT: &str = "broker:
+  id: full-test
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  operations:
+    listen:
+      unix:
+        path: {dir}/ops.sock
+  session:
+    storage: tight
+  limits:
+    max_message_size: 2KiB
+    max_header_bytes: 1KiB
+  storage:
+    default: tight
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      tight:
+        type: memory
+        max_bytes: 12KiB
+        snapshot_dir: {dir}/snapshots
+";
+
+/// Publishes `count` 1000-byte QoS 1 messages `m-N`, each answered 0x00 though the
+/// log is full (B-472: the loss is the sessions', not the publisher's).
+fn flood(broker: &Broker, count: usize) {
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    for i in 0..count {
+        let mut payload = format!("m-{i}").into_bytes();
+        payload.resize(1000, b' ');
+        assert_eq!(
+            p.publish("news/x", &payload, QoS::AtLeastOnce, false),
+            Some(0),
+            "m-{i}"
+        );
+    }
+    p.disconnect();
+}
+
+/// The value of the metrics line `name` (a full series name with its labels).
+fn metric(broker: &Broker, name: &str) -> usize {
+    let ops =
+        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} line in {body}"))
+}
+
+/// `saguin_session_deliveries_dropped_total{cause="storage_full"}`.
+fn dropped_storage_full(broker: &Broker) -> usize {
+    metric(
+        broker,
+        "saguin_session_deliveries_dropped_total{cause=\"storage_full\"}",
+    )
+}
+
+/// B-472, B-474: with the log's provider full, the oldest messages owed to a session
+/// that is away go to make room, each lost delivery counted, the publisher answered
+/// 0x00 every time, and a warning logged naming the provider and the remedy; the
+/// session resumes with the newest, in order.
+#[test]
+fn b472_a_full_log_gives_up_its_oldest_and_counts_them() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    subscribe_and_leave(&broker, "keeper", "news/#", QoS::AtLeastOnce);
+    flood(&broker, 14);
+    let warning = broker.wait_log("broadcast log on storage provider tight is full");
+    assert!(warning.contains("a larger max_bytes"), "{warning}");
+    let dropped = dropped_storage_full(&broker);
+    assert!((1..14).contains(&dropped), "dropped {dropped}");
+    let (mut s, present) = connected(&broker, persistent("keeper", false, 300));
+    assert!(present);
+    let kept = 14 - dropped;
+    assert_eq!(receive(&mut s, kept), expected("m", dropped..14));
+    s.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-473: a message a session has on the wire unacknowledged is never given up for
+/// room: after the flood and a graceful stop, the two it held unacknowledged come
+/// back first, DUP set, then the newest.
+#[test]
+fn b473_what_is_on_the_wire_is_never_given_up_for_room() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut s, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("busy", true, 300), 2),
+    );
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    flood(&broker, 14);
+    let held: Vec<String> = (0..2)
+        .map(|_| {
+            String::from_utf8_lossy(&s.recv_offer().payload)
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(held, expected("m", 0..2));
+    let dropped = dropped_storage_full(&broker);
+    assert!((1..12).contains(&dropped), "dropped {dropped}");
+    let dir = broker.stop();
+    drop(s);
+    let broker = Broker::start_in(dir, TIGHT);
+    let (mut s, present) = connected(
+        &broker,
+        with_receive_maximum(persistent("busy", false, 300), 20),
+    );
+    assert!(present);
+    for want in ["m-0", "m-1"] {
+        let p = s.recv_publish();
+        assert_eq!(String::from_utf8_lossy(&p.payload).trim_end(), want);
+        assert!(p.dup, "{want} was on the wire: DUP set");
+    }
+    let rest = 12 - dropped;
+    assert_eq!(receive(&mut s, rest), expected("m", 14 - rest..14));
+    s.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-473: when everything in the log is on the wire unacknowledged, nothing can go,
+/// and the new message is not kept: the session is not sent it, and it is counted.
+#[test]
+fn b473_a_message_nothing_can_make_room_for_is_not_kept() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut s, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("slow", true, 300), 50),
+    );
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    flood(&broker, 14);
+    let mut got = Vec::new();
+    while let Ok(Packet::Publish(p)) = s.expect_nothing_or_packet(Duration::from_millis(500)) {
+        got.push(String::from_utf8_lossy(&p.payload).trim_end().to_string());
+    }
+    let dropped = dropped_storage_full(&broker);
+    assert!(dropped >= 1, "dropped {dropped}");
+    assert_eq!(
+        got,
+        expected("m", 0..14 - dropped),
+        "the oldest kept, the rest not"
+    );
+}
+
+/// B-465, B-469: sessions are charged against the memory provider (3,500 bytes and
+/// more each, here about 9KiB usable): two persistent sessions fit, the third CONNECT
+/// is accepted with Session Expiry Interval 0 in its CONNACK, counted, and its
+/// session is not there after it disconnects.
+#[test]
+fn b469_a_session_the_store_has_no_room_for_ends_with_its_connection() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    for id in ["one", "two"] {
+        let (raw, ack) = Raw::handshake(broker.addr, persistent(id, true, 300));
+        assert_eq!(ack.code, 0);
+        assert_eq!(ack.properties.session_expiry_interval, None, "{id} granted");
+        raw.disconnect();
+    }
+    let (raw, ack) = Raw::handshake(broker.addr, persistent("three", true, 300));
+    assert_eq!(ack.code, 0, "accepted");
+    assert_eq!(
+        ack.properties.session_expiry_interval,
+        Some(0),
+        "told it ends"
+    );
+    raw.disconnect();
+    broker.wait_log("three disconnected");
+    assert_eq!(
+        metric(
+            &broker,
+            "saguin_sessions_dropped_total{cause=\"storage_full\"}"
+        ),
+        1
+    );
+    let (_, present) = connected(&broker, persistent("two", false, 300));
+    assert!(present, "a session that fitted is kept");
+}
+
+/// B-470, B-471: with the store full, a SUBSCRIBE that would add a filter is
+/// refused 0x97 (3.1.1: 0x80), from a persistent session and from a clean one alike,
+/// and the subscriptions held go on matching.
+#[test]
+fn b470_b471_a_full_store_refuses_new_filters_and_serves_the_old() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    // 3,503 bytes a session, 802 a one-level filter: 8,610 of 9,216.
+    let (mut one, _) = connected(&broker, persistent("one", true, 300));
+    assert_eq!(one.subscribe("a1", opts(QoS::AtLeastOnce)), [1]);
+    let (mut two, _) = connected(&broker, persistent("two", true, 300));
+    assert_eq!(two.subscribe("a2", opts(QoS::AtLeastOnce)), [1]);
+    // Full now: a four-level filter is 2.6KiB more.
+    assert_eq!(two.subscribe("b/2/x/y", opts(QoS::AtLeastOnce)), [0x97]);
+    let mut clean = Raw::connected(broker.addr, V5, "clean");
+    assert_eq!(clean.subscribe("c/1/x/y", opts(QoS::AtLeastOnce)), [0x97]);
+    let (mut old, ack) = Raw::handshake(broker.addr, common::connect(V311, "old", true));
+    assert_eq!(ack.code, 0);
+    assert_eq!(old.subscribe("d/1/x/y", opts(QoS::AtLeastOnce)), [0x80]);
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(p.publish("a2", b"still", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(receive(&mut two, 1), ["still"]);
+    two.expect_nothing(Duration::from_millis(200));
+}
+
+/// B-476: a session record that finds the provider full takes its room from the
+/// broadcast log first: with the log filling the provider, a new persistent session
+/// is granted as asked.
+#[test]
+fn b476_a_session_record_takes_its_room_from_the_log() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    subscribe_and_leave(&broker, "keeper", "news/#", QoS::AtLeastOnce);
+    // The log fills what the session left, and more of it is given up.
+    flood(&broker, 8);
+    broker.wait_log("broadcast log on storage provider tight is full");
+    // Without room taken from the log, it would be cut to expiry 0 (B-469).
+    let (_, ack) = Raw::handshake(broker.addr, persistent("newcomer", true, 300));
+    assert_eq!(ack.code, 0);
+    assert_eq!(
+        ack.properties.session_expiry_interval, None,
+        "granted as asked"
+    );
+    // Metrics are computed at most once a minute: one read, at the end.
+    assert!(dropped_storage_full(&broker) >= 1);
+}
