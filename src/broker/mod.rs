@@ -964,6 +964,8 @@ impl Broker {
     /// every session holding it loses, counted `storage_full`. Returns the offset to
     /// delete; `None` when nothing in the log can go.
     pub fn give_up_oldest_logged(&mut self) -> Option<u64> {
+        // What sessions settled since the tick is room that costs nobody anything.
+        self.count_released();
         if let Some(offset) = self.log_unneeded.pop() {
             return Some(offset);
         }
