@@ -134,6 +134,8 @@ fn an_unbounded_provider_takes_more_than_16_mib_of_retained_values_b432_c220() {
     assert_eq!(retained_values(&broker, "after", "big/#").len(), 20);
 }
 
+/// Sessions are kept apart: a session store that shares the full provider refuses
+/// every new subscription (B-471), the readers' included.
 #[test]
 fn a_value_refused_0x97_at_max_bytes_does_not_come_back_after_a_restart_b432_c220() {
     let yaml = "broker:
@@ -146,6 +148,8 @@ fn a_value_refused_0x97_at_max_bytes_does_not_come_back_after_a_restart_b432_c22
   limits:
     max_message_size: 64KiB
     session_queue_bytes: 8MiB
+  session:
+    storage: sessions
   storage:
     default: small
     default_retention_period: none
@@ -155,6 +159,10 @@ fn a_value_refused_0x97_at_max_bytes_does_not_come_back_after_a_restart_b432_c22
         type: memory
         max_bytes: 1MiB
         snapshot_dir: {dir}/snapshots
+      sessions:
+        type: memory
+        max_bytes: 1MiB
+        snapshot_dir: none
 ";
     let dir = temp_dir("retained-full");
     std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");

@@ -29,10 +29,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{Properties, QoS};
+use crate::codec::QoS;
 use crate::storage::{
     ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, Retention,
-    WindowRequest,
 };
 
 use super::session::{Delivery, Message};
@@ -175,23 +174,18 @@ pub fn decode(record: Record, now_ms: u64) -> Result<Entry, String> {
         // unsent, settled, when its turn comes.
         Instant::now() + Duration::from_millis(at_ms.saturating_sub(now_ms))
     });
-    let message = Message {
-        topic: Arc::from(record.topic),
-        payload: record.payload.into(),
-        qos,
-        retain: owed.retain,
-        properties: Properties {
-            payload_format_indicator: p.payload_format_indicator,
-            message_expiry_interval: p.message_expiry_interval,
-            content_type: p.content_type,
-            response_topic: p.response_topic,
-            correlation_data: p.correlation_data,
-            user_properties,
-            ..Properties::default()
-        },
-        publisher: Arc::from(owed.publisher),
-        expires_at,
+    let properties = RecordProperties {
+        user_properties,
+        ..p
     };
+    let message = super::records::stored_message(
+        record.topic,
+        record.payload,
+        properties,
+        (qos, owed.retain),
+        Arc::from(owed.publisher),
+        expires_at,
+    );
     Ok(Entry {
         offset: record.offset,
         message: Arc::new(message),
@@ -219,33 +213,18 @@ pub async fn open(provider: &Provider, now_ms: u64) -> Result<Vec<Entry>, String
         .await
         .map_err(failed)?;
     let mut entries = Vec::new();
-    let mut from = 0;
-    loop {
-        let request = WindowRequest {
-            from,
-            max_records: 1024,
-            max_bytes: 4 << 20,
-        };
-        let window = provider
-            .read_window(CHANNEL, request)
-            .await
-            .map_err(failed)?;
-        let Some(last) = window.records.last().map(|r| r.offset) else {
-            return Ok(entries);
-        };
-        for record in window.records {
-            let offset = record.offset;
-            match decode(record, now_ms) {
-                Ok(entry) => entries.push(entry),
-                Err(why) => log::error!(
-                    "storage provider {}: broadcast log record {offset} is damaged and skipped: \
-                     {why}",
-                    provider.name()
-                ),
-            }
+    for record in provider.read_all(CHANNEL).await.map_err(failed)? {
+        let offset = record.offset;
+        match decode(record, now_ms) {
+            Ok(entry) => entries.push(entry),
+            Err(why) => log::error!(
+                "storage provider {}: broadcast log record {offset} is damaged and skipped: \
+                 {why}",
+                provider.name()
+            ),
         }
-        from = last + 1;
     }
+    Ok(entries)
 }
 
 /// What a full provider cost the sessions since the last warning (B-474): logged at
@@ -363,6 +342,7 @@ impl LogCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::Properties;
 
     fn message() -> Arc<Message> {
         Arc::new(Message {

@@ -942,13 +942,7 @@ impl Broker {
                 session.hand_logged(offset);
                 holders += 1;
             }
-            let enqueued = session.enqueue(delivery);
-            let m = &self.metrics;
-            m.dropped_queue_full
-                .set(m.dropped_queue_full.get() + enqueued.dropped as u64);
-            m.deliveries_refused
-                .set(m.deliveries_refused.get() + u64::from(enqueued.refused));
-            session.wake();
+            enqueue_counted(session, &self.metrics, delivery);
         }
         match offset {
             Some(offset) if holders > 0 => {
@@ -1171,13 +1165,7 @@ impl Broker {
             self.owed_now.push((session.client_id.clone(), delivery));
             return;
         }
-        let enqueued = session.enqueue(delivery);
-        let m = &self.metrics;
-        m.dropped_queue_full
-            .set(m.dropped_queue_full.get() + enqueued.dropped as u64);
-        m.deliveries_refused
-            .set(m.deliveries_refused.get() + u64::from(enqueued.refused));
-        session.wake();
+        enqueue_counted(session, &self.metrics, delivery);
     }
 
     /// Applies Retain Handling for one granted filter and returns what to send: the
@@ -1219,6 +1207,19 @@ impl Broker {
             .filter_map(|s| s.link.clone())
             .collect()
     }
+}
+
+/// Queues a delivery on `session`, counting what the session bound gave up or
+/// refused, and wakes its connection.
+fn enqueue_counted(session: &mut Session, metrics: &Metrics, delivery: Delivery) {
+    let enqueued = session.enqueue(delivery);
+    metrics
+        .dropped_queue_full
+        .set(metrics.dropped_queue_full.get() + enqueued.dropped as u64);
+    metrics
+        .deliveries_refused
+        .set(metrics.deliveries_refused.get() + u64::from(enqueued.refused));
+    session.wake();
 }
 
 /// Counts `released` log offsets off their records; a record no session holds any

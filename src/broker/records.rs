@@ -121,3 +121,34 @@ pub fn from_record(record: Record, qos: QoS, now_ms: u64) -> Message {
         expires_at,
     }
 }
+
+/// The message a record of the broker's own channels keeps (`$retained`,
+/// `$broadcast`) is again: its topic, payload and properties as published, the
+/// record's reserved User Properties already taken out of `properties` by the caller.
+pub fn stored_message(
+    topic: String,
+    payload: Vec<u8>,
+    properties: RecordProperties,
+    (qos, retain): (QoS, bool),
+    publisher: Arc<str>,
+    expires_at: Option<Instant>,
+) -> Message {
+    let p = properties;
+    Message {
+        topic: Arc::from(topic),
+        payload: payload.into(),
+        qos,
+        retain,
+        properties: Properties {
+            payload_format_indicator: p.payload_format_indicator,
+            message_expiry_interval: p.message_expiry_interval,
+            content_type: p.content_type,
+            response_topic: p.response_topic,
+            correlation_data: p.correlation_data,
+            user_properties: p.user_properties,
+            ..Properties::default()
+        },
+        publisher,
+        expires_at,
+    }
+}

@@ -2,7 +2,9 @@
 
 use super::error::StorageError;
 use super::memory::MemoryProvider;
-use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{
+    ChannelStats, DeadLetter, NewRecord, Record, SweepReport, Window, WindowRequest,
+};
 use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
 use super::sqlite::SqliteProvider;
 
@@ -141,6 +143,27 @@ impl Provider {
         match self {
             Provider::Sqlite(p) => p.read_window(channel, req).await,
             Provider::Memory(p) => p.read_window(channel, req).await,
+        }
+    }
+
+    /// Every record a channel holds, in offset order, read a bounded window at a
+    /// time: for the broker's own channels (`$retained`, `$broadcast`), read once at
+    /// startup, whose size their provider's `max_bytes` bounds.
+    pub async fn read_all(&self, channel: &str) -> Result<Vec<Record>, StorageError> {
+        let mut all = Vec::new();
+        let mut from = 0;
+        loop {
+            let request = WindowRequest {
+                from,
+                max_records: 1024,
+                max_bytes: 4 << 20,
+            };
+            let window = self.read_window(channel, request).await?;
+            let Some(last) = window.records.last().map(|r| r.offset) else {
+                return Ok(all);
+            };
+            all.extend(window.records);
+            from = last + 1;
         }
     }
 

@@ -19,7 +19,7 @@ use crate::broker::records::{self, now_ms};
 use crate::broker::session::Message;
 use crate::storage::{
     ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, RecordState,
-    Retention, StorageError, WindowRequest,
+    Retention, StorageError,
 };
 
 /// The channel name retained values are kept under.
@@ -105,29 +105,12 @@ impl Durable {
 
 /// Every value `$retained` holds, tombstones left out.
 async fn read_all(provider: &Provider) -> Result<Vec<Record>, String> {
-    let mut all = Vec::new();
-    let mut from = 0;
-    loop {
-        let request = WindowRequest {
-            from,
-            max_records: 1024,
-            max_bytes: 4 << 20,
-        };
-        let window = provider
-            .read_window(CHANNEL, request)
-            .await
-            .map_err(|e| format!("broker.retained: {e}"))?;
-        let Some(last) = window.records.last().map(|r| r.offset) else {
-            return Ok(all);
-        };
-        all.extend(
-            window
-                .records
-                .into_iter()
-                .filter(|r| matches!(r.state, RecordState::Stored)),
-        );
-        from = last + 1;
-    }
+    let mut all = provider
+        .read_all(CHANNEL)
+        .await
+        .map_err(|e| format!("broker.retained: {e}"))?;
+    all.retain(|r| matches!(r.state, RecordState::Stored));
+    Ok(all)
 }
 
 /// Whether a stored value is still owed to anyone at `now_ms`: neither its Message
@@ -289,7 +272,7 @@ pub async fn write_through(provider: &Provider, message: &Message) -> Result<(),
 /// A stored value as the message it was, with when it was stored; nothing if its
 /// Message Expiry has run out.
 fn from_stored(record: Record, now_ms: u64) -> Option<Loaded> {
-    use crate::codec::{Properties, QoS};
+    use crate::codec::QoS;
     let p = record.properties;
     let expires_ms = p
         .message_expiry_interval
@@ -311,23 +294,19 @@ fn from_stored(record: Record, now_ms: u64) -> Option<Loaded> {
             user_properties.push((k, v));
         }
     }
-    let message = Message {
-        topic: Arc::from(record.topic),
-        payload: record.payload.into(),
-        qos,
-        retain: true,
-        properties: Properties {
-            payload_format_indicator: p.payload_format_indicator,
-            message_expiry_interval: p.message_expiry_interval,
-            content_type: p.content_type,
-            response_topic: p.response_topic,
-            correlation_data: p.correlation_data,
-            user_properties,
-            ..Properties::default()
-        },
-        publisher: Arc::from(""),
-        expires_at: expires_ms.map(|at| Instant::now() + Duration::from_millis(at - now_ms)),
+    let properties = crate::storage::RecordProperties {
+        user_properties,
+        ..p
     };
+    let expires_at = expires_ms.map(|at| Instant::now() + Duration::from_millis(at - now_ms));
+    let message = records::stored_message(
+        record.topic,
+        record.payload,
+        properties,
+        (qos, true),
+        Arc::from(""),
+        expires_at,
+    );
     Some(Loaded {
         message: Arc::new(message),
         stored_ms: record.timestamp_ms,

@@ -185,6 +185,22 @@ impl MemoryProvider {
         self.state().used
     }
 
+    /// What publishes and sessions may take: `max_bytes` less the reserve.
+    fn limit(&self) -> u64 {
+        self.settings
+            .max_bytes
+            .saturating_sub(self.settings.reserve_bytes)
+    }
+
+    /// The refusal of a write past [`MemoryProvider::limit`].
+    fn full(&self) -> StorageError {
+        StorageError::ProviderFull {
+            provider: self.settings.name.clone(),
+            max_bytes: self.settings.max_bytes,
+            reserve: self.settings.reserve_bytes,
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves counts that are still consistent (every
         // mutation updates them before returning), so a poisoned lock is taken over.
@@ -221,10 +237,7 @@ impl MemoryProvider {
         }
         let mut st = self.state();
         let mut data = st.pending.remove(name).unwrap_or_default();
-        let limit = self
-            .settings
-            .max_bytes
-            .saturating_sub(self.settings.reserve_bytes);
+        let limit = self.limit();
         if st.used <= limit && st.used + data.bytes > limit {
             // B-467, B-468: loaded whole, said once.
             log::warn!(
@@ -278,16 +291,9 @@ impl MemoryProvider {
                 .map_or(0, Record::size),
             false => 0,
         };
-        let limit = self
-            .settings
-            .max_bytes
-            .saturating_sub(self.settings.reserve_bytes);
+        let limit = self.limit();
         if st.used.saturating_sub(replaced) + size > limit {
-            return Err(StorageError::ProviderFull {
-                provider: self.settings.name.clone(),
-                max_bytes: self.settings.max_bytes,
-                reserve: self.settings.reserve_bytes,
-            });
+            return Err(self.full());
         }
         let state = match open.settings.kind {
             ChannelKind::Queue { .. } => RecordState::Job {
@@ -531,16 +537,9 @@ impl MemoryProvider {
     ) -> Result<(), StorageError> {
         let mut st = self.state();
         let old = st.sessions.get(client_id).map_or(0, |(_, c)| *c);
-        let limit = self
-            .settings
-            .max_bytes
-            .saturating_sub(self.settings.reserve_bytes);
+        let limit = self.limit();
         if charge > old && st.used.saturating_sub(old) + charge > limit {
-            return Err(StorageError::ProviderFull {
-                provider: self.settings.name.clone(),
-                max_bytes: self.settings.max_bytes,
-                reserve: self.settings.reserve_bytes,
-            });
+            return Err(self.full());
         }
         st.used = st.used.saturating_sub(old) + charge;
         st.sessions.insert(client_id.to_owned(), (record, charge));
@@ -561,18 +560,11 @@ impl MemoryProvider {
     /// # Errors
     /// [`StorageError::ProviderFull`] when they would not.
     pub fn check_room(&self, bytes: u64) -> Result<(), StorageError> {
-        let limit = self
-            .settings
-            .max_bytes
-            .saturating_sub(self.settings.reserve_bytes);
+        let limit = self.limit();
         if self.state().used + bytes <= limit {
             return Ok(());
         }
-        Err(StorageError::ProviderFull {
-            provider: self.settings.name.clone(),
-            max_bytes: self.settings.max_bytes,
-            reserve: self.settings.reserve_bytes,
-        })
+        Err(self.full())
     }
 
     /// Every stored session record, as (client id, encoded record).
