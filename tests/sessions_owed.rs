@@ -247,3 +247,33 @@ fn b456_a_clean_sessions_deliveries_are_not_logged() {
     let dir = kill(broker);
     assert_eq!(log_rows(&dir), 0);
 }
+
+/// RFC 0003 "Retained messages" (MQTT-4.4.0-1): a retained value sent on SUBSCRIBE
+/// at QoS 1 to a session that outlives its connection is kept in the broadcast log
+/// for that session alone; unacknowledged at a SIGKILL, it is sent again after the
+/// restart with RETAIN and DUP set.
+#[test]
+fn a_retained_value_sent_on_subscribe_is_kept_until_acknowledged() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(
+        p.publish("status/a", b"on", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    p.disconnect();
+    let (mut s, _) = connected(&broker, persistent("late", true, 300));
+    assert_eq!(s.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    let first = s.recv_offer();
+    assert!(first.retain);
+    let dir = kill(broker);
+    drop(s);
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut s, present) = connected(&broker, persistent("late", false, 300));
+    assert!(present);
+    let again = s.recv_publish();
+    assert_eq!(
+        (&again.payload[..], again.retain, again.dup),
+        (&b"on"[..], true, true)
+    );
+    s.expect_nothing(Duration::from_millis(300));
+}

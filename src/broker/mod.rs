@@ -1135,6 +1135,26 @@ impl Broker {
         std::mem::take(&mut self.unstored)
     }
 
+    /// Queues a retained value sent after a SUBACK. To a session that outlives its
+    /// connection, at QoS 1 or 2, it is first kept in the broadcast log for that
+    /// session alone, a copy nothing else is owed, so a restart sends it again until
+    /// it is acknowledged (RFC 0003 "Retained messages", MQTT-4.4.0-1): it waits
+    /// for the server's `connection::log_owed` like a broadcast.
+    pub fn deliver_retained(&mut self, client_id: &str, delivery: Delivery) {
+        let kept = self
+            .sessions
+            .get(client_id)
+            .filter(|s| self.logs && delivery.qos != QoS::AtMostOnce && s.outlives_connection())
+            .map(|s| s.client_id.clone());
+        match kept {
+            Some(client) => self.unlogged.push(broadcast_log::Pending {
+                message: delivery.message.clone(),
+                owed: vec![(client, delivery)],
+            }),
+            None => self.deliver(client_id, delivery),
+        }
+    }
+
     /// Queues a delivery on a session and wakes its connection.
     pub fn deliver(&mut self, client_id: &str, delivery: Delivery) {
         self.deliver_as(client_id, delivery, false, false);

@@ -1456,19 +1456,25 @@ impl Conn {
         };
         self.queue_packet(&Packet::SubAck(ack));
         // Retained values follow the SUBACK, RETAIN set (MQTT-3.3.1-9).
-        let mut broker = self.shared.broker.borrow_mut();
-        for (message, options) in retained {
-            let delivery = Delivery {
-                qos: options.qos.min(message.qos),
-                retain: true,
-                identifiers: identifier.into_iter().collect(),
-                message,
-                origin: None,
-                held_until: None,
-                logged: None,
-                resent: false,
-            };
-            broker.deliver(&self.client_id, delivery);
+        let unlogged = {
+            let mut broker = self.shared.broker.borrow_mut();
+            for (message, options) in retained {
+                let delivery = Delivery {
+                    qos: options.qos.min(message.qos),
+                    retain: true,
+                    identifiers: identifier.into_iter().collect(),
+                    message,
+                    origin: None,
+                    held_until: None,
+                    logged: None,
+                    resent: false,
+                };
+                broker.deliver_retained(&self.client_id, delivery);
+            }
+            broker.has_unlogged()
+        };
+        if unlogged {
+            log_owed(&self.shared).await;
         }
         Ok(())
     }
