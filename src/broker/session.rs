@@ -398,12 +398,13 @@ impl Session {
     }
 
     /// Gives up the logged delivery at `offset` the session holds queued, for room
-    /// in a full log (B-472); whether it held it.
+    /// in a full log (B-472); whether it held it. The broker has stopped counting
+    /// the record's holders already, so it is not released again.
     pub fn give_up_logged(&mut self, offset: u64) -> bool {
         if !self
             .log
-            .as_ref()
-            .is_some_and(|l| l.unsettled.contains(&offset))
+            .as_mut()
+            .is_some_and(|l| l.unsettled.remove(&offset))
         {
             return false;
         }
@@ -412,7 +413,6 @@ impl Session {
         {
             self.queued_bytes -= gone.message.charge();
         }
-        self.settle_logged(Some(offset));
         true
     }
 
@@ -534,6 +534,30 @@ mod tests {
         assert_eq!(s.drop_expired_backlog(now), 1);
         assert_eq!(s.queue.len(), 2);
         assert_eq!(s.queued_bytes, 2 * message(100).charge());
+    }
+
+    #[test]
+    fn a_logged_delivery_given_up_or_dropped_moves_the_log_cursor_b472() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
+        for offset in [3, 4] {
+            let mut d = owed(None);
+            d.logged = Some(offset);
+            s.hand_logged(offset);
+            assert!(!s.enqueue(d).refused);
+        }
+        assert!(s.give_up_logged(3));
+        assert!(!s.give_up_logged(3), "held once");
+        let log = s.log.as_ref().expect("a log cursor");
+        assert_eq!((log.position(), log.released.len()), (4, 0));
+        assert_eq!(s.queue.len(), 1);
+        assert_eq!(s.queued_bytes, message(100).charge());
+        // The session bound giving it up releases it like a PUBACK would.
+        let fits = 1000 / message(100).charge();
+        for _ in 0..fits {
+            s.enqueue(owed(None));
+        }
+        let log = s.log.as_ref().expect("a log cursor");
+        assert_eq!((log.position(), log.released.as_slice()), (5, &[4][..]));
     }
 
     #[test]
