@@ -277,3 +277,24 @@ fn a_retained_value_sent_on_subscribe_is_kept_until_acknowledged() {
     );
     s.expect_nothing(Duration::from_millis(300));
 }
+
+/// B-447: a shared group's delivery held for its only member, away with a session
+/// that outlives its connection, is in the broadcast log with its
+/// `broker.share.expires_after` deadline, and survives SIGKILL: the member resuming
+/// after the restart is sent it.
+#[test]
+fn b447_a_groups_held_delivery_survives_sigkill() {
+    let yaml = config("local").replace(
+        "  session:\n",
+        "  share:\n    expires_after: 60s\n  session:\n",
+    );
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    subscribe_and_leave(&broker, "member", "$share/g/tasks/#", QoS::AtLeastOnce);
+    publish_n(&broker, "tasks/1", "job", 2, QoS::AtLeastOnce);
+    let dir = kill(broker);
+    let broker = Broker::start_in(dir, &yaml);
+    let (mut s, present) = connected(&broker, persistent("member", false, 300));
+    assert!(present);
+    assert_eq!(receive(&mut s, 2), expected("job", 0..2));
+    s.expect_nothing(Duration::from_millis(300));
+}

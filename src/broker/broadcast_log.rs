@@ -76,6 +76,10 @@ pub struct Target {
     /// Its Subscription Identifiers.
     #[serde(rename = "i", default, skip_serializing_if = "Vec::is_empty")]
     pub identifiers: Vec<u32>,
+    /// For a shared group's delivery held for a member that is away, when
+    /// `broker.share.expires_after` gives it up (ms since the epoch; B-446, B-447).
+    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
+    pub held_until_ms: Option<u64>,
 }
 
 /// A logged message read back at startup.
@@ -90,15 +94,23 @@ pub struct Entry {
 }
 
 impl Target {
-    /// The delivery this target is owed of `message`, at log `offset`.
-    pub fn delivery(&self, message: &Arc<Message>, offset: u64) -> Option<Delivery> {
+    /// The delivery this target is owed of `message`, at log `offset`, `now_ms`
+    /// being the wall clock at `now`.
+    pub fn delivery(
+        &self,
+        message: &Arc<Message>,
+        offset: u64,
+        (now, now_ms): (Instant, u64),
+    ) -> Option<Delivery> {
         Some(Delivery {
             message: message.clone(),
             qos: QoS::from_bits(self.qos)?,
             retain: self.retain,
             identifiers: self.identifiers.clone(),
             origin: None,
-            held_until: None,
+            held_until: self
+                .held_until_ms
+                .map(|at| now + Duration::from_millis(at.saturating_sub(now_ms))),
             logged: Some(offset),
             resent: false,
         })
@@ -109,6 +121,7 @@ impl Target {
 pub fn record(pending: &Pending, now_ms: u64) -> NewRecord {
     let m = &pending.message;
     let p = &m.properties;
+    let now = Instant::now();
     let owed = Owed {
         qos: m.qos as u8,
         retain: m.retain,
@@ -121,6 +134,10 @@ pub fn record(pending: &Pending, now_ms: u64) -> NewRecord {
                 qos: d.qos as u8,
                 retain: d.retain,
                 identifiers: d.identifiers.clone(),
+                held_until_ms: d.held_until.map(|at| {
+                    let left = at.saturating_duration_since(now).as_millis();
+                    now_ms.saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
+                }),
             })
             .collect(),
     };
@@ -368,8 +385,9 @@ mod tests {
             qos: 1,
             retain: false,
             identifiers: vec![7],
+            held_until_ms: Some(61_000),
         }
-        .delivery(&message, 0)
+        .delivery(&message, 0, (Instant::now(), 1000))
         .expect("QoS 1");
         let pending = Pending {
             message: message.clone(),
@@ -396,7 +414,12 @@ mod tests {
             [("k".to_string(), "v".to_string())]
         );
         assert_eq!(entry.targets.len(), 1);
-        let d = entry.targets[0].delivery(&entry.message, 4).expect("QoS 1");
+        let now = Instant::now();
+        let d = entry.targets[0]
+            .delivery(&entry.message, 4, (now, 1000))
+            .expect("QoS 1");
+        let held = d.held_until.map(|at| at.duration_since(now).as_secs());
+        assert!(matches!(held, Some(59 | 60)), "{held:?}");
         assert_eq!(
             (d.qos, d.identifiers, d.logged),
             (QoS::AtLeastOnce, vec![7], Some(4))

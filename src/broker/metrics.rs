@@ -24,6 +24,9 @@ pub struct Metrics {
     /// Deliveries owed to sessions that outlive their connection lost because the
     /// broadcast log's provider was full (B-472, B-473).
     pub dropped_storage_full: Cell<u64>,
+    /// Shared-group deliveries held in the broadcast log and given up for room
+    /// (B-475).
+    pub dropped_share_storage_full: Cell<u64>,
     /// Sessions asked to outlive their connection and accepted ending with it, the
     /// session store having no room (B-469).
     pub sessions_dropped_full: Cell<u64>,

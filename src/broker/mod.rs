@@ -384,6 +384,7 @@ impl Broker {
     /// to delete.
     fn restore_owed(&mut self, entries: Vec<broadcast_log::Entry>) {
         let (records, mut owed) = (entries.len(), 0usize);
+        let clocks = (Instant::now(), records::now_ms());
         for entry in entries {
             let mut holders = 0;
             for target in &entry.targets {
@@ -396,7 +397,8 @@ impl Broker {
                 if entry.offset < position {
                     continue;
                 }
-                let Some(mut delivery) = target.delivery(&entry.message, entry.offset) else {
+                let Some(mut delivery) = target.delivery(&entry.message, entry.offset, clocks)
+                else {
                     continue;
                 };
                 delivery.resent = handed < usize::from(session.receive_maximum);
@@ -971,12 +973,17 @@ impl Broker {
             .collect();
         let offset = *self.log_refs.keys().find(|o| !on_wire.contains(o))?;
         self.log_refs.remove(&offset);
-        let mut losers = Vec::new();
+        let (mut losers, mut shares) = (Vec::new(), 0);
         for session in self.sessions.values_mut() {
-            if session.give_up_logged(offset) {
-                losers.push(session.client_id.clone());
+            match session.give_up_logged(offset) {
+                Some(true) => shares += 1,
+                Some(false) => losers.push(session.client_id.clone()),
+                None => {}
             }
         }
+        // A group's held delivery is the group's loss (B-475).
+        let total = &self.metrics.dropped_share_storage_full;
+        total.set(total.get() + shares);
         self.lost_to_full_store(&losers);
         Some(offset)
     }
@@ -1164,8 +1171,8 @@ impl Broker {
     /// may read the topic, as every broadcast delivery is asked (B-293) - a queue's
     /// offer rides on consume instead, asked when its worker is chosen. A `loggable`
     /// (broadcast) delivery at QoS 1 or 2 to a session that outlives its connection
-    /// waits for the broadcast log instead (`owed_now`, B-456); a group's backlog
-    /// is not logged.
+    /// waits for the broadcast log instead (`owed_now`, B-456), a group's held
+    /// delivery with its `held_until` (B-447).
     fn deliver_as(&mut self, client_id: &str, delivery: Delivery, as_read: bool, loggable: bool) {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;
@@ -1176,11 +1183,7 @@ impl Broker {
         if as_read && !session.may_read(&delivery.message.topic) {
             return;
         }
-        if loggable
-            && self.logs
-            && delivery.qos != QoS::AtMostOnce
-            && session.outlives_connection()
-            && delivery.held_until.is_none()
+        if loggable && self.logs && delivery.qos != QoS::AtMostOnce && session.outlives_connection()
         {
             self.owed_now.push((session.client_id.clone(), delivery));
             return;

@@ -255,14 +255,19 @@ impl Session {
     pub fn drop_expired_backlog(&mut self, now: Instant) -> usize {
         let before = self.queue.len();
         let mut freed = 0;
+        let mut gone = Vec::new();
         self.queue.retain(|d| {
             let expired = d.backlog_expired(now);
             if expired {
                 freed += d.message.charge();
+                gone.extend(d.logged);
             }
             !expired
         });
         self.queued_bytes -= freed;
+        for offset in gone {
+            self.settle_logged(Some(offset));
+        }
         before - self.queue.len()
     }
 
@@ -398,22 +403,23 @@ impl Session {
     }
 
     /// Gives up the logged delivery at `offset` the session holds queued, for room
-    /// in a full log (B-472); whether it held it. The broker has stopped counting
-    /// the record's holders already, so it is not released again.
-    pub fn give_up_logged(&mut self, offset: u64) -> bool {
+    /// in a full log (B-472): `None` when it held none, else whether it was a shared
+    /// group's held delivery (B-475). The broker has stopped counting the record's
+    /// holders already, so it is not released again.
+    pub fn give_up_logged(&mut self, offset: u64) -> Option<bool> {
         if !self
             .log
             .as_mut()
             .is_some_and(|l| l.unsettled.remove(&offset))
         {
-            return false;
+            return None;
         }
-        if let Some(at) = self.queue.iter().position(|d| d.logged == Some(offset))
-            && let Some(gone) = self.queue.remove(at)
-        {
+        let at = self.queue.iter().position(|d| d.logged == Some(offset));
+        let gone = at.and_then(|at| self.queue.remove(at));
+        if let Some(gone) = &gone {
             self.queued_bytes -= gone.message.charge();
         }
-        true
+        Some(gone.is_some_and(|d| d.held_until.is_some()))
     }
 
     /// Notes that the logged broadcast at `offset` is owed to this session.
@@ -545,8 +551,8 @@ mod tests {
             s.hand_logged(offset);
             assert!(!s.enqueue(d).refused);
         }
-        assert!(s.give_up_logged(3));
-        assert!(!s.give_up_logged(3), "held once");
+        assert_eq!(s.give_up_logged(3), Some(false));
+        assert_eq!(s.give_up_logged(3), None, "held once");
         let log = s.log.as_ref().expect("a log cursor");
         assert_eq!((log.position(), log.released.len()), (4, 0));
         assert_eq!(s.queue.len(), 1);

@@ -205,10 +205,16 @@ pub fn render(
         "saguin_shares_dropped_total",
         "counter",
         "Shared-group deliveries given up, by cause.",
-        [(
-            "{cause=\"expired\"}".to_string(),
-            m.dropped_share_expired.get(),
-        )],
+        [
+            (
+                "{cause=\"expired\"}".to_string(),
+                m.dropped_share_expired.get(),
+            ),
+            (
+                "{cause=\"storage_full\"}".to_string(),
+                m.dropped_share_storage_full.get(),
+            ),
+        ],
     );
     f.one(
         "saguin_deliveries_dropped_total",

@@ -1771,6 +1771,7 @@ impl Conn {
             // A group's backlog waits `broker.share.expires_after` at most (B-446).
             if delivery.backlog_expired(now) {
                 session.queued_bytes -= charge;
+                session.settle_logged(delivery.logged);
                 let dropped = &metrics.dropped_share_expired;
                 dropped.set(dropped.get() + 1);
                 continue;
