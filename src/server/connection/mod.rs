@@ -196,16 +196,7 @@ async fn establish(
     let (link, woken) = ConnLink::new(shared.next_link_id());
     let link = Rc::new(link);
     if connect.clean_start && !connect.client_id.is_empty() {
-        // Clean Start discards what a durable consumer kept (gaps G-11).
-        let providers = shared.broker.borrow().channels.providers();
-        for provider in providers {
-            if let Err(e) = provider.drop_positions(&connect.client_id).await {
-                log::error!(
-                    "{peer}: positions of {:?} not discarded: {e}",
-                    connect.client_id
-                );
-            }
-        }
+        discard_positions(&shared, &connect.client_id, &peer).await;
     }
     // An assigned id is chosen now, so the record written below is kept under it.
     let assigned = connect.client_id.is_empty();
@@ -233,7 +224,11 @@ async fn establish(
             cut_for_room = true;
             match protocol {
                 ProtocolVersion::V5 => connect.properties.session_expiry_interval = Some(0),
-                ProtocolVersion::V311 => connect.clean_start = true,
+                ProtocolVersion::V311 if !connect.clean_start => {
+                    connect.clean_start = true;
+                    discard_positions(&shared, &connect.client_id, &peer).await;
+                }
+                ProtocolVersion::V311 => {}
             }
             // What remains to write: the deletion of the record of the session it
             // replaces, if there was one.
@@ -305,6 +300,17 @@ async fn establish(
         accepted.session_present
     );
     Some((Box::new(conn), slot))
+}
+
+/// Clean Start discards what a durable consumer kept (gaps G-11): its channel
+/// positions and its place in the broadcast log, in every provider.
+async fn discard_positions(shared: &Shared, client_id: &str, peer: &str) {
+    let providers = shared.broker.borrow().channels.providers();
+    for provider in providers {
+        if let Err(e) = provider.drop_positions(client_id).await {
+            log::error!("{peer}: positions of {client_id:?} not discarded: {e}");
+        }
+    }
 }
 
 /// Writes what a CONNECT changes in `broker.session.storage` before its CONNACK: the
