@@ -243,3 +243,34 @@ fn b476_a_session_record_takes_its_room_from_the_log() {
     // Metrics are computed at most once a minute: one read, at the end.
     assert!(dropped_storage_full(&broker) >= 1);
 }
+
+/// B-461: a CONNECT carrying a Will the full store has no room for is refused 0x97,
+/// its Reason String naming what filled, and counted as "session store full"
+/// (without a Will it would be accepted ending with its connection, B-469).
+#[test]
+fn b461_a_will_the_store_has_no_room_for_is_refused_0x97() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    for id in ["one", "two"] {
+        let (raw, _) = connected(&broker, persistent(id, true, 300));
+        raw.disconnect();
+    }
+    let mut c = persistent("willing", true, 300);
+    c.will = Some(saguin::codec::Will {
+        topic: "gone/willing".into(),
+        payload: b"bye".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: saguin::codec::Properties::default(),
+    });
+    let (_, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0x97);
+    let why = ack.properties.reason_string.unwrap_or_default();
+    assert!(why.contains("tight") && why.contains("Will"), "{why}");
+    assert_eq!(
+        metric(
+            &broker,
+            "saguin_connections_refused_total{reason=\"session store full\"}"
+        ),
+        1
+    );
+}

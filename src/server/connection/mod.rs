@@ -253,7 +253,14 @@ async fn establish(
             .borrow()
             .metrics
             .refuse_connection(connection_refusal_label(code));
-        let ack = connack(protocol, false, code, Properties::default());
+        // What filled, for a Will there is no room for (B-461).
+        let properties = Properties {
+            reason_string: e
+                .is_full()
+                .then(|| format!("the session store has no room for this Will: {e}")),
+            ..Properties::default()
+        };
+        let ack = connack(protocol, false, code, properties);
         let bytes = encode_one(&Packet::ConnAck(ack), protocol);
         drop(slot);
         close_with(&mut stream, &bytes, &shared).await;
