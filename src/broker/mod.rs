@@ -119,8 +119,13 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// A broker with no sessions, serving `channels`.
-    pub fn new(settings: Settings, mut channels: Channels) -> Broker {
+    /// A broker serving `channels`, holding the sessions its session store kept, each
+    /// asked under `acl` as the client it was stored as (B-290).
+    pub fn new(
+        settings: Settings,
+        mut channels: Channels,
+        acl: Option<&Rc<crate::acl::Acl>>,
+    ) -> Broker {
         let mut retained = RetainedStore::new(settings.retained_retention_period);
         if let Some(durable) = &mut channels.retained {
             let (now, now_ms) = (Instant::now(), records::now_ms());
@@ -153,7 +158,7 @@ impl Broker {
             handed: 0,
             next_assigned: 0,
         };
-        broker.restore(loaded);
+        broker.restore(loaded, acl);
         broker
     }
 
@@ -195,7 +200,12 @@ impl Broker {
     /// shortens left; or nothing, for a session that was never stored and ends with
     /// its connection. Computed before [`Broker::connect`] so a failed write changes
     /// nothing (C-270).
-    pub fn connect_record(&self, connect: &Connect, client_id: &str) -> RecordWrite {
+    pub fn connect_record(
+        &self,
+        connect: &Connect,
+        client_id: &str,
+        principal: Option<&Rc<crate::acl::Principal>>,
+    ) -> RecordWrite {
         let expiry = self.granted_expiry(connect);
         let existing = self.sessions.get(client_id);
         if expiry == 0 {
@@ -206,6 +216,7 @@ impl Broker {
         }
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
         session.expiry = expiry;
+        session.principal = principal.cloned();
         if let Some(old) = existing.filter(|_| !connect.clean_start) {
             session.subscriptions = old.subscriptions.clone();
         }
@@ -267,12 +278,22 @@ impl Broker {
     /// Will waits for the session's end (C-282). A subscription the configuration now
     /// refuses is dropped, logged. Restored sessions are owed nothing: deliveries and
     /// exchanges in flight are not kept yet (B-456).
-    pub fn restore(&mut self, loaded: Vec<stored::Restored>) {
+    pub fn restore(&mut self, loaded: Vec<stored::Restored>, acl: Option<&Rc<crate::acl::Acl>>) {
         let (now, now_ms) = (Instant::now(), records::now_ms());
         let (mut restored, mut ended, mut wills_fired) = (0usize, 0usize, 0usize);
         let mut due_now = Vec::new();
-        for record in loaded {
+        for mut record in loaded {
             let client_id: Arc<str> = Arc::from(record.client_id.as_str());
+            // Asked as the client it was stored as: every delivery it is owed while
+            // away, and its Will when it fires (B-290). A record from before an
+            // acl_file was configured names nobody, and is asked as anonymous.
+            let principal = acl.map(|acl| {
+                let user = record.user.as_deref().unwrap_or_default();
+                Rc::new(acl.principal(user, &client_id))
+            });
+            if let Some((will, _)) = &mut record.will {
+                will.asker = principal.clone();
+            }
             let away_ms = record.away_ms.unwrap_or(now_ms);
             let ends_ms = (record.expiry != u32::MAX)
                 .then(|| away_ms.saturating_add(u64::from(record.expiry) * 1000));
@@ -292,6 +313,7 @@ impl Broker {
             session.stored = true;
             session.restored = true;
             session.away_ms = Some(away_ms);
+            session.principal = principal;
             let generation = session.generation;
             let mut will_due = None;
             if let Some((will, due_ms)) = record.will {

@@ -51,9 +51,10 @@ impl Shared {
     pub(crate) fn new(
         settings: Settings,
         channels: crate::broker::channels::Channels,
+        acl: Option<&Rc<crate::acl::Acl>>,
     ) -> Rc<Shared> {
         Rc::new(Shared {
-            broker: RefCell::new(Broker::new(settings.clone(), channels)),
+            broker: RefCell::new(Broker::new(settings.clone(), channels, acl)),
             next_link: Cell::new(0),
             active: Cell::new(0),
             slots: slots::Slots::new(settings.max_connections),
@@ -96,8 +97,8 @@ impl Shared {
 /// A re-read acl_file wakes every cursor, so a subscriber stalled for want of a
 /// grant resumes as soon as the grant is back rather than at the channel's next
 /// record (B-294).
-fn wake_on_acl_reload(doors: &[socket::Door], shared: &Rc<Shared>) {
-    let Some(acl) = doors.iter().find_map(|d| d.gate().acl.clone()) else {
+fn wake_on_acl_reload(acl: Option<&Rc<crate::acl::Acl>>, shared: &Rc<Shared>) {
+    let Some(acl) = acl else {
         return;
     };
     let shared = Rc::downgrade(shared);
@@ -176,14 +177,15 @@ pub fn serve(
     stop: impl std::future::Future<Output = ()> + 'static,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
-    let shared = Shared::new(settings, channels);
+    let acl = doors.iter().find_map(|d| d.gate().acl.clone());
+    let shared = Shared::new(settings, channels, acl.as_ref());
     smol::block_on(executor.run(async {
         // What the start decided about stored sessions (ended, a Will published, a
         // subscription dropped) is written before any client can connect.
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
         sync_records(&shared).await;
-        wake_on_acl_reload(&doors, &shared);
+        wake_on_acl_reload(acl.as_ref(), &shared);
         let mut accepting = Vec::with_capacity(doors.len());
         for door in doors {
             log::info!("listening on {}", door.describe());

@@ -210,7 +210,8 @@ async fn establish(
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
     take_over(&shared, &connect.client_id).await;
-    if let Err(e) = store_connect(&shared, &connect).await {
+    let principal = admitted.as_ref().ok().and_then(Option::as_ref);
+    if let Err(e) = store_connect(&shared, &connect, principal).await {
         // Stored before acknowledged: a session or Will the store could not keep is
         // refused, and the refusal changes nothing (B-462, C-270).
         let code = if e.is_full() {
@@ -280,11 +281,12 @@ async fn establish(
 async fn store_connect(
     shared: &Shared,
     connect: &Connect,
+    principal: Option<&Rc<crate::acl::Principal>>,
 ) -> Result<(), crate::storage::StorageError> {
     let write = shared
         .broker
         .borrow()
-        .connect_record(connect, &connect.client_id);
+        .connect_record(connect, &connect.client_id, principal);
     let record = match write {
         crate::broker::RecordWrite::Put(text) => Some(text),
         crate::broker::RecordWrite::Delete => None,
