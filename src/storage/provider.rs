@@ -2,7 +2,9 @@
 
 use super::error::StorageError;
 use super::memory::MemoryProvider;
-use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{
+    ChannelStats, DeadLetter, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
+};
 use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
 use super::sqlite::SqliteProvider;
 
@@ -129,6 +131,31 @@ impl Provider {
         match self {
             Provider::Sqlite(p) => p.read_window(channel, req).await,
             Provider::Memory(p) => p.read_window(channel, req).await,
+        }
+    }
+
+    /// Hands every stored record of `channel` to `each`, in offset order, a window
+    /// at a time (at most [`super::record::MAX_WINDOW_RECORDS`] records and 4 MiB
+    /// held at once); deletions are left out. For what a start reads whole.
+    pub async fn scan_stored(
+        &self,
+        channel: &str,
+        mut each: impl FnMut(Record),
+    ) -> Result<(), StorageError> {
+        let mut from = 0;
+        loop {
+            let window = self
+                .read_window(channel, WindowRequest::new(from, 1024, 4 << 20))
+                .await?;
+            let Some(last) = window.records.last().map(|r| r.offset) else {
+                return Ok(());
+            };
+            window
+                .records
+                .into_iter()
+                .filter(|r| matches!(r.state, RecordState::Stored))
+                .for_each(&mut each);
+            from = last + 1;
         }
     }
 

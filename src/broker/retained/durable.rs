@@ -18,8 +18,8 @@ use crate::broker::channels::{ChannelId, Channels, Kind};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::Message;
 use crate::storage::{
-    ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, RecordState,
-    Retention, StorageError, WindowRequest,
+    ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, Retention,
+    StorageError,
 };
 
 /// The channel name retained values are kept under.
@@ -106,28 +106,11 @@ impl Durable {
 /// Every value `$retained` holds, tombstones left out.
 async fn read_all(provider: &Provider) -> Result<Vec<Record>, String> {
     let mut all = Vec::new();
-    let mut from = 0;
-    loop {
-        let request = WindowRequest {
-            from,
-            max_records: 1024,
-            max_bytes: 4 << 20,
-        };
-        let window = provider
-            .read_window(CHANNEL, request)
-            .await
-            .map_err(|e| format!("broker.retained: {e}"))?;
-        let Some(last) = window.records.last().map(|r| r.offset) else {
-            return Ok(all);
-        };
-        all.extend(
-            window
-                .records
-                .into_iter()
-                .filter(|r| matches!(r.state, RecordState::Stored)),
-        );
-        from = last + 1;
-    }
+    provider
+        .scan_stored(CHANNEL, |r| all.push(r))
+        .await
+        .map_err(|e| format!("broker.retained: {e}"))?;
+    Ok(all)
 }
 
 /// Whether a stored value is still owed to anyone at `now_ms`: neither its Message
