@@ -275,8 +275,9 @@ impl Broker {
     /// from the moment their connection ended, and a Will's wait resuming what is left
     /// of it or published now when it ran out while stopped (C-279). A session whose
     /// connection the stop cut without saying when (a crash) counts from now, and its
-    /// Will waits for the session's end (C-282). A subscription the configuration now
-    /// refuses is dropped, logged. Restored sessions are owed nothing: deliveries and
+    /// Will waits for the session's end (C-282). A session holding a subscription the
+    /// configuration now refuses ends as an expired one does, logged (C-280).
+    /// Restored sessions are owed nothing: deliveries and
     /// exchanges in flight are not kept yet (B-456).
     pub fn restore(&mut self, loaded: Vec<stored::Restored>, acl: Option<&Rc<crate::acl::Acl>>) {
         let (now, now_ms) = (Instant::now(), records::now_ms());
@@ -298,7 +299,21 @@ impl Broker {
             let ends_ms = (record.expiry != u32::MAX)
                 .then(|| away_ms.saturating_add(u64::from(record.expiry) * 1000));
             self.record_work.push(client_id.clone());
-            if record.expiry == 0 || ends_ms.is_some_and(|at| at <= now_ms) {
+            // A session holding a subscription the configuration now refuses is ended
+            // rather than restored without it: a client told Session Present 1 would
+            // believe itself subscribed (C-280).
+            let refused = record
+                .subscriptions
+                .iter()
+                .find_map(|sub| Some((&sub.filter, self.refused_at_restore(sub)?)));
+            if let Some((filter, why)) = &refused {
+                log::warn!(
+                    "session {client_id} ended at the start: its subscription {filter:?} is \
+                     one the configuration now refuses ({why}); its client is told Session \
+                     Present 0 and subscribes again"
+                );
+            }
+            if record.expiry == 0 || ends_ms.is_some_and(|at| at <= now_ms) || refused.is_some() {
                 ended += 1;
                 // Its positions go with it (A-079).
                 self.lapsed.push(client_id.clone());
@@ -328,13 +343,6 @@ impl Broker {
             }
             self.sessions.insert(client_id.clone(), Box::new(session));
             for sub in record.subscriptions {
-                if let Some(why) = self.refused_at_restore(&sub) {
-                    log::warn!(
-                        "session {client_id}: subscription {:?} dropped at restore: {why}",
-                        sub.filter
-                    );
-                    continue;
-                }
                 self.subscribe(&client_id, sub);
             }
             if let Some(at) = will_due {
