@@ -113,6 +113,9 @@ pub struct Broker {
     /// (the session ended, or a start changed it), to be written again or deleted by
     /// the server, which awaits the provider (`server::sync_records`).
     record_work: Vec<Arc<str>>,
+    /// Client ids whose record the provider refused: written again on every tick and
+    /// as the broker stops, until it takes them (C-285). One entry per client id.
+    records_refused: std::collections::HashSet<Arc<str>>,
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
@@ -155,6 +158,7 @@ impl Broker {
             unstored: Vec::new(),
             lapsed: Vec::new(),
             record_work: Vec::new(),
+            records_refused: std::collections::HashSet::new(),
             handed: 0,
             next_assigned: 0,
         };
@@ -255,9 +259,30 @@ impl Broker {
         Some(record.encode())
     }
 
-    /// The client ids whose records are to be written again or deleted.
+    /// The client ids whose records are to be written again or deleted, those the
+    /// provider refused before among them.
     pub fn take_record_work(&mut self) -> Vec<Arc<str>> {
-        std::mem::take(&mut self.record_work)
+        let mut work = std::mem::take(&mut self.record_work);
+        work.extend(self.records_refused.iter().cloned());
+        work.sort_unstable();
+        work.dedup();
+        work
+    }
+
+    /// Notes how writing `client_id`'s record went: a refused one is tried again on
+    /// every [`Broker::take_record_work`] until it lands (C-285). Whether it had been
+    /// refused before.
+    pub fn record_written(&mut self, client_id: &Arc<str>, landed: bool) -> bool {
+        if landed {
+            self.records_refused.remove(client_id)
+        } else {
+            !self.records_refused.insert(client_id.clone())
+        }
+    }
+
+    /// Whether `client_id`'s record waits to be written again (C-286).
+    pub fn record_refused(&self, client_id: &str) -> bool {
+        self.records_refused.contains(client_id)
     }
 
     /// Marks `client_id`'s session as stored (its record written) or not.

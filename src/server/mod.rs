@@ -215,6 +215,8 @@ pub fn serve(
         sweeping.await;
         shutdown(&shared).await;
         store_unstored(&shared).await;
+        // Once more for records the provider refused (C-285).
+        sync_records(&shared).await;
         settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
@@ -364,14 +366,23 @@ async fn housekeeping(shared: Rc<Shared>) {
 /// Writes again, or deletes, the stored records of sessions that changed or ended
 /// other than on a client's packet: an expiry, a connection's end, a start (B-455).
 pub(crate) async fn sync_records(shared: &Shared) {
-    let mut work = shared.broker.borrow_mut().take_record_work();
-    work.sort_unstable();
-    work.dedup();
+    let work = shared.broker.borrow_mut().take_record_work();
     let stopping = shared.stopping.get();
     for client_id in work {
         // Read and sent in one step: the record is what the broker holds now.
         let record = shared.broker.borrow().record_of(&client_id, &[], stopping);
-        let _ = write_session_record(shared, &client_id, record).await;
+        let landed = write_session_record(shared, &client_id, record)
+            .await
+            .is_ok();
+        let before = shared
+            .broker
+            .borrow_mut()
+            .record_written(&client_id, landed);
+        // A refused write stays in memory and is tried on every tick and as the
+        // broker stops (C-285); the line that clears the error is an error too (B-024).
+        if landed && before {
+            log::error!("the session record of {client_id:?} is written at last");
+        }
     }
 }
 
@@ -394,8 +405,14 @@ pub(crate) async fn write_session_record(
         None => provider.delete_session(client_id).await,
     };
     if let Err(e) = &result {
-        log::error!("the session record of {client_id:?} could not be written: {e}");
-        shared.broker.borrow().metrics.storage_failed(e);
+        let broker = shared.broker.borrow();
+        // Said once; the retries of C-285 are counted, not logged again.
+        if broker.record_refused(client_id) {
+            log::debug!("the session record of {client_id:?} is still refused: {e}");
+        } else {
+            log::error!("the session record of {client_id:?} could not be written: {e}");
+        }
+        broker.metrics.storage_failed(e);
     }
     result
 }

@@ -283,16 +283,31 @@ async fn store_connect(
     connect: &Connect,
     principal: Option<&Rc<crate::acl::Principal>>,
 ) -> Result<(), crate::storage::StorageError> {
-    let write = shared
-        .broker
-        .borrow()
-        .connect_record(connect, &connect.client_id, principal);
+    let id = &connect.client_id;
+    let (write, refused) = {
+        let broker = shared.broker.borrow();
+        (
+            broker.connect_record(connect, id, principal),
+            broker.record_refused(id),
+        )
+    };
     let record = match write {
         crate::broker::RecordWrite::Put(text) => Some(text),
         crate::broker::RecordWrite::Delete => None,
+        // A write the provider refused before - a withdrawn Will, a deletion - lands
+        // before this client connects again, or the CONNECT is refused (C-286).
+        crate::broker::RecordWrite::Nothing if refused => {
+            shared.broker.borrow().record_of(id, &[], false)
+        }
         crate::broker::RecordWrite::Nothing => return Ok(()),
     };
-    super::write_session_record(shared, &connect.client_id, record).await
+    super::write_session_record(shared, id, record).await?;
+    if refused {
+        // What this wrote supersedes what was waiting to be written again.
+        let id = Arc::from(id.as_str());
+        shared.broker.borrow_mut().record_written(&id, true);
+    }
+    Ok(())
 }
 
 /// Answers a socket that held an overflow place but got no slot: once the opening
