@@ -833,3 +833,59 @@ fn a_restored_will_is_asked_again_when_it_fires_b290() {
     broker.wait_log("the acl_file no longer lets it publish there");
     bob.expect_nothing(Duration::from_millis(300));
 }
+
+/// B-320 (gaps §4): `/v1/operations/acl?user=&client=` answers what `saguin --acl
+/// FILE USER CLIENT --json` does, from the acl_file the broker holds - SIGUSR1's
+/// re-read included.
+#[test]
+fn the_operations_listener_explains_the_acl_file_it_holds_b320() {
+    let dir = common::temp_dir("ops-acl");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).expect("copy the password file");
+    std::fs::write(dir.join("acl.yaml"), ACL).expect("write the acl_file");
+    let ops = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
+    let extra = EXTRA.replace("channels:\n", &format!("{ops}channels:\n"));
+    let broker = Broker::start_in(dir, &common::config(&extra));
+    let line = broker.wait_log("operations listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .expect("an address")
+        .trim()
+        .to_string();
+    let config = broker.dir.join("saguin.yaml");
+    let cli = |user: &str, client: &str| {
+        let out = common::run_saguin(&[
+            "--acl".as_ref(),
+            config.as_os_str(),
+            user.as_ref(),
+            client.as_ref(),
+            "--json".as_ref(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        serde_json::from_str::<serde_json::Value>(&text).expect("JSON from the CLI")
+    };
+    let http = |query: &str| {
+        let (status, body) =
+            common::http_get(common::tcp(&addr), &format!("/v1/operations/acl?{query}"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("JSON from the listener")
+    };
+    assert_eq!(http("user=bob&client=bob-2"), cli("bob", "bob-2"));
+    let before = http("user=alice&client=alice-1");
+    assert_eq!(before, cli("alice", "alice-1"));
+
+    // Re-read: alice loses her roles, and the listener says so at once.
+    std::fs::write(
+        broker.dir.join("acl.yaml"),
+        ACL.replace("  alice: [device, worker]\n", "  alice: [device]\n"),
+    )
+    .expect("rewrite the acl_file");
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let after = http("user=alice&client=alice-1");
+    assert_eq!(after, cli("alice", "alice-1"));
+    assert_ne!(after, before, "the worker role is gone");
+    let (status, _) = common::http_get(common::tcp(&addr), "/v1/operations/acl");
+    assert_eq!(status, 400);
+}

@@ -417,6 +417,11 @@ impl Broker {
     }
 
     /// The session of `client_id`, if it exists.
+    pub fn held_session(&self, client_id: &str) -> Option<&Session> {
+        self.sessions.get(client_id).map(|s| &**s)
+    }
+
+    /// `client_id`'s session, to change.
     pub fn session(&mut self, client_id: &str) -> Option<&mut Session> {
         self.sessions.get_mut(client_id).map(|s| &mut **s)
     }

@@ -37,6 +37,8 @@ pub struct Shared {
     pub broker: RefCell<Broker>,
     /// The settings it runs with.
     pub settings: Settings,
+    /// The acl_file it holds, when one is configured (re-read in place on SIGUSR1).
+    pub acl: Option<Rc<crate::acl::Acl>>,
     next_link: Cell<u64>,
     active: Cell<usize>,
     slots: Rc<slots::Slots>,
@@ -55,6 +57,7 @@ impl Shared {
     ) -> Rc<Shared> {
         Rc::new(Shared {
             broker: RefCell::new(Broker::new(settings.clone(), channels, acl)),
+            acl: acl.cloned(),
             next_link: Cell::new(0),
             active: Cell::new(0),
             slots: slots::Slots::new(settings.max_connections),
