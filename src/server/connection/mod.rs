@@ -170,7 +170,6 @@ async fn establish(
         Some(code) => Err(code),
         None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
     };
-    drop(gate);
     if let Err(code) = admitted {
         // Refusals given to clients are warnings (B-021).
         log::warn!(
@@ -266,11 +265,13 @@ async fn establish(
         .send_connack(&connect, &accepted)
         .map(keep_alive::KeepAlive::new);
     conn.bind_acl_to_session();
+    // The door by the name B-175 gives it, as certificate errors name it.
     log::info!(
-        "{}: {} connected ({protocol:?}, session present {})",
+        "{}: {} connected ({protocol:?}, session present {}) listener={}",
         conn.peer,
         conn.client_id,
-        accepted.session_present
+        accepted.session_present,
+        gate.door
     );
     Some((Box::new(conn), slot))
 }
