@@ -120,6 +120,7 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     let extra = config.broker.retained.retention_period;
     let schedule = RetentionSchedule::for_channels(&all_settings, extra);
     let mut channels = Channels::new(Router::new(config), list);
+    count_values_left_behind(&channels).await;
     let retained = &config.broker.retained;
     let provider = provider_named(config, &mut providers, &retained.storage)
         .map_err(|e| format!("broker.retained.storage: {e}"))?;
@@ -132,6 +133,51 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
         .map_err(|e| format!("broker.session.storage: {e}"))?;
     channels.sessions = Some(crate::broker::channels::SessionStore::open(provider).await?);
     Ok((channels, schedule))
+}
+
+/// Logs, for each latest channel, how many stored values have topics its filter no
+/// longer reaches (A-053): a filter edit moves nothing, so those values are served to
+/// nobody, and `$saguin/kv/get` answers that their topic names no latest channel.
+/// One value per topic makes the count cheap; append channels are not scanned, which
+/// would mean reading the whole log (A-054), and the line says so.
+async fn count_values_left_behind(channels: &Channels) {
+    for (id, channel) in channels.iter() {
+        if !matches!(channel.kind, Kind::Latest) {
+            continue;
+        }
+        let mut left = 0u64;
+        let mut example = None;
+        let scanned = channel
+            .provider
+            .scan_stored(&channel.name, |r| {
+                if channels.resolve(&r.topic) != Some(id) {
+                    left += 1;
+                    example.get_or_insert(r.topic);
+                }
+            })
+            .await;
+        match (scanned, example) {
+            (Err(e), _) => log::error!(
+                "latest channel {}: its stored values could not be read to count those its \
+                 filter no longer reaches: {e}",
+                channel.name
+            ),
+            (Ok(()), None) => log::debug!(
+                "latest channel {}: every stored value's topic is one its filter {:?} reaches",
+                channel.name,
+                channel.filter
+            ),
+            (Ok(()), Some(topic)) => log::warn!(
+                "latest channel {}: {left} stored values have topics its filter {:?} no \
+                 longer reaches (such as {topic:?}); nothing serves them, and they stay \
+                 until the channel's retention removes them. `saguin --route FILE TOPIC` says where such \
+                 a topic goes now. Append channels are not checked: that would read their \
+                 whole log",
+                channel.name,
+                channel.filter
+            ),
+        }
+    }
 }
 
 /// The provider called `name`, opened at its first use.

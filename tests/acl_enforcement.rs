@@ -722,3 +722,170 @@ fn removing_a_key_needs_delete_b280() {
     let mut bob = as_user(&broker, "bob", "bob");
     assert_eq!(bob.publish("iot/a/state/k", b"", q1, false), Some(0));
 }
+
+/// A sqlite provider keeping sessions, beside the password file and the acl_file.
+const KEPT: &str = "broker:
+  id: acl-restart
+  log_level: debug
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+  mqtt:
+    password_file: {dir}/clients.passwd
+    acl_file: {dir}/acl.yaml
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+";
+
+/// alice reads only `feed/public/#` and may write her status; bob writes and reads
+/// everything broadcast.
+const FEED_ACL: &str = "roles:
+  device:
+    - topic: feed/public/#
+      allow: [read]
+    - topic: status/%u
+      allow: [write]
+  admin:
+    - topic: \"#\"
+      allow: [read, write]
+users:
+  alice: [device]
+  bob: [admin]
+";
+
+fn start_kept(dir: PathBuf) -> Broker {
+    Broker::start_in(dir, KEPT)
+}
+
+fn persistent_login(client_id: &str, user: &str, expiry: u32) -> saguin::codec::Connect {
+    let mut c = login(V5, client_id, user);
+    c.clean_start = false;
+    c.properties.session_expiry_interval = Some(expiry);
+    c
+}
+
+/// B-290 after a restart: a session read back from storage is asked as the client it
+/// was stored as, under the acl_file the broker starts with. While it is away it is
+/// queued only what that client may read now - a restored session asked as nobody
+/// would be owed every topic its filter matches.
+#[test]
+fn a_restored_session_is_owed_only_what_its_user_may_read_b290() {
+    let dir = common::temp_dir("acl-restart-read");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).expect("copy the password file");
+    let wide = FEED_ACL.replace("topic: feed/public/#", "topic: feed/#");
+    std::fs::write(dir.join("acl.yaml"), wide).expect("write the acl_file");
+    let broker = start_kept(dir);
+    let (mut alice, ack) = Raw::handshake(broker.addr, persistent_login("alice-1", "alice", 300));
+    assert_eq!(ack.code, 0, "{ack:?}");
+    assert_eq!(alice.subscribe("feed/#", opts(QoS::AtLeastOnce)), [1]);
+    let dir = broker.stop();
+    drop(alice);
+    std::fs::write(dir.join("acl.yaml"), FEED_ACL).expect("narrow the acl_file");
+
+    let broker = start_kept(dir);
+    let mut bob = as_user(&broker, "bob", "bob");
+    let q1 = QoS::AtLeastOnce;
+    assert_eq!(bob.publish("feed/secret", b"no", q1, false), Some(0));
+    assert_eq!(bob.publish("feed/public/news", b"yes", q1, false), Some(0));
+    let (mut alice, ack) = Raw::handshake(broker.addr, persistent_login("alice-1", "alice", 300));
+    assert!(ack.session_present, "the session came back: {ack:?}");
+    let got = alice.recv_publish();
+    assert_eq!(
+        (got.topic.as_ref() as &str, &got.payload[..]),
+        ("feed/public/news", &b"yes"[..])
+    );
+    alice.expect_nothing(Duration::from_millis(500));
+}
+
+/// B-290 after a restart: a restored Will is authorized again, as its client, when it
+/// fires; the acl_file edited while the broker was down withholds it.
+#[test]
+fn a_restored_will_is_asked_again_when_it_fires_b290() {
+    let dir = common::temp_dir("acl-restart-will");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).expect("copy the password file");
+    std::fs::write(dir.join("acl.yaml"), FEED_ACL).expect("write the acl_file");
+    let broker = start_kept(dir);
+    let mut c = persistent_login("alice-1", "alice", 2);
+    c.will = Some(Will {
+        topic: "status/alice".into(),
+        payload: b"offline".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Default::default(),
+    });
+    let (alice, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0, "{ack:?}");
+    let dir = broker.stop(); // a stop publishes no Will; the session keeps it (C-282)
+    drop(alice);
+    let revoked = FEED_ACL.replace("    - topic: status/%u\n      allow: [write]\n", "");
+    std::fs::write(dir.join("acl.yaml"), revoked).expect("rewrite the acl_file");
+
+    let broker = start_kept(dir);
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    // The session expires 2 s after the restart and its Will is due then.
+    broker.wait_log("the acl_file no longer lets it publish there");
+    bob.expect_nothing(Duration::from_millis(300));
+}
+
+/// B-320 (gaps §4): `/v1/operations/acl?user=&client=` answers what `saguin --acl
+/// FILE USER CLIENT --json` does, from the acl_file the broker holds - SIGUSR1's
+/// re-read included.
+#[test]
+fn the_operations_listener_explains_the_acl_file_it_holds_b320() {
+    let dir = common::temp_dir("ops-acl");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).expect("copy the password file");
+    std::fs::write(dir.join("acl.yaml"), ACL).expect("write the acl_file");
+    let ops = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
+    let extra = EXTRA.replace("channels:\n", &format!("{ops}channels:\n"));
+    let broker = Broker::start_in(dir, &common::config(&extra));
+    let line = broker.wait_log("operations listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .expect("an address")
+        .trim()
+        .to_string();
+    let config = broker.dir.join("saguin.yaml");
+    let cli = |user: &str, client: &str| {
+        let out = common::run_saguin(&[
+            "--acl".as_ref(),
+            config.as_os_str(),
+            user.as_ref(),
+            client.as_ref(),
+            "--json".as_ref(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        serde_json::from_str::<serde_json::Value>(&text).expect("JSON from the CLI")
+    };
+    let http = |query: &str| {
+        let (status, body) =
+            common::http_get(common::tcp(&addr), &format!("/v1/operations/acl?{query}"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).expect("JSON from the listener")
+    };
+    assert_eq!(http("user=bob&client=bob-2"), cli("bob", "bob-2"));
+    let before = http("user=alice&client=alice-1");
+    assert_eq!(before, cli("alice", "alice-1"));
+
+    // Re-read: alice loses her roles, and the listener says so at once.
+    std::fs::write(
+        broker.dir.join("acl.yaml"),
+        ACL.replace("  alice: [device, worker]\n", "  alice: [device]\n"),
+    )
+    .expect("rewrite the acl_file");
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let after = http("user=alice&client=alice-1");
+    assert_eq!(after, cli("alice", "alice-1"));
+    assert_ne!(after, before, "the worker role is gone");
+    let (status, _) = common::http_get(common::tcp(&addr), "/v1/operations/acl");
+    assert_eq!(status, 400);
+}

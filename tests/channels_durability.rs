@@ -189,3 +189,43 @@ fn a_failing_disk_answers_0x83_and_the_broker_keeps_serving() {
         Some(0)
     );
 }
+
+/// a latest channel's filter narrowed while the broker was stopped moves
+/// nothing; the start counts the stored values its filter no longer reaches and says
+/// so, naming one, and the value whose topic it still reaches is served as before.
+#[test]
+fn a_narrowed_latest_filter_is_counted_at_startup_a053() {
+    let dir = temp_dir("latest-narrowed");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, CHANNELS);
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    for topic in ["state/a", "state/b/deep", "state/c/deep"] {
+        assert_eq!(
+            producer.publish(topic, b"v", QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    drop(producer);
+    let dir = broker.stop();
+    let narrowed = CHANNELS.replace(
+        "  state:\n    type: latest\n",
+        "  state:\n    type: latest\n    filter: state/+\n",
+    );
+    assert_ne!(narrowed, CHANNELS);
+    let broker = Broker::start_in(dir, &narrowed);
+    let line = broker
+        .startup
+        .iter()
+        .find(|l| l.contains("no longer reaches"))
+        .expect("the start counts what the narrowed filter left behind");
+    assert!(
+        line.contains("latest channel state: 2 stored values")
+            && line.contains("\"state/+\"")
+            && line.contains("\"state/b/deep\""),
+        "{line}"
+    );
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("state/+", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().topic, "state/a");
+    reader.expect_nothing(Duration::from_millis(300));
+}

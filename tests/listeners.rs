@@ -18,6 +18,11 @@ fn a_unix_socket_door_serves_mqtt_beside_tcp() {
     let broker = Broker::start_in(dir, &yaml);
     let unix = UnixStream::connect(&sock).expect("connect to the unix door");
     publish_over(unix, &broker);
+    // B-175: each connection's line names its door.
+    let tcp = broker.wait_log("over-tcp connected");
+    assert!(tcp.ends_with("listener=broker.mqtt.listen.tcp"), "{tcp}");
+    let unix = broker.wait_log("over-unix connected");
+    assert!(unix.ends_with("listener=broker.mqtt.listen.unix"), "{unix}");
 }
 
 /// Connects over `unix`, publishes, and checks a TCP subscriber of `broker` hears it.
@@ -69,6 +74,11 @@ fn a_leftover_socket_is_replaced_and_anything_else_at_the_path_is_refused_untouc
     let broker = Broker::start_in(dir, &yaml);
     let unix = UnixStream::connect(&sock).expect("connect to the unix door");
     publish_over(unix, &broker);
+    // B-175: each connection's line names its door.
+    let tcp = broker.wait_log("over-tcp connected");
+    assert!(tcp.ends_with("listener=broker.mqtt.listen.tcp"), "{tcp}");
+    let unix = broker.wait_log("over-unix connected");
+    assert!(unix.ends_with("listener=broker.mqtt.listen.unix"), "{unix}");
 }
 
 #[test]

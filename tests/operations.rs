@@ -255,3 +255,67 @@ fn health_is_503_naming_the_provider_while_a_provider_cannot_write() {
         Some(0)
     );
 }
+
+fn ops_broker(name: &str) -> (Broker, String) {
+    let dir = temp_dir(name);
+    let yaml =
+        common::config("  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n");
+    let broker = Broker::start_in(dir, &yaml);
+    let addr = ops_addr(&broker);
+    (broker, addr)
+}
+
+/// C-197 (gaps §4): `/v1/operations/subscriptions?client=` lists a session's
+/// subscriptions with their options and their one partition space each: the slice a
+/// `saguin-filter` declared, or count 1, index 0 for a subscription that declared none.
+#[test]
+fn the_operations_listener_reports_each_subscriptions_partition_space_c197() {
+    let (broker, addr) = ops_broker("ops-subscriptions");
+    let mut c = Raw::connected(broker.addr, V5, "dev/7 a");
+    let sliced = saguin::codec::Properties {
+        user_properties: vec![
+            ("saguin-filter".into(), "topic_hash(4, 1)".into()),
+            ("saguin-filter".into(), "topic_hash(4, 3)".into()),
+        ],
+        subscription_identifiers: vec![9],
+        ..Default::default()
+    };
+    assert_eq!(
+        c.subscribe_with("fleet/+/temp", common::opts(QoS::AtLeastOnce), sliced),
+        [1]
+    );
+    assert_eq!(c.subscribe("alerts/#", common::opts(QoS::AtMostOnce)), [0]);
+
+    let (status, body) = http_get(tcp(&addr), "/v1/operations/subscriptions?client=dev%2F7+a");
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(answer["client"], "dev/7 a");
+    assert_eq!(answer["connected"], true);
+    let subs = answer["subscriptions"].as_array().expect("a list");
+    assert_eq!(subs.len(), 2, "{body}");
+    assert_eq!(subs[0]["filter"], "alerts/#");
+    assert_eq!(subs[0]["qos"], 0);
+    assert_eq!(
+        subs[0]["partitions"],
+        serde_json::json!({"count": 1, "indices": [0]})
+    );
+    assert_eq!(subs[1]["filter"], "fleet/+/temp");
+    assert_eq!(subs[1]["qos"], 1);
+    assert_eq!(subs[1]["identifier"], 9);
+    assert_eq!(
+        subs[1]["partitions"],
+        serde_json::json!({"count": 4, "indices": [1, 3]})
+    );
+
+    let (status, body) = http_get(tcp(&addr), "/v1/operations/subscriptions?client=nobody");
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("no session is held for client id \\\"nobody\\\""),
+        "{body}"
+    );
+    let (status, body) = http_get(tcp(&addr), "/v1/operations/subscriptions");
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = http_get(tcp(&addr), "/v1/operations/acl?user=alice");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("no acl_file is configured"), "{body}");
+}

@@ -252,3 +252,74 @@ fn an_assigned_client_id_never_takes_a_restored_sessions_id() {
     assert_ne!(other, assigned);
     resumes_and_receives(&broker, persistent(&assigned, false, 300), "news/x");
 }
+
+/// C-280: a session holding a subscription the configuration now refuses - a filter
+/// a queue channel has since claimed - is ended at the start rather than restored
+/// without it: its Will, waiting out its delay, is published then, and its client is
+/// told Session Present 0.
+#[test]
+fn a_session_the_configuration_now_refuses_is_ended_at_the_start_c280() {
+    let before = config("local").replace("  jobs:\n    type: queue\n    filter: work/+/todo\n", "");
+    assert_ne!(before, config("local"));
+    let broker = Broker::start_in(fresh_dir(), &before);
+    let mut c = with_will(persistent("worker-7", true, 300), "status/worker-7");
+    if let Some(will) = &mut c.will {
+        will.properties.will_delay_interval = Some(60);
+    }
+    let (mut s, _) = connected(&broker, c);
+    assert_eq!(s.subscribe("work/+/todo", opts(QoS::AtLeastOnce)), [1]);
+    drop(s); // no DISCONNECT: the Will waits out its delay
+    broker.wait_log("worker-7 disconnected");
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, &config("local"));
+    assert!(
+        broker
+            .startup
+            .iter()
+            .any(|l| l.contains("session worker-7 ended at the start")
+                && l.contains("\"work/+/todo\"")),
+        "{:#?}",
+        broker.startup
+    );
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    let got = watcher.recv_publish();
+    assert_eq!(
+        (got.topic.as_ref() as &str, &got.payload[..], got.retain),
+        ("status/worker-7", &b"offline"[..], true),
+        "the Will was published when the start ended its session"
+    );
+    let (_back, present) = connected(&broker, persistent("worker-7", false, 300));
+    assert!(!present, "the session was ended");
+}
+
+/// C-284, C-285: a clean DISCONNECT withdraws the Will from the session's record; a
+/// store that refuses the withdrawal (here another process holds sqlite's write lock
+/// past the broker's 5 s busy timeout) does not lose it: it is kept in memory and
+/// written again every second until it lands, so a crash afterwards publishes no Will
+/// the client withdrew.
+#[test]
+fn a_refused_will_withdrawal_is_written_again_until_it_lands_c285() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (raw, _) = connected(
+        &broker,
+        with_will(persistent("careful", true, 3), "status/careful"),
+    );
+    let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
+    db.execute_batch("BEGIN IMMEDIATE")
+        .expect("take the write lock");
+    raw.disconnect(); // the Will is withdrawn
+    broker.wait_log("the session record of \"careful\" could not be written");
+    db.execute_batch("COMMIT")
+        .expect("give the write lock back");
+    broker.wait_log("the session record of \"careful\" is written at last");
+    let dir = kill(broker);
+
+    // Had the withdrawal been lost, the record would still hold the Will, published
+    // when the restored session expires 3 s after the start.
+    let broker = Broker::start_in(dir, &config("local"));
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    watcher.expect_nothing(Duration::from_secs(4));
+}

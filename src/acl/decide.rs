@@ -86,6 +86,18 @@ impl Acl {
         self.current.borrow().clone()
     }
 
+    /// `user` (as its door proved it) with `client_id` under this policy, asked
+    /// nothing yet: what [`Acl::admit`] answers once a CONNECT passes, and what a
+    /// session restored at startup is asked as (B-290).
+    pub fn principal(self: &Rc<Self>, user: &str, client_id: &str) -> Principal {
+        Principal {
+            acl: self.clone(),
+            user: user.to_string(),
+            client_id: Arc::from(client_id),
+            cache: RefCell::new(None),
+        }
+    }
+
     /// Decides a CONNECT that authenticated as `user` (the empty string for an
     /// anonymous client, B-249), after authentication so a wrong password is
     /// still 0x86 whatever the name's roles deny (B-317): `client_ids:` (0x86,
@@ -117,12 +129,7 @@ impl Acl {
                 ),
             ));
         }
-        let principal = Principal {
-            acl: self.clone(),
-            user: user.to_string(),
-            client_id: Arc::from(client_id),
-            cache: RefCell::new(None),
-        };
+        let principal = self.principal(user, client_id);
         let grants = principal.grants();
         for line in &grants.withheld {
             log::warn!(
@@ -181,6 +188,12 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The name its door proved (empty for an anonymous client): kept with a stored
+    /// session, so the session is asked as the same client after a restart (B-290).
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
     /// The grants under the policy held now.
     pub fn grants(&self) -> Rc<Grants> {
         let policy = self.acl.policy();

@@ -230,7 +230,7 @@ pub async fn open(provider: &Provider, now_ms: u64) -> Result<Vec<Entry>, String
         .await
         .map_err(failed)?;
     let mut entries = Vec::new();
-    for record in provider.read_all(CHANNEL).await.map_err(failed)? {
+    let read = provider.scan_stored(CHANNEL, |record| {
         let offset = record.offset;
         match decode(record, now_ms) {
             Ok(entry) => entries.push(entry),
@@ -240,7 +240,8 @@ pub async fn open(provider: &Provider, now_ms: u64) -> Result<Vec<Entry>, String
                 provider.name()
             ),
         }
-    }
+    });
+    read.await.map_err(failed)?;
     Ok(entries)
 }
 

@@ -117,6 +117,9 @@ pub struct Broker {
     /// (the session ended, or a start changed it), to be written again or deleted by
     /// the server, which awaits the provider (`server::sync_records`).
     record_work: Vec<Arc<str>>,
+    /// Client ids whose record the provider refused: written again on every tick and
+    /// as the broker stops, until it takes them (C-285). One entry per client id.
+    records_refused: std::collections::HashSet<Arc<str>>,
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
@@ -137,8 +140,13 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// A broker with no sessions, serving `channels`.
-    pub fn new(settings: Settings, mut channels: Channels) -> Broker {
+    /// A broker serving `channels`, holding the sessions its session store kept, each
+    /// asked under `acl` as the client it was stored as (B-290).
+    pub fn new(
+        settings: Settings,
+        mut channels: Channels,
+        acl: Option<&Rc<crate::acl::Acl>>,
+    ) -> Broker {
         let mut retained = RetainedStore::new(settings.retained_retention_period);
         if let Some(durable) = &mut channels.retained {
             let (now, now_ms) = (Instant::now(), records::now_ms());
@@ -169,6 +177,7 @@ impl Broker {
             unstored: Vec::new(),
             lapsed: Vec::new(),
             record_work: Vec::new(),
+            records_refused: std::collections::HashSet::new(),
             handed: 0,
             next_assigned: 0,
             logs,
@@ -178,7 +187,7 @@ impl Broker {
             log_unneeded: Vec::new(),
             log_losses: broadcast_log::Losses::default(),
         };
-        broker.restore(loaded);
+        broker.restore(loaded, acl);
         broker.restore_owed(logged);
         broker
     }
@@ -221,7 +230,12 @@ impl Broker {
     /// shortens left; or nothing, for a session that was never stored and ends with
     /// its connection. Computed before [`Broker::connect`] so a failed write changes
     /// nothing (C-270).
-    pub fn connect_record(&self, connect: &Connect, client_id: &str) -> RecordWrite {
+    pub fn connect_record(
+        &self,
+        connect: &Connect,
+        client_id: &str,
+        principal: Option<&Rc<crate::acl::Principal>>,
+    ) -> RecordWrite {
         let expiry = self.granted_expiry(connect);
         let existing = self.sessions.get(client_id);
         if expiry == 0 {
@@ -233,6 +247,7 @@ impl Broker {
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
         session.expiry = expiry;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
+        session.principal = principal.cloned();
         if let Some(old) = existing.filter(|_| !connect.clean_start) {
             session.subscriptions = old.subscriptions.clone();
         }
@@ -276,9 +291,30 @@ impl Broker {
         Some(record.encode())
     }
 
-    /// The client ids whose records are to be written again or deleted.
+    /// The client ids whose records are to be written again or deleted, those the
+    /// provider refused before among them.
     pub fn take_record_work(&mut self) -> Vec<Arc<str>> {
-        std::mem::take(&mut self.record_work)
+        let mut work = std::mem::take(&mut self.record_work);
+        work.extend(self.records_refused.iter().cloned());
+        work.sort_unstable();
+        work.dedup();
+        work
+    }
+
+    /// Notes how writing `client_id`'s record went: a refused one is tried again on
+    /// every [`Broker::take_record_work`] until it lands (C-285). Whether it had been
+    /// refused before.
+    pub fn record_written(&mut self, client_id: &Arc<str>, landed: bool) -> bool {
+        if landed {
+            self.records_refused.remove(client_id)
+        } else {
+            !self.records_refused.insert(client_id.clone())
+        }
+    }
+
+    /// Whether `client_id`'s record waits to be written again (C-286).
+    pub fn record_refused(&self, client_id: &str) -> bool {
+        self.records_refused.contains(client_id)
     }
 
     /// Marks `client_id`'s session as stored (its record written) or not.
@@ -296,20 +332,45 @@ impl Broker {
     /// from the moment their connection ended, and a Will's wait resuming what is left
     /// of it or published now when it ran out while stopped (C-279). A session whose
     /// connection the stop cut without saying when (a crash) counts from now, and its
-    /// Will waits for the session's end (C-282). A subscription the configuration now
-    /// refuses is dropped, logged. Restored sessions are owed nothing: deliveries and
+    /// Will waits for the session's end (C-282). A session holding a subscription the
+    /// configuration now refuses ends as an expired one does, logged (C-280).
+    /// Restored sessions are owed nothing: deliveries and
     /// exchanges in flight are not kept yet (B-456).
-    pub fn restore(&mut self, loaded: Vec<stored::Restored>) {
+    pub fn restore(&mut self, loaded: Vec<stored::Restored>, acl: Option<&Rc<crate::acl::Acl>>) {
         let (now, now_ms) = (Instant::now(), records::now_ms());
         let (mut restored, mut ended, mut wills_fired) = (0usize, 0usize, 0usize);
         let mut due_now = Vec::new();
-        for record in loaded {
+        for mut record in loaded {
             let client_id: Arc<str> = Arc::from(record.client_id.as_str());
+            // Asked as the client it was stored as: every delivery it is owed while
+            // away, and its Will when it fires (B-290). A record from before an
+            // acl_file was configured names nobody, and is asked as anonymous.
+            let principal = acl.map(|acl| {
+                let user = record.user.as_deref().unwrap_or_default();
+                Rc::new(acl.principal(user, &client_id))
+            });
+            if let Some((will, _)) = &mut record.will {
+                will.asker = principal.clone();
+            }
             let away_ms = record.away_ms.unwrap_or(now_ms);
             let ends_ms = (record.expiry != u32::MAX)
                 .then(|| away_ms.saturating_add(u64::from(record.expiry) * 1000));
             self.record_work.push(client_id.clone());
-            if record.expiry == 0 || ends_ms.is_some_and(|at| at <= now_ms) {
+            // A session holding a subscription the configuration now refuses is ended
+            // rather than restored without it: a client told Session Present 1 would
+            // believe itself subscribed (C-280).
+            let refused = record
+                .subscriptions
+                .iter()
+                .find_map(|sub| Some((&sub.filter, self.refused_at_restore(sub)?)));
+            if let Some((filter, why)) = &refused {
+                log::warn!(
+                    "session {client_id} ended at the start: its subscription {filter:?} is \
+                     one the configuration now refuses ({why}); its client is told Session \
+                     Present 0 and subscribes again"
+                );
+            }
+            if record.expiry == 0 || ends_ms.is_some_and(|at| at <= now_ms) || refused.is_some() {
                 ended += 1;
                 // Its positions go with it (A-079).
                 self.lapsed.push(client_id.clone());
@@ -330,6 +391,7 @@ impl Broker {
             session.log = record
                 .log_position
                 .map(|p| Box::new(broadcast_log::LogCursor::restored(p)));
+            session.principal = principal;
             let generation = session.generation;
             let mut will_due = None;
             if let Some((will, due_ms)) = record.will {
@@ -344,13 +406,6 @@ impl Broker {
             }
             self.sessions.insert(client_id.clone(), Box::new(session));
             for sub in record.subscriptions {
-                if let Some(why) = self.refused_at_restore(&sub) {
-                    log::warn!(
-                        "session {client_id}: subscription {:?} dropped at restore: {why}",
-                        sub.filter
-                    );
-                    continue;
-                }
                 self.subscribe(&client_id, sub);
             }
             if let Some(at) = will_due {
@@ -443,6 +498,11 @@ impl Broker {
     }
 
     /// The session of `client_id`, if it exists.
+    pub fn held_session(&self, client_id: &str) -> Option<&Session> {
+        self.sessions.get(client_id).map(|s| &**s)
+    }
+
+    /// `client_id`'s session, to change.
     pub fn session(&mut self, client_id: &str) -> Option<&mut Session> {
         self.sessions.get_mut(client_id).map(|s| &mut **s)
     }

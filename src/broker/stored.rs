@@ -1,7 +1,9 @@
 //! A persistent session's record, as the provider `broker.session.storage` names
 //! keeps it (B-454, B-455, B-460; gaps G-10 "State").
 //!
-//! What is kept: the client id, the protocol, the granted Session Expiry Interval,
+//! What is kept: the client id, the name its door proved when an acl_file is held
+//! (so the restored session is asked as the same client, B-290), the protocol, the
+//! granted Session Expiry Interval,
 //! every subscription (filter, share name, options, Subscription Identifier, the
 //! `saguin-filter` slice), the armed Will with its due moment once it waits out a
 //! delay, and, while the session is away, the wall-clock moment its connection ended.
@@ -45,6 +47,9 @@ pub struct SessionRecord {
     pub version: u32,
     /// The client identifier.
     pub client_id: String,
+    /// The name its door proved, when an acl_file was asked (empty: anonymous).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// The protocol level of the connection that last held it (4 or 5).
     pub protocol: u8,
     /// The granted Session Expiry Interval, seconds (`u32::MAX` never expires).
@@ -119,6 +124,8 @@ pub struct StoredWill {
 pub struct Restored {
     /// The client identifier.
     pub client_id: String,
+    /// The name its door proved, when an acl_file was asked.
+    pub user: Option<String>,
     /// The protocol of its last connection.
     pub protocol: ProtocolVersion,
     /// Granted Session Expiry Interval.
@@ -149,6 +156,7 @@ impl SessionRecord {
         SessionRecord {
             version: VERSION,
             client_id: session.client_id.to_string(),
+            user: session.principal.as_ref().map(|p| p.user().to_string()),
             protocol: session.protocol.level(),
             expiry: session.expiry,
             subscriptions,
@@ -228,6 +236,7 @@ impl SessionRecord {
         let will = record.will.map(StoredWill::restore).transpose()?;
         Ok(Restored {
             client_id: record.client_id,
+            user: record.user,
             protocol,
             expiry: record.expiry,
             subscriptions,
@@ -349,9 +358,7 @@ impl StoredWill {
         let armed = ArmedWill {
             will,
             delay: self.delay,
-            // The acl_file is asked again as this client when it connects next; a Will
-            // that fires before then is published as it was admitted (B-290 asks the
-            // connection's principal, which a restart does not keep).
+            // Given by `Broker::restore`, which holds the acl_file (B-290).
             asker: None,
         };
         Ok((armed, self.due_ms))

@@ -16,6 +16,7 @@
 //! asked for. A door with neither file nor required certificate admits every reader:
 //! the configuration allows that only on loopback and on the Unix socket (B-361).
 
+mod inspect;
 mod metrics;
 
 use std::cell::{Cell, RefCell};
@@ -336,12 +337,16 @@ async fn route(
     if request.method != Some("GET") {
         return response(405, "text/plain", "only GET is served here\n");
     }
-    match request.path.map(|p| p.split('?').next().unwrap_or(p)) {
-        Some("/health") => {
+    let (path, query) = request
+        .path
+        .map_or(("", ""), |p| p.split_once('?').unwrap_or((p, "")));
+    let json = |(status, body): inspect::Answer| response(status, "application/json", &body);
+    match path {
+        "/health" => {
             let (healthy, body) = metrics::health(shared);
             response(if healthy { 200 } else { 503 }, "application/json", &body)
         }
-        Some("/metrics") => {
+        "/metrics" => {
             let fresh = scrape.borrow().at.is_some_and(|at| at.elapsed() < interval);
             if !fresh {
                 // A scrape sooner than min_scrape_interval gets the previous answer.
@@ -355,7 +360,14 @@ async fn route(
             let body = scrape.borrow().body.clone();
             response(200, "text/plain; version=0.0.4", &body)
         }
-        _ => response(404, "text/plain", "not found: try /health or /metrics\n"),
+        "/v1/operations/subscriptions" => json(inspect::subscriptions(shared, query)),
+        "/v1/operations/acl" => json(inspect::acl(shared, query)),
+        _ => response(
+            404,
+            "text/plain",
+            "not found: try /health, /metrics, /v1/operations/subscriptions?client=ID or \
+             /v1/operations/acl?user=NAME\n",
+        ),
     }
 }
 

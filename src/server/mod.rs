@@ -37,6 +37,8 @@ pub struct Shared {
     pub broker: RefCell<Broker>,
     /// The settings it runs with.
     pub settings: Settings,
+    /// The acl_file it holds, when one is configured (re-read in place on SIGUSR1).
+    pub acl: Option<Rc<crate::acl::Acl>>,
     next_link: Cell<u64>,
     active: Cell<usize>,
     slots: Rc<slots::Slots>,
@@ -51,9 +53,11 @@ impl Shared {
     pub(crate) fn new(
         settings: Settings,
         channels: crate::broker::channels::Channels,
+        acl: Option<&Rc<crate::acl::Acl>>,
     ) -> Rc<Shared> {
         Rc::new(Shared {
-            broker: RefCell::new(Broker::new(settings.clone(), channels)),
+            broker: RefCell::new(Broker::new(settings.clone(), channels, acl)),
+            acl: acl.cloned(),
             next_link: Cell::new(0),
             active: Cell::new(0),
             slots: slots::Slots::new(settings.max_connections),
@@ -96,8 +100,8 @@ impl Shared {
 /// A re-read acl_file wakes every cursor, so a subscriber stalled for want of a
 /// grant resumes as soon as the grant is back rather than at the channel's next
 /// record (B-294).
-fn wake_on_acl_reload(doors: &[socket::Door], shared: &Rc<Shared>) {
-    let Some(acl) = doors.iter().find_map(|d| d.gate().acl.clone()) else {
+fn wake_on_acl_reload(acl: Option<&Rc<crate::acl::Acl>>, shared: &Rc<Shared>) {
+    let Some(acl) = acl else {
         return;
     };
     let shared = Rc::downgrade(shared);
@@ -176,14 +180,15 @@ pub fn serve(
     stop: impl std::future::Future<Output = ()> + 'static,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
-    let shared = Shared::new(settings, channels);
+    let acl = doors.iter().find_map(|d| d.gate().acl.clone());
+    let shared = Shared::new(settings, channels, acl.as_ref());
     smol::block_on(executor.run(async {
         // What the start decided about stored sessions (ended, a Will published, a
         // subscription dropped) is written before any client can connect.
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
         sync_records(&shared).await;
-        wake_on_acl_reload(&doors, &shared);
+        wake_on_acl_reload(acl.as_ref(), &shared);
         let mut accepting = Vec::with_capacity(doors.len());
         for door in doors {
             log::info!("listening on {}", door.describe());
@@ -213,6 +218,8 @@ pub fn serve(
         sweeping.await;
         shutdown(&shared).await;
         store_unstored(&shared).await;
+        // Once more for records the provider refused (C-285).
+        sync_records(&shared).await;
         settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
@@ -363,14 +370,23 @@ async fn housekeeping(shared: Rc<Shared>) {
 /// Writes again, or deletes, the stored records of sessions that changed or ended
 /// other than on a client's packet: an expiry, a connection's end, a start (B-455).
 pub(crate) async fn sync_records(shared: &Shared) {
-    let mut work = shared.broker.borrow_mut().take_record_work();
-    work.sort_unstable();
-    work.dedup();
+    let work = shared.broker.borrow_mut().take_record_work();
     let stopping = shared.stopping.get();
     for client_id in work {
         // Read and sent in one step: the record is what the broker holds now.
         let record = shared.broker.borrow().record_of(&client_id, &[], stopping);
-        let _ = write_session_record(shared, &client_id, record).await;
+        let landed = write_session_record(shared, &client_id, record)
+            .await
+            .is_ok();
+        let before = shared
+            .broker
+            .borrow_mut()
+            .record_written(&client_id, landed);
+        // A refused write stays in memory and is tried on every tick and as the
+        // broker stops (C-285); the line that clears the error is an error too (B-024).
+        if landed && before {
+            log::error!("the session record of {client_id:?} is written at last");
+        }
     }
 }
 
@@ -397,8 +413,14 @@ pub(crate) async fn write_session_record(
         None => provider.delete_session(client_id).await,
     };
     if let Err(e) = &result {
-        log::error!("the session record of {client_id:?} could not be written: {e}");
-        shared.broker.borrow().metrics.storage_failed(e);
+        let broker = shared.broker.borrow();
+        // Said once; the retries of C-285 are counted, not logged again.
+        if broker.record_refused(client_id) {
+            log::debug!("the session record of {client_id:?} is still refused: {e}");
+        } else {
+            log::error!("the session record of {client_id:?} could not be written: {e}");
+        }
+        broker.metrics.storage_failed(e);
     }
     result
 }

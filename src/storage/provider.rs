@@ -3,7 +3,7 @@
 use super::error::StorageError;
 use super::memory::MemoryProvider;
 use super::record::{
-    ChannelStats, DeadLetter, NewRecord, Record, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
 };
 use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
 use super::sqlite::SqliteProvider;
@@ -146,23 +146,28 @@ impl Provider {
         }
     }
 
-    /// Every record a channel holds, in offset order, read a bounded window at a
-    /// time: for the broker's own channels (`$retained`, `$broadcast`), read once at
-    /// startup, whose size their provider's `max_bytes` bounds.
-    pub async fn read_all(&self, channel: &str) -> Result<Vec<Record>, StorageError> {
-        let mut all = Vec::new();
+    /// Hands every record of `channel` to `each`, in offset order, a window at a
+    /// time (at most [`super::record::MAX_WINDOW_RECORDS`] records and 4 MiB held at
+    /// once); deletions are left out, a queue's jobs are not (the broadcast log's
+    /// records are jobs). For what a start reads whole.
+    pub async fn scan_stored(
+        &self,
+        channel: &str,
+        mut each: impl FnMut(Record),
+    ) -> Result<(), StorageError> {
         let mut from = 0;
         loop {
-            let request = WindowRequest {
-                from,
-                max_records: 1024,
-                max_bytes: 4 << 20,
-            };
-            let window = self.read_window(channel, request).await?;
+            let window = self
+                .read_window(channel, WindowRequest::new(from, 1024, 4 << 20))
+                .await?;
             let Some(last) = window.records.last().map(|r| r.offset) else {
-                return Ok(all);
+                return Ok(());
             };
-            all.extend(window.records);
+            window
+                .records
+                .into_iter()
+                .filter(|r| !matches!(r.state, RecordState::Deleted))
+                .for_each(&mut each);
             from = last + 1;
         }
     }

@@ -905,7 +905,7 @@ channels:
             .unwrap_or_else(|e| panic!("the channels open: {e}"));
         let settings = crate::broker::Settings::from_config(&config);
         let id = channels.by_name("jobs").expect("jobs is configured");
-        let shared = Shared::new(settings, channels);
+        let shared = Shared::new(settings, channels, None);
         let mut owner = Owner::new(shared, id).expect("jobs is a queue");
         let job = NewRecord {
             message_id: "m-1".into(),

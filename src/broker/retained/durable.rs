@@ -18,8 +18,8 @@ use crate::broker::channels::{ChannelId, Channels, Kind};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::Message;
 use crate::storage::{
-    ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, RecordState,
-    Retention, StorageError,
+    ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, Retention,
+    StorageError,
 };
 
 /// The channel name retained values are kept under.
@@ -105,11 +105,11 @@ impl Durable {
 
 /// Every value `$retained` holds, tombstones left out.
 async fn read_all(provider: &Provider) -> Result<Vec<Record>, String> {
-    let mut all = provider
-        .read_all(CHANNEL)
+    let mut all = Vec::new();
+    provider
+        .scan_stored(CHANNEL, |r| all.push(r))
         .await
         .map_err(|e| format!("broker.retained: {e}"))?;
-    all.retain(|r| matches!(r.state, RecordState::Stored));
     Ok(all)
 }
 

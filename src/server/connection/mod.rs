@@ -173,7 +173,6 @@ async fn establish(
         Some(code) => Err(code),
         None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
     };
-    drop(gate);
     if let Err(code) = admitted {
         // Refusals given to clients are warnings (B-021).
         log::warn!(
@@ -204,9 +203,10 @@ async fn establish(
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
     take_over(&shared, &connect.client_id).await;
+    let principal = admitted.as_ref().ok().and_then(Option::as_ref);
     let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
     let mut cut_for_room = false;
-    let stored = match store_connect(&shared, &connect).await {
+    let stored = match store_connect(&shared, &connect, principal).await {
         Err(e) if e.is_full() && connect.will.is_none() => {
             // B-469: a session the store has no room for is accepted ending with its
             // connection, and told so; a Will is refused below instead (B-461), since
@@ -232,7 +232,7 @@ async fn establish(
             }
             // What remains to write: the deletion of the record of the session it
             // replaces, if there was one.
-            store_connect(&shared, &connect).await
+            store_connect(&shared, &connect, principal).await
         }
         other => other,
     };
@@ -300,11 +300,13 @@ async fn establish(
         .send_connack(&connect, &accepted)
         .map(keep_alive::KeepAlive::new);
     conn.bind_acl_to_session();
+    // The door by the name B-175 gives it, as certificate errors name it.
     log::info!(
-        "{}: {} connected ({protocol:?}, session present {})",
+        "{}: {} connected ({protocol:?}, session present {}) listener={}",
         conn.peer,
         conn.client_id,
-        accepted.session_present
+        accepted.session_present,
+        gate.door
     );
     Some((Box::new(conn), slot))
 }
@@ -326,17 +328,33 @@ async fn discard_positions(shared: &Shared, client_id: &str, peer: &str) {
 async fn store_connect(
     shared: &Shared,
     connect: &Connect,
+    principal: Option<&Rc<crate::acl::Principal>>,
 ) -> Result<(), crate::storage::StorageError> {
-    let write = shared
-        .broker
-        .borrow()
-        .connect_record(connect, &connect.client_id);
+    let id = &connect.client_id;
+    let (write, refused) = {
+        let broker = shared.broker.borrow();
+        (
+            broker.connect_record(connect, id, principal),
+            broker.record_refused(id),
+        )
+    };
     let record = match write {
         crate::broker::RecordWrite::Put(record) => Some(record),
         crate::broker::RecordWrite::Delete => None,
+        // A write the provider refused before - a withdrawn Will, a deletion - lands
+        // before this client connects again, or the CONNECT is refused (C-286).
+        crate::broker::RecordWrite::Nothing if refused => {
+            shared.broker.borrow().record_of(id, &[], false)
+        }
         crate::broker::RecordWrite::Nothing => return Ok(()),
     };
-    super::write_session_record(shared, &connect.client_id, record).await
+    super::write_session_record(shared, id, record).await?;
+    if refused {
+        // What this wrote supersedes what was waiting to be written again.
+        let id = Arc::from(id.as_str());
+        shared.broker.borrow_mut().record_written(&id, true);
+    }
+    Ok(())
 }
 
 /// Answers a socket that held an overflow place but got no slot: once the opening
