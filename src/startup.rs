@@ -221,36 +221,44 @@ fn describe(settings: &ProviderSettings) -> String {
     }
 }
 
-/// Refuses what this build validates but does not run: `bridges:` (a bridge that
-/// moved nothing is worse than none). Asked by `--check-config` and by a plain start
-/// alike, and by the start before any provider is opened or door bound, so the two
-/// refuse exactly the same files and a refused start leaves nothing behind (B-185).
-/// `--route` still explains bridge rules: it answers where topics land, not whether
-/// this build would start.
+/// Refuses what this build validates but does not run - a bridge dialling a
+/// `ws://` or `wss://` peer (a bridge that moved nothing is worse than none) - and a
+/// bridge whose TLS files do not make a client configuration (B-210). Asked by
+/// `--check-config` and by a plain start alike, and by the start before any
+/// provider is opened or door bound, so the two refuse exactly the same files and a
+/// refused start leaves nothing behind (B-185).
 ///
 /// # Errors
-/// The refusal, naming the `bridges` key with its file and line.
+/// Every refusal, each naming the bridge's key with its file and line.
 pub fn refuse_unserved(config: &Config) -> Result<(), String> {
-    let Some(at) = config
-        .bridges_at
-        .as_ref()
-        .filter(|_| !config.bridges.is_empty())
-    else {
-        return Ok(());
-    };
-    let names: Vec<&str> = config.bridges.iter().map(|b| b.name.as_str()).collect();
-    Err(format!(
-        "{}:{}: bridges ({}): this build runs no bridges; remove the bridges block rather than \
-         have it silently move nothing",
-        at.file,
-        at.line,
-        names.join(", ")
-    ))
+    let mut refusals = Vec::new();
+    for bridge in &config.bridges {
+        let at = &bridge.origin;
+        if matches!(
+            bridge.peer.scheme,
+            crate::config::PeerScheme::Ws | crate::config::PeerScheme::Wss
+        ) {
+            refusals.push(format!(
+                "{}:{}: bridges.{}.peer ({}): this build dials no ws:// or wss:// peer; dial the peer's tcp:// or tls:// listener instead",
+                at.file, at.line, bridge.name, bridge.peer.written
+            ));
+        } else if let Err(e) = crate::bridge::link::check_files(bridge) {
+            refusals.push(format!(
+                "{}:{}: bridges.{}: {e}",
+                at.file, at.line, bridge.name
+            ));
+        }
+    }
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(refusals.join("\n"))
+    }
 }
 
 /// Binds the MQTT doors `broker.mqtt.listen` names, each with its gate (`gates`
 /// comes from [`crate::auth::Gates::from_config`] on the same configuration). A
-/// configuration with bridges never gets here ([`refuse_unserved`]).
+/// configuration [`refuse_unserved`] refuses never gets here.
 ///
 /// # Errors
 /// A door that cannot be bound, named.

@@ -161,7 +161,8 @@ fn an_acl_file_that_does_not_load_stops_the_broker_naming_the_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A bridge the broker would not run. `{dir}` is replaced by the test's directory.
+/// A bridge the broker would not run: a ws:// peer, which this build does not dial.
+/// `{dir}` is replaced by the test's directory.
 const BRIDGED: &str = "broker:
   id: bridged
   storage:
@@ -189,32 +190,32 @@ channels:
     storage: volatile
 bridges:
   head-office:
-    peer: tcp://127.0.0.1:1
+    peer: ws://127.0.0.1:1/mqtt
     client_id: vessel-07
     topics:
       - filter: alerts/#
         direction: both
 ";
 
-/// The refusal, naming the `bridges` key at the line the file writes it on.
+/// The refusal, naming the bridge's `peer` key at the line the bridge is written on.
 fn names_bridges_at_its_line(text: &str, path: &std::path::Path) {
     let line = BRIDGED
         .lines()
-        .position(|l| l == "bridges:")
+        .position(|l| l == "  head-office:")
         .map(|i| i + 1)
-        .expect("BRIDGED writes bridges:");
+        .expect("BRIDGED writes head-office:");
     let at = format!(
-        "{}:{line}: bridges (head-office): this build runs no bridges",
+        "{}:{line}: bridges.head-office.peer (ws://127.0.0.1:1/mqtt): this build dials no ws:// or wss:// peer",
         path.display()
     );
     assert!(text.contains(&at), "expected {at:?} in:\n{text}");
 }
 
-/// B-185: a bridge is refused by a plain start and by --check-config (with and
-/// without --output) alike, in the same words, naming the key and its line; --route
-/// still explains where topics land.
+/// B-185: a bridge this build cannot dial (ws://) is refused by a plain start and by
+/// --check-config (with and without --output) alike, in the same words, naming the
+/// key and its line; --route still explains where topics land.
 #[test]
-fn a_bridge_is_refused_at_startup_and_by_check_config_alike() {
+fn a_ws_bridge_is_refused_at_startup_and_by_check_config_alike() {
     let dir = temp_dir("bridge");
     let path = dir.join("saguin.yaml");
     let yaml = BRIDGED.replace("{dir}", &dir.display().to_string());
@@ -256,7 +257,7 @@ fn a_bridge_is_refused_at_startup_and_by_check_config_alike() {
 /// B-185: a start refused for its bridges opens no provider: no sqlite file or its
 /// directory, no snapshot directory, no lock, nothing for `$retained`.
 #[test]
-fn a_start_refused_for_its_bridges_creates_no_provider_file() {
+fn a_start_refused_for_its_ws_bridge_creates_no_provider_file() {
     let dir = temp_dir("bridge-nothing");
     let text =
         common::refused_at_startup(&dir, &BRIDGED.replace("{dir}", &dir.display().to_string()));

@@ -775,6 +775,16 @@ impl Broker {
             .remove(&sub.filter, sub.share.as_deref(), client_id)
     }
 
+    /// Holds `session` for a part of the broker itself - a bridge's outbound rule
+    /// (`crate::bridge::outbound`): its client id holds a control character, so no
+    /// client's CONNECT can name it; it is never stored, never expires and is held
+    /// by its link for the life of the process. It subscribes like any session, so
+    /// broadcast fan-out and channel cursors serve it unchanged.
+    pub fn attach_internal(&mut self, session: Session) {
+        self.sessions
+            .insert(session.client_id.clone(), Box::new(session));
+    }
+
     /// A record landed in `channel`: wake every session reading it, and hand it to
     /// the shared groups whose filters match, which are served what is published
     /// after they began (RFC 0002 "Shared subscriptions").

@@ -4,13 +4,13 @@
 //! once-a-second housekeeping tick, and the shutdown. The broker's state is a
 //! `RefCell` borrowed for one operation at a time, never across an await.
 
-mod connection;
-mod frame;
+pub(crate) mod connection;
+pub(crate) mod frame;
 pub(crate) mod http;
 mod proxy;
 mod slots;
-mod socket;
-mod tls;
+pub(crate) mod socket;
+pub(crate) mod tls;
 mod ws;
 
 pub use proxy::admit;
@@ -86,7 +86,7 @@ impl Shared {
         }
     }
 
-    fn next_link_id(&self) -> u64 {
+    pub(crate) fn next_link_id(&self) -> u64 {
         let id = self.next_link.get() + 1;
         self.next_link.set(id);
         id
@@ -173,6 +173,7 @@ pub fn serve(
     channels: crate::broker::channels::Channels,
     sweeps: crate::storage::RetentionSchedule,
     operations: Option<crate::ops::OpsDoors>,
+    bridges: Vec<crate::config::Bridge>,
     stop: impl std::future::Future<Output = ()> + 'static,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
@@ -202,6 +203,7 @@ pub fn serve(
             sweeps_stopped,
         ));
         let owners = crate::broker::queue::owner::spawn(&executor, &shared);
+        let bridging = crate::bridge::spawn(&executor, &shared, bridges);
         // A task of its own: the executor polls this body whenever any task is
         // scheduled, and polling the signal stream in place is a read syscall each time.
         executor.spawn(stop).await;
@@ -212,6 +214,15 @@ pub fn serve(
         let _ = stop_sweeps.try_send(());
         sweeping.await;
         shutdown(&shared).await;
+        // Each bridge was told by the shutdown's kick: it says DISCONNECT to its
+        // peer and writes its outbound positions.
+        for bridge in bridging {
+            let deadline = smol::Timer::after(Duration::from_secs(2));
+            futures_lite::future::or(bridge, async {
+                deadline.await;
+            })
+            .await;
+        }
         store_unstored(&shared).await;
         settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();

@@ -164,6 +164,25 @@ impl Broker {
         }
     }
 
+    /// Waits for a log line containing `needle`; every line up to it, it included.
+    pub fn wait_log_lines(&self, needle: &str) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    lines.push(line);
+                    if found {
+                        return lines;
+                    }
+                }
+                Err(_) => panic!("no log line containing {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+
     /// Sends a signal to the broker process.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
@@ -284,6 +303,18 @@ impl Raw {
     /// Opens a TCP connection.
     pub fn open(addr: SocketAddr, protocol: ProtocolVersion) -> Raw {
         let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+        stream.set_read_timeout(Some(WAIT)).expect("read timeout");
+        stream.set_nodelay(true).expect("nodelay");
+        Raw {
+            stream,
+            protocol,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Speaks over a connection the test accepted, as a broker would (a bridge's
+    /// peer played by the test).
+    pub fn accepted(stream: TcpStream, protocol: ProtocolVersion) -> Raw {
         stream.set_read_timeout(Some(WAIT)).expect("read timeout");
         stream.set_nodelay(true).expect("nodelay");
         Raw {

@@ -1,0 +1,502 @@
+//! Bridges (RFC 0002 "Bridges"): a Sagüin started as a user starts it, bridged to
+//! Debian's mosquitto, to a second Sagüin, or to a peer the test plays itself over
+//! a loopback socket, every packet spoken with the crate's codec.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, WAIT, temp_dir, user_property};
+use saguin::codec::{
+    ConnAck, Packet, Properties, ProtocolVersion::V5, Publish, QoS, SubscriptionOptions,
+};
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
+/// Debian's mosquitto on a loopback port, killed when dropped.
+struct Mosquitto {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Mosquitto {
+    /// Starts mosquitto on `port`; its sessions are saved in its directory at a
+    /// SIGTERM and read back at the next start on the same directory.
+    fn start(port: u16, dir: PathBuf) -> Mosquitto {
+        let conf = dir.join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+                dir.display()
+            ),
+        )
+        .expect("mosquitto.conf");
+        // Started as root, mosquitto runs as its own user, which must write here.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                .expect("chmod the mosquitto directory");
+        }
+        let child = Command::new("/usr/sbin/mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mosquitto");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+        let deadline = Instant::now() + WAIT;
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mosquitto { child, addr, dir }
+    }
+
+    /// Stops it with SIGTERM (its sessions saved) and waits for it to exit.
+    fn stop(mut self) -> (u16, PathBuf) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + WAIT;
+        while self.child.try_wait().ok().flatten().is_none() {
+            assert!(Instant::now() < deadline, "mosquitto did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (self.addr.port(), self.dir.clone())
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client that keeps its session (Clean Start 0, a day's expiry).
+fn persistent(addr: SocketAddr, client_id: &str) -> Raw {
+    let mut c = common::connect(V5, client_id, false);
+    c.properties.session_expiry_interval = Some(86_400);
+    let (raw, ack) = Raw::handshake(addr, c);
+    assert_eq!(ack.code, 0, "CONNACK {ack:?}");
+    raw
+}
+
+/// `config(extra)` with a channels block and a bridge appended.
+fn bridged(broker_extra: &str, rest: &str) -> String {
+    format!("{}{rest}", common::config(broker_extra))
+}
+
+/// A publish with one User Property.
+fn with_property(topic: &str, payload: &[u8], key: &str, value: &str) -> Publish {
+    let mut p = common::publish(topic, payload, QoS::AtLeastOnce, false);
+    p.properties
+        .user_properties
+        .push((key.into(), value.into()));
+    p
+}
+
+/// B-375, B-380, B-391, B-368, B-370, B-371, B-402: an in rule subscribes at the
+/// peer and stores what arrives through the publish path, mapped by its template,
+/// into the channel the mapped topic resolves to; a saguin-id it came with is kept,
+/// one that came without is minted.
+#[test]
+fn an_in_rule_brings_a_peer_publish_into_the_channel_its_topic_resolves_to() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-in"));
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  readings:
+    type: append
+    filter: readings/#
+bridges:
+  head-office:
+    peer: tcp://{}
+    client_id: edge-in
+    topics:
+      - filter: fleet/+/telemetry/#
+        topic: readings/$1/$#
+        direction: in
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge head-office: SUBACK");
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("readings/#", common::opts(QoS::AtLeastOnce));
+    let mut publisher = Raw::connected(peer.addr, V5, "device");
+    let first = with_property(
+        "fleet/v7/telemetry/hold/psi",
+        b"41",
+        "saguin-id",
+        "id-from-far",
+    );
+    assert_eq!(publisher.publish_packet(first), Some(0));
+    assert_eq!(
+        publisher.publish("fleet/v8/telemetry/deck", b"42", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let got = reader.recv_publish();
+    assert_eq!(&*got.topic, "readings/v7/hold/psi");
+    assert_eq!(&*got.payload, b"41");
+    assert_eq!(user_property(&got, "saguin-id"), Some("id-from-far"));
+    assert!(
+        user_property(&got, "saguin-offset").is_some(),
+        "stored in the channel: {got:?}"
+    );
+    let got = reader.recv_publish();
+    assert_eq!(&*got.topic, "readings/v8/deck");
+    let minted = user_property(&got, "saguin-id").expect("a minted saguin-id");
+    assert!(minted.len() >= 32 && minted != "id-from-far", "{minted}");
+}
+
+/// B-380, B-381, B-382, B-385, B-370, B-377: an out rule carries broadcast topics
+/// live and drains an append channel; after the peer restarts, the channel resumes
+/// at its position - nothing sent twice, nothing skipped - while what was published
+/// on a broadcast topic during the outage is gone. A queue under the filter is never
+/// read.
+#[test]
+fn an_out_rule_drains_an_append_channel_across_an_outage_and_lets_broadcast_go() {
+    let port = free_port();
+    let peer = Mosquitto::start(port, temp_dir("mosq-out"));
+    let mut far = persistent(peer.addr, "far-reader");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: events/#
+  jobs:
+    type: queue
+    filter: events/jobs/+
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-out
+    topics:
+      - filter: events/#
+        topic: site/events/$#
+        direction: out
+      - filter: live/#
+        topic: site/live/$#
+        direction: out
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for n in 1..=3 {
+        let payload = format!("e{n}");
+        assert_eq!(
+            local.publish("events/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    assert_eq!(
+        local.publish("events/jobs/1", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("live/x", b"now", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let p = far.recv_publish();
+        if p.topic.starts_with("site/events/") {
+            assert!(user_property(&p, "saguin-id").is_some(), "B-370: {p:?}");
+            assert!(
+                user_property(&p, "saguin-offset").is_none(),
+                "offsets never cross"
+            );
+        }
+        seen.push(format!(
+            "{} {}",
+            p.topic,
+            String::from_utf8_lossy(&p.payload)
+        ));
+    }
+    let events: Vec<&String> = seen
+        .iter()
+        .filter(|s| s.starts_with("site/events/"))
+        .collect();
+    assert_eq!(
+        events,
+        ["site/events/a e1", "site/events/a e2", "site/events/a e3"]
+    );
+    assert!(seen.contains(&"site/live/x now".to_string()), "{seen:?}");
+    drop(far);
+
+    // The peer goes; the channel grows and a broadcast passes meanwhile.
+    let (port_again, dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    assert_eq!(
+        local.publish("events/a", b"e4", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("live/x", b"missed", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("events/a", b"e5", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let peer = Mosquitto::start(port_again, dir);
+    broker.wait_log("up again after");
+    let mut far = persistent(peer.addr, "far-reader");
+    let mut after = Vec::new();
+    while after.len() < 2 {
+        let p = far.recv_publish();
+        after.push(format!(
+            "{} {}",
+            p.topic,
+            String::from_utf8_lossy(&p.payload)
+        ));
+    }
+    assert_eq!(after, ["site/events/a e4", "site/events/a e5"]);
+    match far.expect_nothing_or_packet(Duration::from_millis(700)) {
+        Err(e) if e.contains("read:") => {}
+        other => panic!(
+            "nothing more crosses (no resend, no broadcast from the outage, no job): {other:?}"
+        ),
+    }
+}
+
+/// B-024, B-025, B-378, gaps §4 `saguin_bridge_connected`: a peer that cannot be
+/// reached is said once at warn, each attempt only at debug; the first connection
+/// info unless it retracts that warning; the link going is one line and its return
+/// one line with how long it was down; the gauge says the link is up.
+#[test]
+fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
+    let port = free_port();
+    let yaml = bridged(
+        "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-log
+    topics:
+      - filter: a/#
+        direction: both
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = broker.wait_log("operations listening on http://");
+    let ops = ops
+        .split("http://")
+        .nth(1)
+        .expect("address")
+        .trim()
+        .to_string();
+    let metrics = || common::http_get(common::tcp(&ops), "/metrics").1;
+    let mut lines = broker.wait_log_lines("cannot reach");
+    // Attempts go on, each at debug only.
+    lines.extend(broker.wait_log_lines("attempt to reach"));
+    let peer = Mosquitto::start(port, temp_dir("mosq-log"));
+    lines.extend(broker.wait_log_lines("bridge hub: connected to"));
+    let said = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+    assert_eq!(said("cannot reach"), 1, "once at warn: {lines:?}");
+    assert!(said("attempt to reach") >= 2, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.contains("attempt to reach"))
+            .all(|l| l.contains("DEBUG")),
+        "{lines:?}"
+    );
+    let connected = lines.last().expect("a line");
+    assert!(
+        connected.contains("WARN") && connected.contains("unreachable"),
+        "it retracts a warning, at warn: {connected}"
+    );
+    // One scrape: the answer is kept for min_scrape_interval (60s at least).
+    let scraped = metrics();
+    assert!(
+        scraped.contains("saguin_bridge_connected{bridge=\"hub\"} 1"),
+        "{scraped}"
+    );
+    let (port, dir) = peer.stop();
+    let down = broker.wait_log("bridge hub: link to");
+    assert!(down.contains("WARN") && down.contains("down"), "{down}");
+    std::thread::sleep(Duration::from_millis(600));
+    let _peer = Mosquitto::start(port, dir);
+    let lines = broker.wait_log_lines("up again after");
+    let up = lines.last().expect("a line");
+    assert!(up.contains("WARN") && up.contains("s down"), "{up}");
+    assert!(
+        !lines.iter().any(
+            |l| l.contains("cannot reach") || l.contains("link to 127") && l.contains(" down:")
+        ),
+        "one line when it goes, one when it returns: {lines:?}"
+    );
+}
+
+/// The peer, played by the test: accepts the bridge's connection and answers its
+/// CONNECT.
+fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin::codec::Connect) {
+    listener.set_nonblocking(false).expect("blocking");
+    let (stream, _) = listener.accept().expect("the bridge dials");
+    let mut peer = Raw::accepted(stream, V5);
+    let connect = match peer.recv() {
+        Packet::Connect(c) => *c,
+        other => panic!("expected CONNECT, got {other:?}"),
+    };
+    peer.send(&Packet::ConnAck(ConnAck {
+        session_present,
+        code: 0,
+        properties: Properties::default(),
+    }));
+    (peer, connect)
+}
+
+/// The SUBSCRIBE the bridge sends, answered.
+fn expect_subscribe(peer: &mut Raw) -> Vec<(String, SubscriptionOptions)> {
+    match peer.recv() {
+        Packet::Subscribe(s) => {
+            let codes = vec![2; s.filters.len()];
+            peer.send(&Packet::SubAck(saguin::codec::SubAck {
+                packet_id: s.packet_id,
+                properties: Properties::default(),
+                codes,
+            }));
+            s.filters
+        }
+        other => panic!("expected SUBSCRIBE, got {other:?}"),
+    }
+}
+
+/// The PUBACK for `packet_id`, skipping PINGREQs.
+fn expect_puback(peer: &mut Raw, packet_id: u16) {
+    loop {
+        match peer.recv() {
+            Packet::PubAck(ack) => {
+                assert_eq!(ack.packet_id, packet_id);
+                return;
+            }
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBACK, got {other:?}"),
+        }
+    }
+}
+
+/// B-376, B-403, B-212, B-375, B-400, B-402, B-373, B-377, A-267: the CONNECT keeps
+/// a session for session_expiry with the configured Receive Maximum and no
+/// credentials; the SUBSCRIBE is the filter verbatim with No Local; a record is
+/// acknowledged once stored; its redelivery with DUP after the link dropped is
+/// acknowledged again and not stored twice; a reconnect without the session is a
+/// warning; DISCONNECT 0x95 stops the link for good.
+#[test]
+fn the_bridge_speaks_to_a_peer_as_the_rfc_says() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  readings:
+    type: append
+    filter: readings/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-raw
+    session_expiry: 2h
+    receive_maximum: 7
+    ack_interval: 20ms
+    topics:
+      - filter: fleet/{{a,b}}/#
+        topic: readings/$#
+        direction: in
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, connect) = accept_bridge(&listener, false);
+    assert!(!connect.clean_start, "B-376");
+    assert_eq!(connect.client_id, "edge-raw");
+    assert_eq!(
+        connect.properties.session_expiry_interval,
+        Some(7200),
+        "B-376"
+    );
+    assert_eq!(connect.properties.receive_maximum, Some(7), "B-403");
+    assert!(
+        connect.username.is_none() && connect.password.is_none(),
+        "B-212"
+    );
+    let filters = expect_subscribe(&mut peer);
+    let names: Vec<&str> = filters.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fleet/a/#", "fleet/b/#"],
+        "B-375: verbatim, braces expanded"
+    );
+    assert!(
+        filters
+            .iter()
+            .all(|(_, o)| o.no_local && o.retain_as_published),
+        "B-400"
+    );
+
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("readings/#", common::opts(QoS::AtLeastOnce));
+    let mut record = common::publish("fleet/a/x", b"once", QoS::AtLeastOnce, false);
+    record.packet_id = Some(9);
+    peer.send(&Packet::Publish(record.clone()));
+    expect_puback(&mut peer, 9);
+    let got = reader.recv_publish();
+    assert_eq!((&*got.topic, &*got.payload), ("readings/x", &b"once"[..]));
+
+    // The link drops before the peer saw... as far as it knows: it redelivers.
+    drop(peer);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    broker.wait_log("kept no session"); // B-377
+    expect_subscribe(&mut peer);
+    record.dup = true;
+    peer.send(&Packet::Publish(record));
+    expect_puback(&mut peer, 9);
+    let mut fresh = common::publish("fleet/b/y", b"next", QoS::AtLeastOnce, false);
+    fresh.packet_id = Some(10);
+    peer.send(&Packet::Publish(fresh));
+    expect_puback(&mut peer, 10);
+    let got = reader.recv_publish();
+    assert_eq!(
+        &*got.payload, b"next",
+        "B-373: the DUP redelivery was not stored again"
+    );
+
+    // A-267: 0x95 stops the link; no dial follows.
+    peer.send(&Packet::Disconnect(saguin::codec::Disconnect::new(0x95)));
+    broker.wait_log("link to");
+    listener.set_nonblocking(true).expect("nonblocking");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        listener.accept().is_err(),
+        "the stopped link is not dialled again"
+    );
+}
