@@ -500,3 +500,309 @@ bridges:
         "the stopped link is not dialled again"
     );
 }
+
+/// The operations listener's address, from the line the broker logged at startup.
+fn ops_addr(broker: &Broker) -> String {
+    let line = broker.wait_log("operations listening on http://");
+    line.split("http://")
+        .nth(1)
+        .expect("address")
+        .trim()
+        .to_string()
+}
+
+const OPS: &str = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
+
+/// B-393, B-394, B-395, B-407, B-408, B-100, B-105: what no rule covers, what a
+/// rule maps to nothing or into the reserved `$` space, and what Sagüin would refuse
+/// whatever the channel are dropped with a warning, acknowledged to the peer (it is
+/// finished with there) and counted by cause; the link carries on.
+#[test]
+fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        &format!("{OPS}  limits:\n    max_topic_levels: 4\n"),
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-drops
+    topics:
+      - filter: in/+/x
+        topic: $1/y
+        direction: in
+      - filter: zero/#
+        topic: $#
+        direction: in
+      - filter: deep/#
+        topic: d/$#
+        direction: in
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = ops_addr(&broker);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("d/#", common::opts(QoS::AtLeastOnce));
+    let sent = [
+        ("nothing/here", "no_rule"),
+        ("in/$saguin/x", "unmappable"),
+        ("zero", "unmappable"),
+        ("deep/1/2/3/4", "never_accepted"),
+    ];
+    for (n, (topic, cause)) in sent.iter().enumerate() {
+        let id = n as u16 + 1;
+        let mut p = common::publish(topic, b"v", QoS::AtLeastOnce, false);
+        p.packet_id = Some(id);
+        peer.send(&Packet::Publish(p));
+        expect_puback(&mut peer, id);
+        let warned = broker.wait_log(&format!("({cause})"));
+        assert!(
+            warned.contains("WARN") && warned.contains(topic),
+            "{warned}"
+        );
+    }
+    let mut p = common::publish("deep/ok", b"kept", QoS::AtLeastOnce, false);
+    p.packet_id = Some(9);
+    peer.send(&Packet::Publish(p));
+    expect_puback(&mut peer, 9);
+    assert_eq!(&*reader.recv_publish().topic, "d/ok");
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    for (cause, n) in [("no_rule", 1), ("unmappable", 2), ("never_accepted", 1)] {
+        let line = format!("saguin_bridge_unstored_total{{bridge=\"hub\",cause=\"{cause}\"}} {n}");
+        assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    }
+}
+
+/// B-402, B-404, B-405: a record the local channel refuses is not acknowledged;
+/// the link still notices it has gone and is dialled again, and the redelivered
+/// record is still held unacknowledged rather than dropped or remembered as stored.
+#[test]
+fn a_refused_record_stays_unacknowledged_and_the_link_still_notices_it_went() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let dir = temp_dir("bridge-full");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = format!(
+        "broker:
+  id: bridge-full
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  limits:
+    max_message_size: 64KiB
+  storage:
+    default: small
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      small:
+        type: memory
+        max_bytes: 1MiB
+        snapshot_dir: {{dir}}/snapshots
+channels:
+  fill:
+    type: append
+    filter: fill/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-full
+    topics:
+      - filter: fill/#
+        direction: both
+"
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut local = Raw::connected(broker.addr, V5, "filler");
+    let payload = vec![b'x'; 50 << 10];
+    let full = (0..40).any(|i| {
+        local.publish(&format!("fill/{i}"), &payload, QoS::AtLeastOnce, false) == Some(0x97)
+    });
+    assert!(full, "the channel never filled");
+    let mut record = common::publish("fill/from-peer", &payload, QoS::AtLeastOnce, false);
+    record.packet_id = Some(5);
+    peer.send(&Packet::Publish(record.clone()));
+    let unacknowledged = |peer: &mut Raw| loop {
+        match peer.expect_nothing_or_packet(Duration::from_millis(700)) {
+            Err(e) if e.contains("read:") => return,
+            Ok(Packet::Publish(p)) => {
+                // The out half of the both rule carries the local records out.
+                peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+                    p.packet_id.unwrap_or(0),
+                    0,
+                )));
+            }
+            Ok(Packet::PingReq) => peer.send(&Packet::PingResp),
+            other => panic!("B-402: no PUBACK while the channel refuses: {other:?}"),
+        }
+    };
+    unacknowledged(&mut peer);
+    drop(peer);
+    let down = broker.wait_log("bridge hub: link to");
+    assert!(down.contains("down"), "B-404: {down}");
+    let (mut peer, _) = accept_bridge(&listener, true);
+    expect_subscribe(&mut peer);
+    record.dup = true;
+    peer.send(&Packet::Publish(record));
+    unacknowledged(&mut peer);
+}
+
+/// B-380, B-389, B-370, B-399, B-400: two Sagüins, one both rule: each side's
+/// record crosses once, keeping its saguin-id, and nothing comes back.
+#[test]
+fn a_both_rule_between_two_saguins_crosses_each_way_once_keeping_the_saguin_id() {
+    let latest = "channels:\n  alerts:\n    type: latest\n    filter: alerts/#\n";
+    let hub = Broker::start_with(&bridged("", latest));
+    let edge = Broker::start_with(&bridged(
+        "",
+        &format!(
+            "{latest}bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-both
+    topics:
+      - filter: alerts/#
+        direction: both
+",
+            hub.addr
+        ),
+    ));
+    edge.wait_log("bridge hub: SUBACK");
+    let mut at_hub = Raw::connected(hub.addr, V5, "hub-reader");
+    at_hub.subscribe("alerts/#", common::opts(QoS::AtLeastOnce));
+    let mut at_edge = Raw::connected(edge.addr, V5, "edge-reader");
+    at_edge.subscribe("alerts/#", common::opts(QoS::AtLeastOnce));
+
+    let mut edge_client = Raw::connected(edge.addr, V5, "edge-device");
+    assert_eq!(
+        edge_client.publish("alerts/e", b"from-edge", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let here = at_edge.recv_publish();
+    let there = at_hub.recv_publish();
+    assert_eq!(
+        (&*there.topic, &*there.payload),
+        ("alerts/e", &b"from-edge"[..])
+    );
+    let id = user_property(&here, "saguin-id").expect("an id");
+    assert_eq!(
+        user_property(&there, "saguin-id"),
+        Some(id),
+        "B-370: one identity"
+    );
+    assert_ne!(
+        user_property(&there, "saguin-offset"),
+        None,
+        "stored at the hub at its own offset"
+    );
+
+    let mut hub_client = Raw::connected(hub.addr, V5, "hub-device");
+    assert_eq!(
+        hub_client.publish("alerts/h", b"from-hub", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(&*at_hub.recv_publish().payload, b"from-hub");
+    assert_eq!(&*at_edge.recv_publish().payload, b"from-hub");
+    // Nothing echoes: not the edge's record back to the edge (No Local at the hub),
+    // not the hub's back to the hub (the mark on what the edge pulled in).
+    for reader in [&mut at_hub, &mut at_edge] {
+        match reader.expect_nothing_or_packet(Duration::from_millis(800)) {
+            Err(e) if e.contains("read:") => {}
+            other => panic!("B-399/B-400: nothing crosses twice: {other:?}"),
+        }
+    }
+}
+
+/// B-397, B-398: `--check-config` now passes a file with a tcp bridge and says
+/// where each rule lands, a queue it crosses included.
+#[test]
+fn check_config_says_where_each_rule_lands() {
+    let dir = temp_dir("bridge-check");
+    let path = dir.join("saguin.yaml");
+    let yaml = bridged(
+        "",
+        "channels:
+  events:
+    type: append
+    filter: iot/+/events/#
+  jobs:
+    type: queue
+    filter: iot/+/jobs/+
+bridges:
+  head-office:
+    peer: tcp://127.0.0.1:1
+    client_id: vessel-07
+    topics:
+      - filter: iot/#
+        direction: both
+",
+    );
+    std::fs::write(&path, yaml).expect("config");
+    let out = common::run_saguin(&[std::ffi::OsStr::new("--check-config"), path.as_os_str()]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("bridge \"head-office\", both \"iot/#\": lands in events (append), jobs__dlq (append); crosses jobs (queue), never served"),
+        "{said}"
+    );
+}
+
+/// B-203, B-206, B-209, B-211: a tls:// peer checked against ca_file; the bridge's
+/// certificate is read at every handshake, so a pair the hub refuses, replaced on
+/// disk by one it accepts, is presented at the next reconnect with no signal.
+#[test]
+fn a_tls_bridge_presents_the_pair_on_disk_at_each_handshake() {
+    use common::tls::{Ca, tls_dir};
+    let ca = Ca::new("estate");
+    let dir = tls_dir("bridge-tls", &ca);
+    let hub_yaml = common::config(
+        "        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n          client_ca_file: {dir}/ca.pem\n",
+    );
+    let hub = Broker::start_in(dir.clone(), &hub_yaml);
+    let stranger = Ca::new("stranger");
+    let (_, cert, key) = stranger.sign(&[], Some("vessel-07"));
+    let edge_dir = temp_dir("bridge-tls-edge");
+    std::fs::write(edge_dir.join("bridge.pem"), cert).expect("cert");
+    std::fs::write(edge_dir.join("bridge-key.pem"), key).expect("key");
+    std::fs::write(edge_dir.join("ca.pem"), ca.pem()).expect("ca");
+    let edge = Broker::start_in(
+        edge_dir.clone(),
+        &bridged(
+            "",
+            &format!(
+                "bridges:
+  hub:
+    peer: tls://127.0.0.1:{}
+    client_id: vessel-07
+    ca_file: {{dir}}/ca.pem
+    cert_file: {{dir}}/bridge.pem
+    key_file: {{dir}}/bridge-key.pem
+    topics:
+      - filter: up/#
+        direction: out
+        topic: fleet/$#
+",
+                hub.addr.port()
+            ),
+        ),
+    );
+    edge.wait_log("bridge hub: cannot reach");
+    let (_, cert, key) = ca.sign(&[], Some("vessel-07"));
+    std::fs::write(edge_dir.join("bridge.pem"), cert).expect("cert");
+    std::fs::write(edge_dir.join("bridge-key.pem"), key).expect("key");
+    let connected = edge.wait_log("bridge hub: connected to");
+    assert!(connected.contains("unreachable"), "{connected}");
+    hub.wait_log("vessel-07 connected (V5");
+}

@@ -49,6 +49,9 @@ struct Rule {
     template: Option<String>,
     /// Topics with a record in flight: one at a time per topic (B-387).
     busy: HashSet<Arc<str>>,
+    /// After the peer refused one of its records, the rule issues nothing until
+    /// then; the other rules go on (B-384, B-388).
+    paused_until: Option<Instant>,
 }
 
 /// A bridge's outbound rules and what they have on the wire.
@@ -61,8 +64,6 @@ pub struct Outbound {
     next_wire: u16,
     limit: u16,
     link_id: u64,
-    /// After a refusal, nothing is issued until then (B-388).
-    paused_until: Option<Instant>,
     positions_at: Option<Instant>,
 }
 
@@ -134,6 +135,7 @@ impl Outbound {
                 filter: rule.filter.clone(),
                 template: rule.topic.clone(),
                 busy: HashSet::new(),
+                paused_until: None,
             });
         }
         Outbound {
@@ -143,7 +145,6 @@ impl Outbound {
             next_wire: 1,
             limit: bridge.receive_maximum,
             link_id: link.id,
-            paused_until: None,
             positions_at: None,
         }
     }
@@ -171,28 +172,33 @@ impl Outbound {
         }
     }
 
-    /// When the pause after a refusal ends, if one is running.
+    /// When the first pause after a refusal ends, if one is running.
     pub fn paused_until(&self) -> Option<Instant> {
-        self.paused_until
+        self.rules.iter().filter_map(|r| r.paused_until).min()
     }
 
     /// The publishes to write now: per rule, the oldest delivery whose topic has
     /// nothing in flight, while the window allows (B-387).
     pub fn next_publishes(&mut self, shared: &Shared, granted: &Granted) -> Vec<Publish> {
         let now = Instant::now();
-        if let Some(until) = self.paused_until {
-            if now < until {
-                return Vec::new();
+        for index in 0..self.rules.len() {
+            if self.rules[index]
+                .paused_until
+                .is_some_and(|until| until <= now)
+            {
+                // Read again from the position: what was refused is offered again.
+                self.rules[index].paused_until = None;
+                self.rewind_rule(shared, index);
             }
-            // Read again from the positions: what was refused is offered again.
-            self.paused_until = None;
-            self.rewind(shared);
         }
         let limit = usize::from(self.limit.min(granted.receive_maximum));
         let mut out = Vec::new();
         let mut broker = shared.broker.borrow_mut();
         for index in 0..self.rules.len() {
             let rule = &mut self.rules[index];
+            if rule.paused_until.is_some() {
+                continue;
+            }
             let Some((session, metrics)) =
                 broker.session_and_metrics(&rule.client_id, self.link_id)
             else {
@@ -269,29 +275,37 @@ impl Outbound {
             // A broadcast has no position to hold it at.
             session.settle(pid);
         }
-        self.paused_until = Some(Instant::now() + AFTER_REFUSAL);
+        rule.paused_until = Some(Instant::now() + AFTER_REFUSAL);
     }
 
     /// Forgets everything queued and in flight and reads again from each cursor's
-    /// position: at a link that went, and after a refusal. Broadcast deliveries are
-    /// let go (B-385); channel records are read again, none skipped (B-382).
+    /// position: at a link that went. Broadcast deliveries are let go (B-385);
+    /// channel records are read again, none skipped (B-382).
     pub fn rewind(&mut self, shared: &Shared) {
+        for index in 0..self.rules.len() {
+            self.rules[index].paused_until = None;
+            self.rewind_rule(shared, index);
+        }
         self.wire.clear();
+    }
+
+    /// [`Outbound::rewind`] for one rule, after the peer refused one of its records.
+    fn rewind_rule(&mut self, shared: &Shared, index: usize) {
+        self.wire.retain(|_, (rule, _, _)| *rule != index);
+        let rule = &mut self.rules[index];
+        rule.busy.clear();
         let mut broker = shared.broker.borrow_mut();
-        for rule in &mut self.rules {
-            rule.busy.clear();
-            let Some(session) = broker.session_of(&rule.client_id, self.link_id) else {
-                continue;
-            };
-            session.queue.clear();
-            session.inflight.clear();
-            session.queued_bytes = 0;
-            for cursor in session.cursors.values_mut() {
-                cursor.next = cursor.position();
-                cursor.unsettled.clear();
-                cursor.caught_up = false;
-                cursor.wakes += 1;
-            }
+        let Some(session) = broker.session_of(&rule.client_id, self.link_id) else {
+            return;
+        };
+        session.queue.clear();
+        session.inflight.clear();
+        session.queued_bytes = 0;
+        for cursor in session.cursors.values_mut() {
+            cursor.next = cursor.position();
+            cursor.unsettled.clear();
+            cursor.caught_up = false;
+            cursor.wakes += 1;
         }
     }
 
