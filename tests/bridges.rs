@@ -806,3 +806,290 @@ fn a_tls_bridge_presents_the_pair_on_disk_at_each_handshake() {
     assert!(connected.contains("unreachable"), "{connected}");
     hub.wait_log("vessel-07 connected (V5");
 }
+
+/// Receives `n` publishes as "topic payload" lines, acknowledging each.
+fn lines_of(reader: &mut Raw, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let p = reader.recv_publish();
+            format!("{} {}", p.topic, String::from_utf8_lossy(&p.payload))
+        })
+        .collect()
+}
+
+/// Asserts nothing more arrives within a moment.
+fn nothing_more(reader: &mut Raw, why: &str) {
+    match reader.expect_nothing_or_packet(Duration::from_millis(700)) {
+        Err(e) if e.contains("read:") => {}
+        other => panic!("{why}: {other:?}"),
+    }
+}
+
+/// B-382, B-383, B-386: an out rule's position in an append channel outlives a
+/// restart of Sagüin itself; a latest channel is carried as it changes, never as a
+/// pass over its current state, and what changed while the link was down crosses as
+/// the newest value per topic, a deletion included.
+#[test]
+fn out_rules_resume_after_a_restart_and_carry_a_latest_channel_newest_per_topic() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-restart"));
+    let mut far = persistent(peer.addr, "far-reader");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let dir = temp_dir("bridge-restart");
+    let yaml = format!(
+        "broker:
+  id: edge
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {{dir}}/saguin.db
+channels:
+  events:
+    type: append
+    filter: events/#
+  state:
+    type: latest
+    filter: state/#
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-restart
+    topics:
+      - filter: events/#
+        topic: site/events/$#
+        direction: out
+      - filter: state/#
+        topic: site/state/$#
+        direction: out
+",
+        peer.addr
+    );
+    // A value set before the rule ever ran is current state, not a change: it
+    // never crosses.
+    let broker = Broker::start_in(
+        dir.clone(),
+        yaml.split("bridges:").next().unwrap_or_default(),
+    );
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("state/old", b"before", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    drop(local);
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for payload in ["e1", "e2"] {
+        assert_eq!(
+            local.publish("events/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    assert_eq!(
+        lines_of(&mut far, 2),
+        ["site/events/a e1", "site/events/a e2"]
+    );
+    drop(local);
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("events/a", b"e3", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        lines_of(&mut far, 1),
+        ["site/events/a e3"],
+        "B-382: resumed, nothing re-sent"
+    );
+    nothing_more(&mut far, "the latest channel's state is no change");
+
+    // The peer goes; the latest channel changes three times on one topic, once on
+    // another, and a third value is deleted.
+    assert_eq!(
+        local.publish("state/gone", b"soon", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut far, 1), ["site/state/gone soon"]);
+    drop(far);
+    let (port, mosq_dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    for (topic, payload) in [
+        ("state/a", "v1"),
+        ("state/a", "v2"),
+        ("state/b", "w1"),
+        ("state/a", "v3"),
+        ("state/gone", ""),
+    ] {
+        assert_eq!(
+            local.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let peer = Mosquitto::start(port, mosq_dir);
+    broker.wait_log("up again after");
+    let mut far = persistent(peer.addr, "far-reader");
+    let mut got = lines_of(&mut far, 3);
+    got.sort();
+    assert_eq!(
+        got,
+        ["site/state/a v3", "site/state/b w1", "site/state/gone "]
+    );
+    nothing_more(&mut far, "B-386: the newest per topic, once");
+}
+
+/// B-372: the RETAIN flag crosses both ways: a retained publish at the peer is kept
+/// here as a retained value, and one published here is kept retained at the peer.
+#[test]
+fn the_retain_flag_crosses_both_ways() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-retain"));
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-retain
+    topics:
+      - filter: down/#
+        topic: here/$#
+        direction: in
+      - filter: up/#
+        topic: there/$#
+        direction: out
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge hub: SUBACK");
+    let mut device = Raw::connected(peer.addr, V5, "device");
+    assert_eq!(
+        device.publish("down/x", b"kept", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("up/y", b"also", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let deadline = Instant::now() + WAIT;
+    let retained_at = |addr: SocketAddr, filter: &str| -> Option<Publish> {
+        let mut late = Raw::connected(addr, V5, "late");
+        late.subscribe(filter, common::opts(QoS::AtLeastOnce));
+        match late.expect_nothing_or_packet(Duration::from_millis(300)) {
+            Ok(Packet::Publish(p)) => Some(p),
+            _ => None,
+        }
+    };
+    let here = loop {
+        if let Some(p) = retained_at(broker.addr, "here/#") {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no retained value here");
+    };
+    assert!(here.retain && &*here.topic == "here/x", "{here:?}");
+    let there = loop {
+        if let Some(p) = retained_at(peer.addr, "there/#") {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no retained value at the peer");
+    };
+    assert!(there.retain && &*there.topic == "there/y", "{there:?}");
+}
+
+/// B-387, B-388: an out rule sends one record at a time per topic and at most
+/// min(peer Receive Maximum, receive_maximum) altogether; a refusal stops the rule,
+/// and the refused record is offered again from the position.
+#[test]
+fn an_out_rule_keeps_one_record_per_topic_in_flight_within_the_window() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-window
+    receive_maximum: 3
+    topics:
+      - filter: ev/#
+        topic: far/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for (topic, payload) in [
+        ("ev/a", "a1"),
+        ("ev/a", "a2"),
+        ("ev/b", "b1"),
+        ("ev/c", "c1"),
+        ("ev/d", "d1"),
+    ] {
+        assert_eq!(
+            local.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let take = |peer: &mut Raw| -> (u16, String) {
+        loop {
+            match peer.recv() {
+                Packet::Publish(p) => {
+                    return (
+                        p.packet_id.unwrap_or(0),
+                        String::from_utf8_lossy(&p.payload).into_owned(),
+                    );
+                }
+                Packet::PingReq => peer.send(&Packet::PingResp),
+                other => panic!("expected PUBLISH, got {other:?}"),
+            }
+        }
+    };
+    let first: Vec<(u16, String)> = (0..3).map(|_| take(&mut peer)).collect();
+    let payloads: Vec<&str> = first.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(
+        payloads,
+        ["a1", "b1", "c1"],
+        "a2 waits behind a1; d1 past the window"
+    );
+    nothing_more(&mut peer, "three in flight at most");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(first[0].0, 0)));
+    let (a2, payload) = take(&mut peer);
+    assert_eq!(payload, "a2", "a1 settled: its topic's next");
+    // The peer refuses c1: the rule stops, then offers c1 again from its position.
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(first[2].0, 0x97)));
+    broker.wait_log("the peer refused \"ev/c\" 0x97");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(first[1].0, 0)));
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(a2, 0)));
+    let mut again = Vec::new();
+    while !again.contains(&"c1".to_string()) || !again.contains(&"d1".to_string()) {
+        let (id, payload) = take(&mut peer);
+        peer.send(&Packet::PubAck(saguin::codec::Ack::new(id, 0)));
+        again.push(payload);
+        assert!(again.len() < 10, "{again:?}");
+    }
+    assert!(
+        !again.contains(&"a1".to_string()),
+        "a settled record is not re-sent: {again:?}"
+    );
+}

@@ -234,6 +234,9 @@ async fn serve(
 ) -> Ended {
     state.generation.set(state.generation.get() + 1);
     state.marks.borrow_mut().clear();
+    // Whatever broadcast reached the outbound rules while the link was down is let
+    // go (B-385); channel records are read again from their positions.
+    out.rewind(shared);
     let generation = state.generation.get();
     let keep_alive = link.granted.keep_alive;
     if let Err(why) = subscribe(bridge, &mut link).await {
@@ -270,6 +273,7 @@ async fn serve(
             }
             last_sent = Instant::now();
         }
+        out.resume(shared);
         out.pump(shared).await;
         let publishes = out.next_publishes(shared, &link.granted);
         for publish in publishes {

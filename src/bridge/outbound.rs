@@ -177,20 +177,25 @@ impl Outbound {
         self.rules.iter().filter_map(|r| r.paused_until).min()
     }
 
-    /// The publishes to write now: per rule, the oldest delivery whose topic has
-    /// nothing in flight, while the window allows (B-387).
-    pub fn next_publishes(&mut self, shared: &Shared, granted: &Granted) -> Vec<Publish> {
+    /// Ends the pauses that ran out: such a rule reads again from its position, so
+    /// what was refused is offered again (B-388). Called before [`Outbound::pump`].
+    pub fn resume(&mut self, shared: &Shared) {
         let now = Instant::now();
         for index in 0..self.rules.len() {
             if self.rules[index]
                 .paused_until
                 .is_some_and(|until| until <= now)
             {
-                // Read again from the position: what was refused is offered again.
                 self.rules[index].paused_until = None;
                 self.rewind_rule(shared, index);
             }
         }
+    }
+
+    /// The publishes to write now: per rule, the oldest delivery whose topic has
+    /// nothing in flight, while the window allows (B-387).
+    pub fn next_publishes(&mut self, shared: &Shared, granted: &Granted) -> Vec<Publish> {
+        let now = Instant::now();
         let limit = usize::from(self.limit.min(granted.receive_maximum));
         let mut out = Vec::new();
         let mut broker = shared.broker.borrow_mut();
