@@ -489,6 +489,23 @@ bridges:
         &*got.payload, b"next",
         "B-373: the DUP redelivery was not stored again"
     );
+    // QoS 2: PUBREC once stored, PUBCOMP at the PUBREL.
+    let mut exactly = common::publish("fleet/b/z", b"two", QoS::ExactlyOnce, false);
+    exactly.packet_id = Some(11);
+    peer.send(&Packet::Publish(exactly));
+    loop {
+        match peer.recv() {
+            Packet::PubRec(ack) if ack.packet_id == 11 => break,
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBREC, got {other:?}"),
+        }
+    }
+    assert_eq!(&*reader.recv_publish().payload, b"two");
+    peer.send(&Packet::PubRel(saguin::codec::Ack::new(11, 0)));
+    match peer.recv() {
+        Packet::PubComp(ack) => assert_eq!(ack.packet_id, 11),
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
 
     // A-267: 0x95 stops the link; no dial follows.
     peer.send(&Packet::Disconnect(saguin::codec::Disconnect::new(0x95)));
@@ -577,9 +594,11 @@ fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
     }
 }
 
-/// B-402, B-404, B-405: a record the local channel refuses is not acknowledged;
-/// the link still notices it has gone and is dialled again, and the redelivered
-/// record is still held unacknowledged rather than dropped or remembered as stored.
+/// B-402, B-404, B-405, B-406: a record the local channel refuses is not
+/// acknowledged; QoS 0 records past one Receive Maximum waiting behind it are
+/// dropped and counted; the link still notices it has gone and is dialled again, and
+/// the redelivered record is still held unacknowledged rather than dropped or
+/// remembered as stored.
 #[test]
 fn a_refused_record_stays_unacknowledged_and_the_link_still_notices_it_went() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -591,6 +610,10 @@ fn a_refused_record_stays_unacknowledged_and_the_link_still_notices_it_went() {
   id: bridge-full
   log_level: debug
   mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  operations:
     listen:
       tcp:
         address: 127.0.0.1:0
@@ -613,12 +636,14 @@ bridges:
   hub:
     peer: tcp://127.0.0.1:{port}
     client_id: edge-full
+    receive_maximum: 2
     topics:
       - filter: fill/#
         direction: both
 "
     );
     let broker = Broker::start_in(dir, &yaml);
+    let ops = ops_addr(&broker);
     let (mut peer, _) = accept_bridge(&listener, false);
     expect_subscribe(&mut peer);
     let mut local = Raw::connected(broker.addr, V5, "filler");
@@ -645,6 +670,19 @@ bridges:
         }
     };
     unacknowledged(&mut peer);
+    for n in 0..5 {
+        let topic = format!("fill/qos0/{n}");
+        peer.send(&Packet::Publish(common::publish(
+            &topic,
+            &payload,
+            QoS::AtMostOnce,
+            false,
+        )));
+    }
+    broker.wait_log("\"fill/qos0/4\" dropped");
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    let line = "saguin_bridge_unstored_total{bridge=\"hub\",cause=\"queue_full\"} 3";
+    assert!(metrics.contains(line), "{line} in:\n{metrics}");
     drop(peer);
     let down = broker.wait_log("bridge hub: link to");
     assert!(down.contains("down"), "B-404: {down}");

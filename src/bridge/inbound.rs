@@ -266,7 +266,7 @@ pub async fn run(
 }
 
 /// Routes `message` until it is taken; `false` when it was let go (a QoS 1/2 record
-/// whose link is gone, a QoS 0 record the store refused, or one never accepted).
+/// whose link is gone, or one never accepted).
 async fn store(
     shared: &Rc<Shared>,
     name: &str,
@@ -287,20 +287,16 @@ async fn store(
             }
             _ => {}
         }
-        if message.qos == QoS::AtMostOnce {
-            log::debug!(
-                "bridge {name}: QoS 0 {:?} refused 0x{code:02X}, dropped",
-                message.topic
-            );
-            return false;
-        }
         log::debug!(
             "bridge {name}: {:?} refused 0x{code:02X}; unacknowledged, offered again in {wait:?}",
             message.topic
         );
         smol::Timer::after(wait).await;
         wait = (wait * 2).min(RETRY_CEILING);
-        if state.generation.get() != generation {
+        // A QoS 1/2 record whose link went is sent again by the peer; a QoS 0 one
+        // never is, so it waits its turn here, and those arriving past one Receive
+        // Maximum of waiting ones are dropped by the link (B-406).
+        if message.qos != QoS::AtMostOnce && state.generation.get() != generation {
             return false;
         }
     }
