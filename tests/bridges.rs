@@ -1131,3 +1131,37 @@ bridges:
         "a settled record is not re-sent: {again:?}"
     );
 }
+
+/// B-210: a bridge's TLS file that does not make a client configuration stops the
+/// broker at startup, before any listener opens, naming the bridge and its line.
+#[test]
+fn a_bridge_ca_file_that_holds_no_certificate_stops_the_start() {
+    let dir = temp_dir("bridge-bad-ca");
+    std::fs::write(dir.join("ca.pem"), "not a certificate\n").expect("ca.pem");
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tls://127.0.0.1:1
+    client_id: edge-bad
+    ca_file: {}/ca.pem
+    topics:
+      - filter: a/#
+        direction: both
+",
+            dir.display()
+        ),
+    );
+    let said = common::refused_at_startup(&dir, &yaml);
+    let line = yaml
+        .lines()
+        .position(|l| l == "  hub:")
+        .map(|i| i + 1)
+        .expect("the bridge's line");
+    assert!(
+        said.contains(&format!("saguin.yaml:{line}: bridges.hub: ca_file")),
+        "{said}"
+    );
+    assert!(!said.contains("listening on"), "{said}");
+}

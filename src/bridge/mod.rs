@@ -205,11 +205,17 @@ async fn keep_linked(
     }
 }
 
-/// `base`, moved by up to a quarter either way.
+/// `base`, moved by up to a quarter either way, so bridges that lost one peer at
+/// once do not dial it again in step.
 fn jittered(base: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
+    // A fresh RandomState is keyed at random: its hash of the clock is the draw.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     let spread = base.as_millis() as u64 / 2;
     let offset = if spread == 0 { 0 } else { h.finish() % spread };
     base - base / 4 + Duration::from_millis(offset)
