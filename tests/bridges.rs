@@ -306,13 +306,7 @@ fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
         ),
     );
     let broker = Broker::start_with(&yaml);
-    let ops = broker.wait_log("operations listening on http://");
-    let ops = ops
-        .split("http://")
-        .nth(1)
-        .expect("address")
-        .trim()
-        .to_string();
+    let ops = broker.ops_addr();
     let metrics = || common::http_get(common::tcp(&ops), "/metrics").1;
     let mut lines = broker.wait_log_lines("cannot reach");
     // Attempts go on, each at debug only.
@@ -361,7 +355,7 @@ fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
 fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin::codec::Connect) {
     listener.set_nonblocking(false).expect("blocking");
     let (stream, _) = listener.accept().expect("the bridge dials");
-    let mut peer = Raw::accepted(stream, V5);
+    let mut peer = Raw::on(stream, V5);
     let connect = match peer.recv() {
         Packet::Connect(c) => *c,
         other => panic!("expected CONNECT, got {other:?}"),
@@ -518,16 +512,6 @@ bridges:
     );
 }
 
-/// The operations listener's address, from the line the broker logged at startup.
-fn ops_addr(broker: &Broker) -> String {
-    let line = broker.wait_log("operations listening on http://");
-    line.split("http://")
-        .nth(1)
-        .expect("address")
-        .trim()
-        .to_string()
-}
-
 const OPS: &str = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
 
 /// B-393, B-394, B-395, B-407, B-408, B-100, B-105: what no rule covers, what a
@@ -559,7 +543,7 @@ fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
         ),
     );
     let broker = Broker::start_with(&yaml);
-    let ops = ops_addr(&broker);
+    let ops = broker.ops_addr();
     let (mut peer, _) = accept_bridge(&listener, false);
     expect_subscribe(&mut peer);
     let mut reader = Raw::connected(broker.addr, V5, "reader");
@@ -643,7 +627,7 @@ bridges:
 "
     );
     let broker = Broker::start_in(dir, &yaml);
-    let ops = ops_addr(&broker);
+    let ops = broker.ops_addr();
     let (mut peer, _) = accept_bridge(&listener, false);
     expect_subscribe(&mut peer);
     let mut local = Raw::connected(broker.addr, V5, "filler");

@@ -183,6 +183,17 @@ impl Broker {
         }
     }
 
+    /// The operations listener's TCP address, from the line logged at startup (read
+    /// before any other `wait_log`, which passes over the lines before its own).
+    pub fn ops_addr(&self) -> String {
+        let line = self.wait_log("operations listening on http://");
+        line.split("http://")
+            .nth(1)
+            .expect("address")
+            .trim()
+            .to_string()
+    }
+
     /// Sends a signal to the broker process.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
@@ -302,19 +313,15 @@ pub struct Raw {
 impl Raw {
     /// Opens a TCP connection.
     pub fn open(addr: SocketAddr, protocol: ProtocolVersion) -> Raw {
-        let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
-        stream.set_read_timeout(Some(WAIT)).expect("read timeout");
-        stream.set_nodelay(true).expect("nodelay");
-        Raw {
-            stream,
+        Raw::on(
+            TcpStream::connect_timeout(&addr, WAIT).expect("connect"),
             protocol,
-            buf: Vec::new(),
-        }
+        )
     }
 
-    /// Speaks over a connection the test accepted, as a broker would (a bridge's
-    /// peer played by the test).
-    pub fn accepted(stream: TcpStream, protocol: ProtocolVersion) -> Raw {
+    /// Speaks over `stream`: one the test opened, or one it accepted, as a broker
+    /// would (a bridge's peer played by the test).
+    pub fn on(stream: TcpStream, protocol: ProtocolVersion) -> Raw {
         stream.set_read_timeout(Some(WAIT)).expect("read timeout");
         stream.set_nodelay(true).expect("nodelay");
         Raw {
