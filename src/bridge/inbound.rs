@@ -86,8 +86,6 @@ impl Cause {
 /// What the link and the worker share.
 #[derive(Debug)]
 pub struct State {
-    /// The bridge's name.
-    pub name: String,
     /// Bumped at every connection: marks from an older one are not sent.
     pub generation: Cell<u64>,
     /// Acknowledgements marked and not yet sent.

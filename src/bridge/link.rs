@@ -237,7 +237,11 @@ impl Link {
                 .maximum_qos
                 .and_then(QoS::from_bits)
                 .unwrap_or(QoS::ExactlyOnce),
-            keep_alive: Duration::from_secs(u64::from(p.server_keep_alive.unwrap_or(KEEP_ALIVE))),
+            // A Server Keep Alive of 0 asks for no keepalive; the bridge still pings
+            // at its own pace, to notice a link that went silent.
+            keep_alive: Duration::from_secs(u64::from(
+                p.server_keep_alive.filter(|k| *k > 0).unwrap_or(KEEP_ALIVE),
+            )),
         };
         Ok(link)
     }

@@ -75,7 +75,6 @@ async fn run(shared: Rc<Shared>, bridge: Rc<Bridge>) {
     let (handle, woken) = ConnLink::new(shared.next_link_id());
     let handle = Rc::new(handle);
     let state = Rc::new(State {
-        name: bridge.name.clone(),
         generation: std::cell::Cell::new(0),
         marks: std::cell::RefCell::new(Vec::new()),
         qos0_waiting: std::cell::Cell::new(0),
