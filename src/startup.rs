@@ -221,34 +221,24 @@ fn describe(settings: &ProviderSettings) -> String {
     }
 }
 
-/// Refuses what this build validates but does not run - a bridge dialling a
-/// `ws://` or `wss://` peer (a bridge that moved nothing is worse than none) - and a
-/// bridge whose TLS files do not make a client configuration (B-210). Asked by
-/// `--check-config` and by a plain start alike, and by the start before any
-/// provider is opened or door bound, so the two refuse exactly the same files and a
-/// refused start leaves nothing behind (B-185).
+/// Refuses a bridge whose TLS files do not make a client configuration (B-210):
+/// read as the start reads them, before any provider is opened or door bound, and
+/// by `--check-config` alike, so the two refuse exactly the same files and a refused
+/// start leaves nothing behind (B-185).
 ///
 /// # Errors
-/// Every refusal, each naming the bridge's key with its file and line.
+/// Every refusal, each naming the bridge with its file and line.
 pub fn refuse_unserved(config: &Config) -> Result<(), String> {
-    let mut refusals = Vec::new();
-    for bridge in &config.bridges {
-        let at = &bridge.origin;
-        if matches!(
-            bridge.peer.scheme,
-            crate::config::PeerScheme::Ws | crate::config::PeerScheme::Wss
-        ) {
-            refusals.push(format!(
-                "{}:{}: bridges.{}.peer ({}): this build dials no ws:// or wss:// peer; dial the peer's tcp:// or tls:// listener instead",
-                at.file, at.line, bridge.name, bridge.peer.written
-            ));
-        } else if let Err(e) = crate::bridge::link::check_files(bridge) {
-            refusals.push(format!(
-                "{}:{}: bridges.{}: {e}",
-                at.file, at.line, bridge.name
-            ));
-        }
-    }
+    let refusals: Vec<String> = config
+        .bridges
+        .iter()
+        .filter_map(|bridge| {
+            let at = &bridge.origin;
+            crate::bridge::link::check_files(bridge)
+                .err()
+                .map(|e| format!("{}:{}: bridges.{}: {e}", at.file, at.line, bridge.name))
+        })
+        .collect();
     if refusals.is_empty() {
         Ok(())
     } else {

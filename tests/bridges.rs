@@ -1149,3 +1149,76 @@ fn a_bridge_ca_file_that_holds_no_certificate_stops_the_start() {
     );
     assert!(!said.contains("listening on"), "{said}");
 }
+
+/// B-367, B-380: a ws:// peer is dialled with the `mqtt` subprotocol, and records
+/// cross both ways over it as over tcp://.
+#[test]
+fn a_ws_bridge_carries_both_ways() {
+    let hub = Broker::start("      ws:\n        address: 127.0.0.1:0\n");
+    carries_both_ways_over(&hub, "ws", "", temp_dir("bridge-ws"));
+}
+
+/// B-203, B-367: a wss:// peer: TLS checked against ca_file, then the WebSocket.
+#[test]
+fn a_wss_bridge_carries_both_ways() {
+    use common::tls::{Ca, tls_dir};
+    let ca = Ca::new("estate");
+    let dir = tls_dir("bridge-wss", &ca);
+    let hub = Broker::start_in(
+        dir.clone(),
+        &common::config(
+            "      ws:\n        address: 127.0.0.1:0\n        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n",
+        ),
+    );
+    let ca_file = format!("    ca_file: {}/ca.pem\n", dir.display());
+    carries_both_ways_over(&hub, "wss", &ca_file, temp_dir("bridge-wss-edge"));
+}
+
+/// Bridges a new Sagüin to `hub`'s ws door over `scheme`, one rule each way, and
+/// sees a record cross each way.
+fn carries_both_ways_over(hub: &Broker, scheme: &str, keys: &str, dir: PathBuf) {
+    let ws = hub.wait_log("listening on ws://");
+    let ws = ws
+        .split("ws://")
+        .nth(1)
+        .expect("a ws address")
+        .trim()
+        .to_string();
+    let edge = Broker::start_in(
+        dir,
+        &bridged(
+            "",
+            &format!(
+                "bridges:
+  hub:
+    peer: {scheme}://{ws}/mqtt
+    client_id: edge-ws
+{keys}    topics:
+      - filter: down/#
+        topic: here/$#
+        direction: in
+      - filter: up/#
+        topic: there/$#
+        direction: out
+"
+            ),
+        ),
+    );
+    edge.wait_log("bridge hub: SUBACK");
+    let mut at_hub = Raw::connected(hub.addr, V5, "hub-reader");
+    at_hub.subscribe("there/#", common::opts(QoS::AtLeastOnce));
+    let mut at_edge = Raw::connected(edge.addr, V5, "edge-reader");
+    at_edge.subscribe("here/#", common::opts(QoS::AtLeastOnce));
+    let mut hub_client = Raw::connected(hub.addr, V5, "hub-device");
+    assert_eq!(
+        hub_client.publish("down/a", b"in", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut at_edge, 1), ["here/a in"]);
+    let mut edge_client = Raw::connected(edge.addr, V5, "edge-device");
+    assert_eq!(
+        edge_client.publish("up/b", b"out", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut at_hub, 1), ["there/b out"]);
+}

@@ -1,4 +1,5 @@
-//! One connection to a bridge's peer: dialled over TCP or TLS, opened with an MQTT 5
+//! One connection to a bridge's peer: dialled over TCP or TLS, with a WebSocket on
+//! top for a ws:// or wss:// peer (`server::ws::dial`), opened with an MQTT 5
 //! CONNECT, and read and written packet by packet with the broker's own codec and
 //! frame reader (RFC 0002 "Bridges", "On a bridge, dialling out").
 //!
@@ -187,20 +188,23 @@ impl Link {
         }
         let tcp = tcp.ok_or_else(|| format!("cannot connect: {last}"))?;
         let _ = tcp.get_ref().set_nodelay(true);
+        let socket = if peer.scheme.is_tls() {
+            let config = client_config(bridge)?;
+            let name = ServerName::try_from(peer.host.clone())
+                .map_err(|e| format!("{} is not a name TLS can check: {e}", peer.host))?;
+            let tls = futures_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS handshake failed: {e}"))?;
+            Socket::TlsClient(Box::new(tls))
+        } else {
+            Socket::Tcp(tcp)
+        };
         let socket = match peer.scheme {
-            PeerScheme::Tcp => Socket::Tcp(tcp),
-            PeerScheme::Tls => {
-                let config = client_config(bridge)?;
-                let name = ServerName::try_from(peer.host.clone())
-                    .map_err(|e| format!("{} is not a name TLS can check: {e}", peer.host))?;
-                let tls = futures_rustls::TlsConnector::from(config)
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| format!("TLS handshake failed: {e}"))?;
-                Socket::TlsClient(Box::new(tls))
-            }
+            PeerScheme::Tcp | PeerScheme::Tls => socket,
             PeerScheme::Ws | PeerScheme::Wss => {
-                return Err("ws:// and wss:// peers are not dialled by this build".into());
+                let max = settings.max_message_size as usize;
+                crate::server::ws::dial(&ws_url(peer), socket, max).await?
             }
         };
         let mut link = Link {
@@ -322,6 +326,23 @@ impl Link {
             .await;
         self.socket.close_write();
     }
+}
+
+/// The address a ws:// or wss:// peer is upgraded at: its path, `/mqtt` when none
+/// was written (what mosquitto, EMQX and HiveMQ serve).
+fn ws_url(peer: &crate::config::Peer) -> String {
+    let scheme = if peer.scheme.is_tls() { "wss" } else { "ws" };
+    let host = if peer.host.contains(':') {
+        format!("[{}]", peer.host)
+    } else {
+        peer.host.clone()
+    };
+    let path = if peer.path.is_empty() {
+        "/mqtt"
+    } else {
+        &peer.path
+    };
+    format!("{scheme}://{host}:{}{path}", peer.port)
 }
 
 fn connect(bridge: &Bridge, settings: &Settings) -> Connect {

@@ -11,7 +11,7 @@ mod proxy;
 mod slots;
 pub(crate) mod socket;
 pub(crate) mod tls;
-mod ws;
+pub(crate) mod ws;
 
 pub use proxy::admit;
 pub use socket::{Door, Socket};
