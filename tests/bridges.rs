@@ -514,10 +514,12 @@ bridges:
 
 const OPS: &str = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
 
-/// B-393, B-394, B-395, B-407, B-408, B-100, B-105: what no rule covers, what a
-/// rule maps to nothing or into the reserved `$` space, and what Sagüin would refuse
-/// whatever the channel are dropped with a warning, acknowledged to the peer (it is
-/// finished with there) and counted by cause; the link carries on.
+/// B-393, B-394, B-395, B-407, B-408, B-100, B-105, A-191: what no rule covers, what
+/// a rule maps to nothing or into the reserved `$` space, and what Sagüin would
+/// refuse whatever the channel - a topic too deep, a dead-letter channel's topic,
+/// which takes records from its queue alone - are dropped with a warning,
+/// acknowledged to the peer (it is finished with there) and counted by cause; the
+/// link carries on.
 #[test]
 fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -525,11 +527,18 @@ fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
     let yaml = bridged(
         &format!("{OPS}  limits:\n    max_topic_levels: 4\n"),
         &format!(
-            "bridges:
+            "channels:
+  jobs:
+    type: queue
+    filter: work/+/todo
+bridges:
   hub:
     peer: tcp://127.0.0.1:{port}
     client_id: edge-drops
     topics:
+      - filter: dl/#
+        topic: work/$#
+        direction: in
       - filter: in/+/x
         topic: $1/y
         direction: in
@@ -553,6 +562,7 @@ fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
         ("in/$saguin/x", "unmappable"),
         ("zero", "unmappable"),
         ("deep/1/2/3/4", "never_accepted"),
+        ("dl/a/todo/__dlq", "never_accepted"),
     ];
     for (n, (topic, cause)) in sent.iter().enumerate() {
         let id = n as u16 + 1;
@@ -572,7 +582,7 @@ fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
     expect_puback(&mut peer, 9);
     assert_eq!(&*reader.recv_publish().topic, "d/ok");
     let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
-    for (cause, n) in [("no_rule", 1), ("unmappable", 2), ("never_accepted", 1)] {
+    for (cause, n) in [("no_rule", 1), ("unmappable", 2), ("never_accepted", 2)] {
         let line = format!("saguin_bridge_unstored_total{{bridge=\"hub\",cause=\"{cause}\"}} {n}");
         assert!(metrics.contains(&line), "{line} in:\n{metrics}");
     }

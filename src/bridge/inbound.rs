@@ -253,35 +253,54 @@ pub async fn run(
             mark(&state);
             continue;
         }
+        let from = publish.topic.clone();
         let message = Arc::new(message(publish, topic, &publisher));
-        if store(&shared, &bridge.name, &state, arrival.generation, message).await {
-            if qos != QoS::AtMostOnce {
-                settled.remember(packet_id, digest);
+        match store(&shared, &bridge.name, &state, arrival.generation, message).await {
+            Stored::Taken => {
+                if qos != QoS::AtMostOnce {
+                    settled.remember(packet_id, digest);
+                }
+                mark(&state);
             }
-            mark(&state);
+            Stored::Never(why) => {
+                unstored(&shared, &bridge.name, Cause::NeverAccepted, &from, &why);
+                mark(&state);
+            }
+            Stored::Abandoned => {}
         }
     }
 }
 
-/// Routes `message` until it is taken; `false` when it was let go (a QoS 1/2 record
-/// whose link is gone, or one never accepted).
+/// What became of a record offered to the store.
+enum Stored {
+    /// Stored: acknowledge it.
+    Taken,
+    /// Refused for good, and why: drop it, acknowledged (B-407).
+    Never(String),
+    /// Its link went while it was refused: the peer sends it again.
+    Abandoned,
+}
+
+/// Routes `message` until it is taken, refused for good, or (QoS 1/2) its link is
+/// gone.
 async fn store(
     shared: &Rc<Shared>,
     name: &str,
     state: &State,
     generation: u64,
     message: Arc<Message>,
-) -> bool {
+) -> Stored {
     let mut wait = RETRY_FIRST;
     loop {
         let code = crate::server::connection::channels::route(shared, message.clone()).await;
         match code {
-            reason::SUCCESS => return true,
+            reason::SUCCESS => return Stored::Taken,
             // A dead-letter channel takes nothing but its queue's records.
             reason::NOT_AUTHORIZED | reason::TOPIC_NAME_INVALID => {
-                let why = format!("refused 0x{code:02X} by the channel it lands in");
-                unstored(shared, name, Cause::NeverAccepted, &message.topic, &why);
-                return false;
+                return Stored::Never(format!(
+                    "{:?} is refused 0x{code:02X} by the channel it lands in",
+                    message.topic
+                ));
             }
             _ => {}
         }
@@ -295,7 +314,7 @@ async fn store(
         // never is, so it waits its turn here, and those arriving past one Receive
         // Maximum of waiting ones are dropped by the link (B-406).
         if message.qos != QoS::AtMostOnce && state.generation.get() != generation {
-            return false;
+            return Stored::Abandoned;
         }
     }
 }
