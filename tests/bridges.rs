@@ -248,6 +248,9 @@ bridges:
     );
     assert!(seen.contains(&"site/live/x now".to_string()), "{seen:?}");
     drop(far);
+    // Give the peer's last PUBACK time to reach the bridge: a record still
+    // unacknowledged when the link goes is rightly sent again.
+    std::thread::sleep(Duration::from_millis(300));
 
     // The peer goes; the channel grows and a broadcast passes meanwhile.
     let (port_again, dir) = peer.stop();
@@ -956,6 +959,8 @@ bridges:
     );
     assert_eq!(lines_of(&mut far, 1), ["site/state/gone soon"]);
     drop(far);
+    // Give the peer's PUBACK time to reach the bridge before the peer goes.
+    std::thread::sleep(Duration::from_millis(300));
     let (port, mosq_dir) = peer.stop();
     broker.wait_log("bridge hub: link to");
     for (topic, payload) in [
@@ -973,12 +978,19 @@ bridges:
     let peer = Mosquitto::start(port, mosq_dir);
     broker.wait_log("up again after");
     let mut far = persistent(peer.addr, "far-reader");
-    let mut got = lines_of(&mut far, 3);
-    got.sort();
-    assert_eq!(
-        got,
-        ["site/state/a v3", "site/state/b w1", "site/state/gone "]
-    );
+    let wanted = ["site/state/a v3", "site/state/b w1", "site/state/gone "];
+    let mut got = Vec::new();
+    while !wanted.iter().all(|w| got.iter().any(|g| g == w)) {
+        let line = lines_of(&mut far, 1).remove(0);
+        // "gone soon" may come again: its PUBACK can be in flight when the peer
+        // goes, and an unacknowledged record is sent again (at least once).
+        assert!(
+            wanted.contains(&line.as_str()) || line == "site/state/gone soon",
+            "B-386: only the newest per topic crosses: {line} after {got:?}"
+        );
+        got.push(line);
+        assert!(got.len() <= 4, "{got:?}");
+    }
     nothing_more(&mut far, "B-386: the newest per topic, once");
 }
 

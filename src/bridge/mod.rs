@@ -9,8 +9,9 @@
 //! sessions inside the broker, one per outbound rule ([`outbound`]), served by the
 //! same fan-out and channel cursors as any client's.
 //!
-//! - `link.rs`: the connection - TCP or TLS, the CONNECT and CONNACK, packets in and
-//!   out through the broker's codec and frame reader.
+//! - `link.rs`: the connection - TCP or TLS, a WebSocket on top for ws:// and wss://,
+//!   the CONNECT and CONNACK, packets in and out through the broker's codec and frame
+//!   reader.
 //! - `inbound.rs`: rules in written order, the DUP memory, the storing worker and
 //!   `saguin_bridge_unstored_total`.
 //! - `outbound.rs`: the outbound rules' sessions, the window, one record per topic.
