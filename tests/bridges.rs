@@ -356,6 +356,15 @@ fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
 /// The peer, played by the test: accepts the bridge's connection and answers its
 /// CONNECT.
 fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin::codec::Connect) {
+    accept_bridge_with(listener, session_present, Properties::default())
+}
+
+/// [`accept_bridge`], the CONNACK carrying `properties`.
+fn accept_bridge_with(
+    listener: &TcpListener,
+    session_present: bool,
+    properties: Properties,
+) -> (Raw, saguin::codec::Connect) {
     listener.set_nonblocking(false).expect("blocking");
     let (stream, _) = listener.accept().expect("the bridge dials");
     let mut peer = Raw::on(stream, V5);
@@ -366,7 +375,7 @@ fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin:
     peer.send(&Packet::ConnAck(ConnAck {
         session_present,
         code: 0,
-        properties: Properties::default(),
+        properties,
     }));
     (peer, connect)
 }
@@ -1243,4 +1252,47 @@ fn carries_both_ways_over(hub: &Broker, scheme: &str, keys: &str, dir: PathBuf) 
         Some(0)
     );
     assert_eq!(lines_of(&mut at_hub, 1), ["there/b out"]);
+}
+
+/// RFC 0003 "Retained messages", B-372: a peer that keeps no retained messages is
+/// sent a retained value with the flag down, said once per link in the log.
+#[test]
+fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-noretain
+    topics:
+      - filter: up/#
+        topic: far/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let properties = Properties {
+        retain_available: Some(0),
+        ..Properties::default()
+    };
+    let (mut peer, _) = accept_bridge_with(&listener, false, properties);
+    broker.wait_log("keeps no retained messages");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("up/v", b"value", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let p = loop {
+        match peer.recv() {
+            Packet::Publish(p) => break p,
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    };
+    assert_eq!(&*p.topic, "far/v");
+    assert!(!p.retain, "{p:?}");
 }

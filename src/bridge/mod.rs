@@ -113,6 +113,7 @@ async fn keep_linked(
         if shared.stopping() {
             return;
         }
+        log::debug!("bridge {name}: dialling {peer}");
         let opened = future::or(
             async { Some(Link::open(bridge, &shared.settings).await) },
             async {
@@ -149,6 +150,12 @@ async fn keep_linked(
                     log::warn!(
                         "bridge {name}: {peer} kept no session for {} (Session Present 0): whatever it held while the link was down is lost, and its retained values come again",
                         bridge.client_id
+                    );
+                }
+                if !link.granted.retain_available {
+                    // Once per link, not per record (RFC 0003 "Retained messages").
+                    log::warn!(
+                        "bridge {name}: {peer} keeps no retained messages: retained values cross with the flag down, live only"
                     );
                 }
                 ever_connected = true;
