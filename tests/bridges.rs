@@ -1296,3 +1296,51 @@ fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
     assert_eq!(&*p.topic, "far/v");
     assert!(!p.retain, "{p:?}");
 }
+
+/// RFC 0002 "Hanging up a client": a bridge's outbound rule is the broker's own
+/// session, not a client's; a hang-up naming it is answered no-such-client and the
+/// rule goes on carrying.
+#[test]
+fn an_outbound_rule_cannot_be_hung_up() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-hang
+    topics:
+      - filter: up/#
+        direction: both
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut operator = Raw::connected(broker.addr, V5, "operator");
+    operator.subscribe("ops/reply", common::opts(QoS::AtLeastOnce));
+    let mut p = common::publish(
+        "$saguin/sessions/disconnect",
+        "\u{1}bridge/hub/out/up/#/up/#".as_bytes(),
+        QoS::AtLeastOnce,
+        false,
+    );
+    p.properties.response_topic = Some("ops/reply".into());
+    assert_eq!(operator.publish_packet(p), Some(0));
+    assert_eq!(&*operator.recv_publish().payload, b"no-such-client");
+    assert_eq!(
+        operator.publish("up/still", b"x", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let carried = loop {
+        match peer.recv() {
+            Packet::Publish(p) => break p,
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    };
+    assert_eq!(&*carried.topic, "up/still");
+}

@@ -28,7 +28,7 @@ use crate::server::Shared;
 /// The prefix of the publisher id every record a bridge brings in carries: a
 /// control character, which no MQTT client's id may hold (`check_connect`), so the
 /// mark cannot be forged and needs no field of its own (B-399, gaps G-16 `via_bridge`).
-pub const VIA_BRIDGE: char = '\u{1}';
+pub const VIA_BRIDGE: char = crate::broker::INTERNAL;
 
 /// Whether a record's publisher says it arrived over a bridge (B-399).
 pub fn via_bridge(publisher: &str) -> bool {

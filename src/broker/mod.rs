@@ -37,6 +37,12 @@ use retained::RetainedStore;
 use session::{ArmedWill, Delivery, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
+/// The first character of every client id the broker holds sessions under for
+/// itself (`attach_internal`): a control character, which no client's CONNECT may
+/// carry in its client id, so no client can name, take over or hang up such a
+/// session.
+pub const INTERNAL: char = '\u{1}';
+
 /// What becomes of a session's Will when its connection ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WillAtEnd {
@@ -116,6 +122,8 @@ pub struct Broker {
     /// Broadcast deliveries handed to sessions since the start (`handed`).
     handed: u64,
     next_assigned: u64,
+    /// Sessions held by the broker itself (`attach_internal`), never ended.
+    internal_sessions: usize,
 }
 
 impl Broker {
@@ -152,6 +160,7 @@ impl Broker {
             record_work: Vec::new(),
             handed: 0,
             next_assigned: 0,
+            internal_sessions: 0,
         };
         broker.restore(loaded);
         broker
@@ -405,12 +414,18 @@ impl Broker {
 
     /// The connection holding `client_id`'s session, if one does.
     pub fn holder(&self, client_id: &str) -> Option<Rc<ConnLink>> {
+        // The broker's own sessions (a bridge's outbound rules) are held by no
+        // client's connection: nothing to take over or hang up.
+        if client_id.starts_with(INTERNAL) {
+            return None;
+        }
         self.sessions.get(client_id).and_then(|s| s.link.clone())
     }
 
-    /// How many sessions exist.
+    /// How many clients' sessions exist.
     pub fn session_count(&self) -> usize {
-        self.sessions.len()
+        // A bridge's outbound rules hold sessions of the broker's own: no client's.
+        self.sessions.len().saturating_sub(self.internal_sessions)
     }
 
     /// Takes or creates the session for a CONNECT that passed every check. Another
@@ -781,8 +796,12 @@ impl Broker {
     /// by its link for the life of the process. It subscribes like any session, so
     /// broadcast fan-out and channel cursors serve it unchanged.
     pub fn attach_internal(&mut self, session: Session) {
-        self.sessions
+        let held = self
+            .sessions
             .insert(session.client_id.clone(), Box::new(session));
+        if held.is_none() {
+            self.internal_sessions += 1;
+        }
     }
 
     /// A record landed in `channel`: wake every session reading it, and hand it to

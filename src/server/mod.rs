@@ -216,10 +216,10 @@ pub fn serve(
         shutdown(&shared).await;
         // Each bridge was told by the shutdown's kick: it says DISCONNECT to its
         // peer and writes its outbound positions.
+        let deadline = Instant::now() + Duration::from_secs(2);
         for bridge in bridging {
-            let deadline = smol::Timer::after(Duration::from_secs(2));
             futures_lite::future::or(bridge, async {
-                deadline.await;
+                smol::Timer::at(deadline).await;
             })
             .await;
         }
