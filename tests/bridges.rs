@@ -396,6 +396,17 @@ fn expect_subscribe(peer: &mut Raw) -> Vec<(String, SubscriptionOptions)> {
     }
 }
 
+/// The next PUBLISH the bridge sends the peer, answering PINGREQs meanwhile.
+fn next_publish(peer: &mut Raw) -> Publish {
+    loop {
+        match peer.recv() {
+            Packet::Publish(p) => return p,
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+}
+
 /// The PUBACK for `packet_id`, skipping PINGREQs.
 fn expect_puback(peer: &mut Raw, packet_id: u16) {
     loop {
@@ -1105,18 +1116,11 @@ bridges:
     }
     let (mut peer, _) = accept_bridge(&listener, false);
     let take = |peer: &mut Raw| -> (u16, String) {
-        loop {
-            match peer.recv() {
-                Packet::Publish(p) => {
-                    return (
-                        p.packet_id.unwrap_or(0),
-                        String::from_utf8_lossy(&p.payload).into_owned(),
-                    );
-                }
-                Packet::PingReq => peer.send(&Packet::PingResp),
-                other => panic!("expected PUBLISH, got {other:?}"),
-            }
-        }
+        let p = next_publish(peer);
+        (
+            p.packet_id.unwrap_or(0),
+            String::from_utf8_lossy(&p.payload).into_owned(),
+        )
     };
     let first: Vec<(u16, String)> = (0..3).map(|_| take(&mut peer)).collect();
     let payloads: Vec<&str> = first.iter().map(|(_, p)| p.as_str()).collect();
@@ -1145,6 +1149,58 @@ bridges:
         !again.contains(&"a1".to_string()),
         "a settled record is not re-sent: {again:?}"
     );
+}
+
+/// B-107: a record the peer refuses 0x90 (its topic is one the peer never takes) is
+/// counted peer_refused and skipped: the rule goes on, and it is not offered again.
+#[test]
+fn a_record_the_peer_refuses_0x90_is_skipped_and_counted() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        OPS,
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-0x90
+    topics:
+      - filter: ev/#
+        topic: far/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = broker.ops_addr();
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for payload in ["first", "second"] {
+        assert_eq!(
+            local.publish("ev/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let first = next_publish(&mut peer);
+    assert_eq!(&*first.payload, b"first");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        first.packet_id.unwrap_or(0),
+        0x90,
+    )));
+    let second = next_publish(&mut peer);
+    assert_eq!(&*second.payload, b"second", "the rule went on at once");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        second.packet_id.unwrap_or(0),
+        0,
+    )));
+    nothing_more(&mut peer, "the refused record is not offered again");
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    let line = "saguin_bridge_unstored_total{bridge=\"hub\",cause=\"peer_refused\"} 1";
+    assert!(metrics.contains(line), "{line} in:\n{metrics}");
 }
 
 /// B-210: a bridge's TLS file that does not make a client configuration stops the
@@ -1286,13 +1342,7 @@ fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
         local.publish("up/v", b"value", QoS::AtLeastOnce, true),
         Some(0)
     );
-    let p = loop {
-        match peer.recv() {
-            Packet::Publish(p) => break p,
-            Packet::PingReq => peer.send(&Packet::PingResp),
-            other => panic!("expected PUBLISH, got {other:?}"),
-        }
-    };
+    let p = next_publish(&mut peer);
     assert_eq!(&*p.topic, "far/v");
     assert!(!p.retain, "{p:?}");
 }
@@ -1335,12 +1385,6 @@ fn an_outbound_rule_cannot_be_hung_up() {
         operator.publish("up/still", b"x", QoS::AtLeastOnce, false),
         Some(0)
     );
-    let carried = loop {
-        match peer.recv() {
-            Packet::Publish(p) => break p,
-            Packet::PingReq => peer.send(&Packet::PingResp),
-            other => panic!("expected PUBLISH, got {other:?}"),
-        }
-    };
+    let carried = next_publish(&mut peer);
     assert_eq!(&*carried.topic, "up/still");
 }

@@ -37,6 +37,9 @@ use crate::server::connection::channels::Reader;
 /// again from its position.
 const AFTER_REFUSAL: Duration = Duration::from_secs(1);
 
+/// A peer's refusal that no retry can change.
+const TOPIC_NAME_INVALID: u8 = crate::codec::reason::TOPIC_NAME_INVALID;
+
 /// The `saguin-` properties a delivery carries that do not cross: offsets and
 /// times are this broker's own (B-370).
 const LOCAL_ONLY: &[&str] = &["saguin-offset", "saguin-timestamp", "saguin-expires"];
@@ -261,10 +264,22 @@ impl Outbound {
         let rule = &mut self.rules[index];
         rule.busy.remove(&topic);
         let mut broker = shared.broker.borrow_mut();
-        let Some(session) = broker.session_of(&rule.client_id, self.link_id) else {
+        let Some((session, metrics)) = broker.session_and_metrics(&rule.client_id, self.link_id)
+        else {
             return;
         };
         if code < 0x80 {
+            session.settle(pid);
+            return;
+        }
+        if code == TOPIC_NAME_INVALID {
+            // Its topic is one the peer will never take (deeper than its
+            // max_topic_levels, say): retrying would hold the rule for ever (B-107).
+            log::warn!(
+                "bridge {}: the peer refused {topic:?} 0x90 (topic name invalid); skipped (peer_refused)",
+                self.name
+            );
+            metrics.bridge_unstored(&self.name, "peer_refused");
             session.settle(pid);
             return;
         }
