@@ -1395,3 +1395,63 @@ fn an_outbound_rule_cannot_be_hung_up() {
     let carried = next_publish(&mut peer);
     assert_eq!(&*carried.topic, "up/still");
 }
+
+/// B-384, B-388: a peer refusing one rule's record holds that rule alone: another
+/// rule's records go on crossing meanwhile, and the refused one is offered again.
+#[test]
+fn a_refusal_holds_one_rule_and_no_other() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-rules
+    topics:
+      - filter: ev/a/#
+        topic: far/a/$#
+        direction: out
+      - filter: ev/b/#
+        topic: far/b/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("ev/a/x", b"a1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let a1 = next_publish(&mut peer);
+    assert_eq!(&*a1.payload, b"a1");
+    let refused_at = Instant::now();
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        a1.packet_id.unwrap_or(0),
+        0x97,
+    )));
+    broker.wait_log("the peer refused \"ev/a/x\" 0x97");
+    assert_eq!(
+        local.publish("ev/b/y", b"b1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let b1 = next_publish(&mut peer);
+    assert_eq!(&*b1.payload, b"b1", "the other rule goes on");
+    assert!(
+        refused_at.elapsed() < Duration::from_secs(1),
+        "within the pause"
+    );
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        b1.packet_id.unwrap_or(0),
+        0,
+    )));
+    let again = next_publish(&mut peer);
+    assert_eq!(&*again.payload, b"a1", "offered again from its position");
+}
