@@ -1455,3 +1455,35 @@ bridges:
     let again = next_publish(&mut peer);
     assert_eq!(&*again.payload, b"a1", "offered again from its position");
 }
+
+/// A malformed packet from the peer ends the link, logged, and the bridge dials
+/// again: never a panic.
+#[test]
+fn a_malformed_packet_from_the_peer_ends_the_link_and_the_bridge_dials_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-garbage
+    topics:
+      - filter: a/#
+        direction: in
+        topic: b/$#
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    // A PUBLISH whose topic claims 65535 bytes of a two-byte body.
+    peer.send_bytes(&[0x32, 0x02, 0xFF, 0xFF]);
+    let down = broker.wait_log("bridge hub: link to");
+    assert!(down.contains("does not decode"), "{down}");
+    let (mut peer, connect) = accept_bridge(&listener, false);
+    assert_eq!(connect.client_id, "edge-garbage");
+    expect_subscribe(&mut peer);
+}
