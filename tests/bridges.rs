@@ -1487,3 +1487,84 @@ fn a_malformed_packet_from_the_peer_ends_the_link_and_the_bridge_dials_again() {
     assert_eq!(connect.client_id, "edge-garbage");
     expect_subscribe(&mut peer);
 }
+
+/// B-383: an out rule whose topic is edited is a new reader: it starts where a new
+/// reader of the channel starts (the floor of an append channel), while the rule as
+/// it was would have resumed past what it had carried.
+#[test]
+fn an_edited_out_rule_is_a_new_reader() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let yaml = |topic: &str| {
+        format!(
+            "broker:
+  id: edge
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {{dir}}/saguin.db
+channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-edited
+    topics:
+      - filter: ev/#
+        topic: {topic}/$#
+        direction: out
+"
+        )
+    };
+    let carried = |peer: &mut Raw| {
+        let p = next_publish(peer);
+        peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+            p.packet_id.unwrap_or(0),
+            0,
+        )));
+        format!("{} {}", p.topic, String::from_utf8_lossy(&p.payload))
+    };
+    let broker = Broker::start_in(temp_dir("bridge-edited"), &yaml("one"));
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("ev/x", b"e1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(carried(&mut peer), "one/x e1");
+    std::thread::sleep(Duration::from_millis(300)); // the position is written
+    drop(local);
+    let dir = broker.stop();
+    drop(peer);
+
+    // The same rule resumes past e1.
+    let broker = Broker::start_in(dir, &yaml("one"));
+    let (mut peer, _) = accept_bridge(&listener, true);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("ev/x", b"e2", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(carried(&mut peer), "one/x e2");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(local);
+    let dir = broker.stop();
+    drop(peer);
+
+    // Edited, it is a new reader from the floor.
+    let _edge = Broker::start_in(dir, &yaml("two"));
+    let (mut peer, _) = accept_bridge(&listener, true);
+    assert_eq!(carried(&mut peer), "two/x e1");
+    assert_eq!(carried(&mut peer), "two/x e2");
+}
