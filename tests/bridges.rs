@@ -103,6 +103,25 @@ fn bridged(broker_extra: &str, rest: &str) -> String {
     format!("{}{rest}", common::config(broker_extra))
 }
 
+/// A broker on one sqlite file in its directory, so its channels and positions
+/// outlive a restart; its `channels:` and `bridges:` follow.
+const SQLITE: &str = "broker:
+  id: edge
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+";
+
 /// A publish with one User Property.
 fn with_property(topic: &str, payload: &[u8], key: &str, value: &str) -> Publish {
     let mut p = common::publish(topic, payload, QoS::AtLeastOnce, false);
@@ -353,6 +372,13 @@ fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
     );
 }
 
+/// Where the peer the test plays listens: a loopback listener and its port.
+fn peer_listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    (listener, port)
+}
+
 /// The peer, played by the test: accepts the bridge's connection and answers its
 /// CONNECT.
 fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin::codec::Connect) {
@@ -429,8 +455,7 @@ fn expect_puback(peer: &mut Raw, packet_id: u16) {
 /// warning; DISCONNECT 0x95 stops the link for good.
 #[test]
 fn the_bridge_speaks_to_a_peer_as_the_rfc_says() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         "",
         &format!(
@@ -545,8 +570,7 @@ const OPS: &str = "  operations:\n    listen:\n      tcp:\n        address: 127.
 /// link carries on.
 #[test]
 fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         &format!("{OPS}  limits:\n    max_topic_levels: 4\n"),
         &format!(
@@ -618,8 +642,7 @@ bridges:
 /// remembered as stored.
 #[test]
 fn a_refused_record_stays_unacknowledged_and_the_link_still_notices_it_went() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let dir = temp_dir("bridge-full");
     std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
     let yaml = format!(
@@ -898,22 +921,7 @@ fn out_rules_resume_after_a_restart_and_carry_a_latest_channel_newest_per_topic(
     far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
     let dir = temp_dir("bridge-restart");
     let yaml = format!(
-        "broker:
-  id: edge
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-  storage:
-    default: local
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      local:
-        type: sqlite
-        file_path: {{dir}}/saguin.db
-channels:
+        "{SQLITE}channels:
   events:
     type: append
     filter: events/#
@@ -1086,8 +1094,7 @@ fn the_retain_flag_crosses_both_ways() {
 /// and the refused record is offered again from the position.
 #[test]
 fn an_out_rule_keeps_one_record_per_topic_in_flight_within_the_window() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         "",
         &format!(
@@ -1162,8 +1169,7 @@ bridges:
 /// counted peer_refused and skipped: the rule goes on, and it is not offered again.
 #[test]
 fn a_record_the_peer_refuses_0x90_is_skipped_and_counted() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         OPS,
         &format!(
@@ -1321,8 +1327,7 @@ fn carries_both_ways_over(hub: &Broker, scheme: &str, keys: &str, dir: PathBuf) 
 /// sent a retained value with the flag down, said once per link in the log.
 #[test]
 fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         "",
         &format!(
@@ -1359,8 +1364,7 @@ fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
 /// rule goes on carrying.
 #[test]
 fn an_outbound_rule_cannot_be_hung_up() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         "",
         &format!(
@@ -1400,8 +1404,7 @@ fn an_outbound_rule_cannot_be_hung_up() {
 /// rule's records go on crossing meanwhile, and the refused one is offered again.
 #[test]
 fn a_refusal_holds_one_rule_and_no_other() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         "",
         &format!(
@@ -1460,8 +1463,7 @@ bridges:
 /// again: never a panic.
 #[test]
 fn a_malformed_packet_from_the_peer_ends_the_link_and_the_bridge_dials_again() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = bridged(
         "",
         &format!(
@@ -1493,26 +1495,10 @@ fn a_malformed_packet_from_the_peer_ends_the_link_and_the_bridge_dials_again() {
 /// it was would have resumed past what it had carried.
 #[test]
 fn an_edited_out_rule_is_a_new_reader() {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
+    let (listener, port) = peer_listener();
     let yaml = |topic: &str| {
         format!(
-            "broker:
-  id: edge
-  log_level: debug
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-  storage:
-    default: local
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      local:
-        type: sqlite
-        file_path: {{dir}}/saguin.db
-channels:
+            "{SQLITE}channels:
   events:
     type: append
     filter: ev/#
