@@ -391,8 +391,23 @@ fn accept_bridge_with(
     session_present: bool,
     properties: Properties,
 ) -> (Raw, saguin::codec::Connect) {
-    listener.set_nonblocking(false).expect("blocking");
-    let (stream, _) = listener.accept().expect("the bridge dials");
+    // Polled, so a bridge that never dials fails the test within WAIT.
+    listener.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + WAIT;
+    let stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the bridge did not dial within {WAIT:?}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    stream.set_nonblocking(false).expect("blocking");
     let mut peer = Raw::on(stream, V5);
     let connect = match peer.recv() {
         Packet::Connect(c) => *c,
@@ -552,7 +567,6 @@ bridges:
     // 0x95 stops the link; no dial follows.
     peer.send(&Packet::Disconnect(saguin::codec::Disconnect::new(0x95)));
     broker.wait_log("link to");
-    listener.set_nonblocking(true).expect("nonblocking");
     std::thread::sleep(Duration::from_millis(1500));
     assert!(
         listener.accept().is_err(),
