@@ -3,6 +3,7 @@
 
 pub mod acl;
 pub mod auth;
+pub mod bridge;
 pub mod broker;
 pub mod codec;
 pub mod config;

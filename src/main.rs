@@ -203,6 +203,7 @@ fn main() -> ExitCode {
         channels,
         sweeps,
         operations,
+        config.bridges.clone(),
         stop_signal(signals, path, config.broker.log_level, gates),
     );
     if let Some(pid_file) = &pid_file {

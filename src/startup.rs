@@ -267,36 +267,34 @@ fn describe(settings: &ProviderSettings) -> String {
     }
 }
 
-/// Refuses what this build validates but does not run: `bridges:` (a bridge that
-/// moved nothing is worse than none). Asked by `--check-config` and by a plain start
-/// alike, and by the start before any provider is opened or door bound, so the two
-/// refuse exactly the same files and a refused start leaves nothing behind (B-185).
-/// `--route` still explains bridge rules: it answers where topics land, not whether
-/// this build would start.
+/// Refuses a bridge whose TLS files do not make a client configuration (B-210):
+/// read as the start reads them, before any provider is opened or door bound, and
+/// by `--check-config` alike, so the two refuse exactly the same files and a refused
+/// start leaves nothing behind (B-185).
 ///
 /// # Errors
-/// The refusal, naming the `bridges` key with its file and line.
+/// Every refusal, each naming the bridge with its file and line.
 pub fn refuse_unserved(config: &Config) -> Result<(), String> {
-    let Some(at) = config
-        .bridges_at
-        .as_ref()
-        .filter(|_| !config.bridges.is_empty())
-    else {
-        return Ok(());
-    };
-    let names: Vec<&str> = config.bridges.iter().map(|b| b.name.as_str()).collect();
-    Err(format!(
-        "{}:{}: bridges ({}): this build runs no bridges; remove the bridges block rather than \
-         have it silently move nothing",
-        at.file,
-        at.line,
-        names.join(", ")
-    ))
+    let refusals: Vec<String> = config
+        .bridges
+        .iter()
+        .filter_map(|bridge| {
+            let at = &bridge.origin;
+            crate::bridge::link::check_files(bridge)
+                .err()
+                .map(|e| format!("{}:{}: bridges.{}: {e}", at.file, at.line, bridge.name))
+        })
+        .collect();
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(refusals.join("\n"))
+    }
 }
 
 /// Binds the MQTT doors `broker.mqtt.listen` names, each with its gate (`gates`
 /// comes from [`crate::auth::Gates::from_config`] on the same configuration). A
-/// configuration with bridges never gets here ([`refuse_unserved`]).
+/// configuration [`refuse_unserved`] refuses never gets here.
 ///
 /// # Errors
 /// A door that cannot be bound, named.

@@ -845,13 +845,7 @@ fn the_operations_listener_explains_the_acl_file_it_holds_b320() {
     let ops = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
     let extra = EXTRA.replace("channels:\n", &format!("{ops}channels:\n"));
     let broker = Broker::start_in(dir, &common::config(&extra));
-    let line = broker.wait_log("operations listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .expect("an address")
-        .trim()
-        .to_string();
+    let addr = broker.ops_addr();
     let config = broker.dir.join("saguin.yaml");
     let cli = |user: &str, client: &str| {
         let out = common::run_saguin(&[

@@ -171,7 +171,8 @@ fn an_acl_file_that_does_not_load_stops_the_broker_naming_the_file() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A bridge the broker would not run. `{dir}` is replaced by the test's directory.
+/// A bridge the broker would not run: its ca_file holds no certificate (B-210).
+/// `{dir}` is replaced by the test's directory, `{ca}` by that file.
 const BRIDGED: &str = "broker:
   id: bridged
   storage:
@@ -199,35 +200,43 @@ channels:
     storage: volatile
 bridges:
   head-office:
-    peer: tcp://127.0.0.1:1
+    peer: wss://127.0.0.1:1/mqtt
     client_id: vessel-07
+    ca_file: {ca}
     topics:
       - filter: alerts/#
         direction: both
 ";
 
-/// The refusal, naming the `bridges` key at the line the file writes it on.
+/// [`BRIDGED`] for `dir`, its ca_file written in a directory of its own.
+fn bridged(dir: &std::path::Path) -> String {
+    let ca = temp_dir("bridge-ca").join("ca.pem");
+    std::fs::write(&ca, "no certificate here\n").expect("ca.pem");
+    BRIDGED
+        .replace("{dir}", &dir.display().to_string())
+        .replace("{ca}", &ca.display().to_string())
+}
+
+/// The refusal, naming the bridge and its ca_file at the line the bridge is written on.
 fn names_bridges_at_its_line(text: &str, path: &std::path::Path) {
     let line = BRIDGED
         .lines()
-        .position(|l| l == "bridges:")
+        .position(|l| l == "  head-office:")
         .map(|i| i + 1)
-        .expect("BRIDGED writes bridges:");
-    let at = format!(
-        "{}:{line}: bridges (head-office): this build runs no bridges",
-        path.display()
-    );
+        .expect("BRIDGED writes head-office:");
+    let at = format!("{}:{line}: bridges.head-office: ca_file", path.display());
     assert!(text.contains(&at), "expected {at:?} in:\n{text}");
 }
 
-/// B-185: a bridge is refused by a plain start and by --check-config (with and
-/// without --output) alike, in the same words, naming the key and its line; --route
-/// still explains where topics land.
+/// B-185, B-210: a bridge this build cannot run (a ca_file with no certificate) is
+/// refused by a plain start and by --check-config (with and without --output) alike,
+/// in the same words, naming the key and its line; --route still explains where
+/// topics land.
 #[test]
-fn a_bridge_is_refused_at_startup_and_by_check_config_alike() {
+fn an_unusable_bridge_is_refused_at_startup_and_by_check_config_alike() {
     let dir = temp_dir("bridge");
     let path = dir.join("saguin.yaml");
-    let yaml = BRIDGED.replace("{dir}", &dir.display().to_string());
+    let yaml = bridged(&dir);
     std::fs::write(&path, &yaml).expect("config");
     let started = common::run_saguin(&[std::ffi::OsStr::new("--config"), path.as_os_str()]);
     assert_eq!(started.status.code(), Some(2), "{started:?}");
@@ -266,10 +275,9 @@ fn a_bridge_is_refused_at_startup_and_by_check_config_alike() {
 /// B-185: a start refused for its bridges opens no provider: no sqlite file or its
 /// directory, no snapshot directory, no lock, nothing for `$retained`.
 #[test]
-fn a_start_refused_for_its_bridges_creates_no_provider_file() {
+fn a_start_refused_for_its_bridge_creates_no_provider_file() {
     let dir = temp_dir("bridge-nothing");
-    let text =
-        common::refused_at_startup(&dir, &BRIDGED.replace("{dir}", &dir.display().to_string()));
+    let text = common::refused_at_startup(&dir, &bridged(&dir));
     names_bridges_at_its_line(&text, &dir.join("saguin.yaml"));
     let left: Vec<String> = std::fs::read_dir(&dir)
         .expect("the test's directory")

@@ -21,7 +21,7 @@ fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
         sock.display()
     ));
     let broker = Broker::start_in(dir, &yaml);
-    let addr = ops_addr(&broker);
+    let addr = broker.ops_addr();
     let _client = Raw::connected(broker.addr, V5, "counted");
     let (status, body) = http_get(tcp(&addr), "/health");
     assert_eq!(status, 200);
@@ -156,7 +156,7 @@ fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_an
         "  log_level: debug\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
     );
     let broker = Broker::start_in(dir, &yaml);
-    let addr = ops_addr(&broker);
+    let addr = broker.ops_addr();
     let mut raw = Raw::connected(broker.addr, V5, "metered");
     assert_eq!(
         raw.publish("events/one", b"x", QoS::AtLeastOnce, false),
@@ -202,16 +202,6 @@ fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_an
     );
 }
 
-/// The operations TCP address the broker logged.
-fn ops_addr(broker: &Broker) -> String {
-    let line = broker.wait_log("operations listening on http://");
-    line.split("http://")
-        .nth(1)
-        .expect("address")
-        .trim()
-        .to_string()
-}
-
 #[test]
 fn health_is_503_naming_the_provider_while_a_provider_cannot_write() {
     // Issue 7: 200 while every provider is writable, 503 with the reason otherwise.
@@ -222,7 +212,7 @@ fn health_is_503_naming_the_provider_while_a_provider_cannot_write() {
         "  log_level: debug\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
     );
     let broker = Broker::start_in(dir.clone(), &yaml);
-    let addr = ops_addr(&broker);
+    let addr = broker.ops_addr();
     let (status, body) = http_get(tcp(&addr), "/health");
     assert_eq!(status, 200, "{body}");
 
@@ -261,7 +251,7 @@ fn ops_broker(name: &str) -> (Broker, String) {
     let yaml =
         common::config("  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n");
     let broker = Broker::start_in(dir, &yaml);
-    let addr = ops_addr(&broker);
+    let addr = broker.ops_addr();
     (broker, addr)
 }
 

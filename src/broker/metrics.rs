@@ -42,6 +42,18 @@ pub struct Metrics {
     pub subscriptions_refused: RefCell<BTreeMap<u8, u64>>,
     /// Each queue's counters and depth, by queue name.
     pub queues: RefCell<BTreeMap<String, QueueCounts>>,
+    /// Each bridge's link state and drops, by bridge name (empty with no bridges).
+    pub bridges: RefCell<BTreeMap<String, BridgeCounts>>,
+}
+
+/// One bridge's gauge and counters (gaps section 4: `saguin_bridge_connected{bridge}`,
+/// `saguin_bridge_unstored_total{bridge,cause}`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BridgeCounts {
+    /// Gauge: the link is up.
+    pub connected: bool,
+    /// Records let go at this hop, by cause.
+    pub unstored: BTreeMap<&'static str, u64>,
 }
 
 /// One queue's counters (RFC 0005 `saguin_queue_*`, gaps section 4) and depth gauges.
@@ -97,6 +109,23 @@ impl Metrics {
     /// Counts a refused publish under `label`.
     pub fn refuse_publish(&self, label: &'static str) {
         *self.publish_refused.borrow_mut().entry(label).or_default() += 1;
+    }
+
+    /// Sets bridge `name`'s connected gauge.
+    pub fn bridge_connected(&self, name: &str, connected: bool) {
+        let mut bridges = self.bridges.borrow_mut();
+        bridges.entry(name.to_owned()).or_default().connected = connected;
+    }
+
+    /// Counts a record bridge `name` let go, under `cause`.
+    pub fn bridge_unstored(&self, name: &str, cause: &'static str) {
+        let mut bridges = self.bridges.borrow_mut();
+        *bridges
+            .entry(name.to_owned())
+            .or_default()
+            .unstored
+            .entry(cause)
+            .or_default() += 1;
     }
 
     /// Updates the counters of queue `name`.

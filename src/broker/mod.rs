@@ -38,6 +38,12 @@ use retained::RetainedStore;
 use session::{ArmedWill, Delivery, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
+/// The first character of every client id the broker holds sessions under for
+/// itself (`attach_internal`): a control character, which no client's CONNECT may
+/// carry in its client id, so no client can name, take over or hang up such a
+/// session.
+pub const INTERNAL: char = '\u{1}';
+
 /// What becomes of a session's Will when its connection ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WillAtEnd {
@@ -137,6 +143,8 @@ pub struct Broker {
     log_unneeded: Vec<u64>,
     /// What a full log cost since the last warning (B-474).
     log_losses: broadcast_log::Losses,
+    /// Sessions held by the broker itself (`attach_internal`), never ended.
+    internal_sessions: usize,
 }
 
 impl Broker {
@@ -186,6 +194,7 @@ impl Broker {
             log_refs: BTreeMap::new(),
             log_unneeded: Vec::new(),
             log_losses: broadcast_log::Losses::default(),
+            internal_sessions: 0,
         };
         broker.restore(loaded, acl);
         broker.restore_owed(logged);
@@ -546,12 +555,18 @@ impl Broker {
 
     /// The connection holding `client_id`'s session, if one does.
     pub fn holder(&self, client_id: &str) -> Option<Rc<ConnLink>> {
+        // The broker's own sessions (a bridge's outbound rules) are held by no
+        // client's connection: nothing to take over or hang up.
+        if client_id.starts_with(INTERNAL) {
+            return None;
+        }
         self.sessions.get(client_id).and_then(|s| s.link.clone())
     }
 
-    /// How many sessions exist.
+    /// How many clients' sessions exist.
     pub fn session_count(&self) -> usize {
-        self.sessions.len()
+        // A bridge's outbound rules hold sessions of the broker's own: no client's.
+        self.sessions.len().saturating_sub(self.internal_sessions)
     }
 
     /// Takes or creates the session for a CONNECT that passed every check. Another
@@ -924,6 +939,21 @@ impl Broker {
             .remove(&sub.filter, sub.share.as_deref(), client_id)
     }
 
+    /// Holds `session` for a part of the broker itself - a bridge's outbound rule
+    /// (`crate::bridge::outbound`): its client id holds a control character, so no
+    /// client's CONNECT can name it; it is never stored, never expires and is held
+    /// by its link for the life of the process. It subscribes like any session, so
+    /// broadcast fan-out and channel cursors serve it unchanged.
+    pub fn attach_internal(&mut self, mut session: Session) {
+        session.internal = true;
+        let held = self
+            .sessions
+            .insert(session.client_id.clone(), Box::new(session));
+        if held.is_none() {
+            self.internal_sessions += 1;
+        }
+    }
+
     /// A record landed in `channel`: wake every session reading it, and hand it to
     /// the shared groups whose filters match, which are served what is published
     /// after they began (RFC 0002 "Shared subscriptions").
@@ -1211,7 +1241,7 @@ impl Broker {
         let kept = self
             .sessions
             .get(client_id)
-            .filter(|s| self.logs && delivery.qos != QoS::AtMostOnce && s.outlives_connection())
+            .filter(|s| self.logs && delivery.qos != QoS::AtMostOnce && s.keeps_owed_in_log())
             .map(|s| s.client_id.clone());
         match kept {
             Some(client) => self.unlogged.push(broadcast_log::Pending {
@@ -1243,8 +1273,7 @@ impl Broker {
         if as_read && !session.may_read(&delivery.message.topic) {
             return;
         }
-        if loggable && self.logs && delivery.qos != QoS::AtMostOnce && session.outlives_connection()
-        {
+        if loggable && self.logs && delivery.qos != QoS::AtMostOnce && session.keeps_owed_in_log() {
             self.owed_now.push((session.client_id.clone(), delivery));
             return;
         }

@@ -208,6 +208,9 @@ pub struct Session {
     /// Read back from storage at startup and not resumed since: its channel
     /// subscriptions have no cursors until the connection resuming it opens them.
     pub restored: bool,
+    /// Held by the broker itself (a bridge's out rule, `Broker::attach_internal`),
+    /// never by a client's connection.
+    pub internal: bool,
     /// Its place in the broadcast log, once it has been owed a logged broadcast or
     /// was restored with one (B-456); boxed, so a session that never is pays a word.
     pub log: Option<Box<super::broadcast_log::LogCursor>>,
@@ -246,6 +249,7 @@ impl Session {
             stored: false,
             away_ms: None,
             restored: false,
+            internal: false,
             log: None,
             next_packet_id: 1,
         }
@@ -458,6 +462,13 @@ impl Session {
     /// Whether the session is to be kept after its connection ends.
     pub fn outlives_connection(&self) -> bool {
         self.expiry > 0
+    }
+
+    /// Whether what it is owed at QoS 1/2 of broadcast is kept in the broadcast log
+    /// (B-456): a client's session that outlives its connection. The broker's own
+    /// sessions carry broadcast live only (a bridge's out rule, B-385).
+    pub fn keeps_owed_in_log(&self) -> bool {
+        self.outlives_connection() && !self.internal
     }
 
     /// Wakes the connection holding the session, if any.

@@ -329,6 +329,7 @@ pub fn render(
         }),
     );
     queue_metrics(&m.queues.borrow(), &mut f);
+    bridge_metrics(&m.bridges.borrow(), &mut f);
     f.one(
         "saguin_process_resident_memory_bytes",
         "gauge",
@@ -336,6 +337,41 @@ pub fn render(
         resident_bytes(),
     );
     out
+}
+
+/// `saguin_bridge_connected{bridge}` and `saguin_bridge_unstored_total{bridge,cause}`
+/// (gaps section 4); nothing when no bridge is configured.
+fn bridge_metrics(
+    bridges: &std::collections::BTreeMap<String, crate::broker::metrics::BridgeCounts>,
+    f: &mut Family<'_>,
+) {
+    if bridges.is_empty() {
+        return;
+    }
+    f.emit(
+        "saguin_bridge_connected",
+        "gauge",
+        "1 while the bridge's link to its peer is up.",
+        bridges.iter().map(|(name, b)| {
+            (
+                format!("{{bridge=\"{}\"}}", escape(name)),
+                u64::from(b.connected),
+            )
+        }),
+    );
+    f.emit(
+        "saguin_bridge_unstored_total",
+        "counter",
+        "Records a bridge let go at this hop, by cause.",
+        bridges.iter().flat_map(|(name, b)| {
+            b.unstored.iter().map(move |(cause, n)| {
+                (
+                    format!("{{bridge=\"{}\",cause=\"{cause}\"}}", escape(name)),
+                    *n,
+                )
+            })
+        }),
+    );
 }
 
 /// The `saguin_queue_*` families (gaps section 4): counters per queue, dead letters by

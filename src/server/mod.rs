@@ -4,14 +4,14 @@
 //! once-a-second housekeeping tick, and the shutdown. The broker's state is a
 //! `RefCell` borrowed for one operation at a time, never across an await.
 
-mod connection;
-mod frame;
+pub(crate) mod connection;
+pub(crate) mod frame;
 pub(crate) mod http;
 mod proxy;
 mod slots;
-mod socket;
-mod tls;
-mod ws;
+pub(crate) mod socket;
+pub(crate) mod tls;
+pub(crate) mod ws;
 
 pub use proxy::admit;
 pub use socket::{Door, Socket};
@@ -90,7 +90,7 @@ impl Shared {
         }
     }
 
-    fn next_link_id(&self) -> u64 {
+    pub(crate) fn next_link_id(&self) -> u64 {
         let id = self.next_link.get() + 1;
         self.next_link.set(id);
         id
@@ -177,6 +177,7 @@ pub fn serve(
     channels: crate::broker::channels::Channels,
     sweeps: crate::storage::RetentionSchedule,
     operations: Option<crate::ops::OpsDoors>,
+    bridges: Vec<crate::config::Bridge>,
     stop: impl std::future::Future<Output = ()> + 'static,
 ) -> io::Result<()> {
     let executor = Rc::new(LocalExecutor::new());
@@ -207,6 +208,7 @@ pub fn serve(
             sweeps_stopped,
         ));
         let owners = crate::broker::queue::owner::spawn(&executor, &shared);
+        let bridging = crate::bridge::spawn(&executor, &shared, bridges);
         // A task of its own: the executor polls this body whenever any task is
         // scheduled, and polling the signal stream in place is a read syscall each time.
         executor.spawn(stop).await;
@@ -217,6 +219,15 @@ pub fn serve(
         let _ = stop_sweeps.try_send(());
         sweeping.await;
         shutdown(&shared).await;
+        // Each bridge was told by the shutdown's kick: it says DISCONNECT to its
+        // peer and writes its outbound positions.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for bridge in bridging {
+            futures_lite::future::or(bridge, async {
+                smol::Timer::at(deadline).await;
+            })
+            .await;
+        }
         store_unstored(&shared).await;
         // Once more for records the provider refused (C-285).
         sync_records(&shared).await;

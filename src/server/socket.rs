@@ -27,6 +27,8 @@ pub enum Socket {
     Tls(Box<futures_rustls::server::TlsStream<Async<TcpStream>>>),
     /// MQTT over WebSocket, over a TCP or TLS socket, past its upgrade.
     Ws(Box<super::ws::WsSocket>),
+    /// A bridge's own connection to its peer over TLS (`crate::bridge::link`).
+    TlsClient(Box<futures_rustls::client::TlsStream<Async<TcpStream>>>),
 }
 
 impl Socket {
@@ -38,7 +40,12 @@ impl Socket {
             Socket::Unix(s) => s.get_ref().shutdown(std::net::Shutdown::Write),
             Socket::Tls(s) => {
                 let (io, conn) = s.get_mut();
-                super::tls::close_notify(io, conn);
+                super::tls::close_notify(io, &mut **conn);
+                io.get_ref().shutdown(std::net::Shutdown::Write)
+            }
+            Socket::TlsClient(s) => {
+                let (io, conn) = s.get_mut();
+                super::tls::close_notify(io, &mut **conn);
                 io.get_ref().shutdown(std::net::Shutdown::Write)
             }
             Socket::Ws(s) => {
@@ -58,7 +65,14 @@ impl Socket {
             Socket::Unix(s) => future::poll_fn(|cx| s.poll_readable(cx)).await,
             Socket::Tls(s) => {
                 let (io, conn) = s.get_mut();
-                if super::tls::has_plaintext(conn) {
+                if super::tls::has_plaintext(&mut **conn) {
+                    return Ok(());
+                }
+                future::poll_fn(|cx| io.poll_readable(cx)).await
+            }
+            Socket::TlsClient(s) => {
+                let (io, conn) = s.get_mut();
+                if super::tls::has_plaintext(&mut **conn) {
                     return Ok(());
                 }
                 future::poll_fn(|cx| io.poll_readable(cx)).await
@@ -77,6 +91,7 @@ macro_rules! each {
             Socket::Unix($s) => $e,
             Socket::Tls($s) => $e,
             Socket::Ws($s) => $e,
+            Socket::TlsClient($s) => $e,
         }
     };
 }

@@ -238,13 +238,13 @@ fn not_after(der: &[u8]) -> Option<String> {
 /// The idle connection's TLS state, for [`Socket::readable`]: whether rustls already
 /// holds decrypted bytes the reader has not taken, which no socket readiness would
 /// announce.
-pub(super) fn has_plaintext(conn: &mut rustls::ServerConnection) -> bool {
+pub(crate) fn has_plaintext<D>(conn: &mut rustls::ConnectionCommon<D>) -> bool {
     conn.process_new_packets()
         .map_or(true, |state| state.plaintext_bytes_to_read() > 0)
 }
 
 /// Queues close_notify and writes what the socket takes now, without waiting.
-pub(super) fn close_notify(io: &Async<TcpStream>, conn: &mut rustls::ServerConnection) {
+pub(crate) fn close_notify<D>(io: &Async<TcpStream>, conn: &mut rustls::ConnectionCommon<D>) {
     conn.send_close_notify();
     let mut socket: &TcpStream = io.get_ref();
     while conn.wants_write() {

@@ -268,13 +268,7 @@ pub async fn upgrade(
     if !write_by(&mut stream, answer.as_bytes(), deadline).await {
         return None;
     }
-    let bound = max_message_size.saturating_add(MESSAGE_SLACK);
-    let config = WebSocketConfig::default()
-        .read_buffer_size(4096)
-        .write_buffer_size(0)
-        .max_write_buffer_size(bound)
-        .max_message_size(Some(bound))
-        .max_frame_size(Some(bound));
+    let config = bounded_config(max_message_size);
     let ws = WebSocketStream::from_partially_read(stream, rest, Role::Server, Some(config)).await;
     Some((
         Socket::Ws(Box::new(WsSocket {
@@ -371,6 +365,50 @@ pub struct WsSocket {
     ws: WebSocketStream<Socket>,
     /// What is left of the last message read.
     unread: Bytes,
+}
+
+/// The WebSocket configuration every ws connection reads and writes with: one
+/// message at most `max_message_size` and the slack of a frame's header.
+fn bounded_config(max_message_size: usize) -> WebSocketConfig {
+    let bound = max_message_size.saturating_add(MESSAGE_SLACK);
+    WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
+        .max_write_buffer_size(bound)
+        .max_message_size(Some(bound))
+        .max_frame_size(Some(bound))
+}
+
+/// Opens MQTT over WebSocket as a client, on `stream` (TCP or TLS, already
+/// connected): the upgrade to `url` asking for the `mqtt` subprotocol, which the
+/// server must answer with. For a bridge dialling a ws:// or wss:// peer.
+///
+/// # Errors
+/// The upgrade failed or the server did not agree to `mqtt`, said for the log.
+pub async fn dial(url: &str, stream: Socket, max_message_size: usize) -> Result<Socket, String> {
+    use async_tungstenite::tungstenite::client::IntoClientRequest;
+    use async_tungstenite::tungstenite::http::HeaderValue;
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| format!("{url} is not a WebSocket address: {e}"))?;
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", HeaderValue::from_static("mqtt"));
+    let config = bounded_config(max_message_size);
+    let (ws, response) = async_tungstenite::client_async_with_config(request, stream, Some(config))
+        .await
+        .map_err(|e| format!("WebSocket upgrade failed: {e}"))?;
+    if response
+        .headers()
+        .get("sec-websocket-protocol")
+        .is_none_or(|p| p != "mqtt")
+    {
+        return Err("the WebSocket upgrade was not answered with the mqtt subprotocol".into());
+    }
+    Ok(Socket::Ws(Box::new(WsSocket {
+        ws,
+        unread: Bytes::new(),
+    })))
 }
 
 impl WsSocket {

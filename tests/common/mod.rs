@@ -165,6 +165,36 @@ impl Broker {
         }
     }
 
+    /// Waits for a log line containing `needle`; every line up to it, it included.
+    pub fn wait_log_lines(&self, needle: &str) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    lines.push(line);
+                    if found {
+                        return lines;
+                    }
+                }
+                Err(_) => panic!("no log line containing {needle:?} within {WAIT:?}"),
+            }
+        }
+    }
+
+    /// The operations listener's TCP address, from the line logged at startup (read
+    /// before any other `wait_log`, which passes over the lines before its own).
+    pub fn ops_addr(&self) -> String {
+        let line = self.wait_log("operations listening on http://");
+        line.split("http://")
+            .nth(1)
+            .expect("address")
+            .trim()
+            .to_string()
+    }
+
     /// Sends a signal to the broker process.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
@@ -284,7 +314,15 @@ pub struct Raw {
 impl Raw {
     /// Opens a TCP connection.
     pub fn open(addr: SocketAddr, protocol: ProtocolVersion) -> Raw {
-        let stream = TcpStream::connect_timeout(&addr, WAIT).expect("connect");
+        Raw::on(
+            TcpStream::connect_timeout(&addr, WAIT).expect("connect"),
+            protocol,
+        )
+    }
+
+    /// Speaks over `stream`: one the test opened, or one it accepted, as a broker
+    /// would (a bridge's peer played by the test).
+    pub fn on(stream: TcpStream, protocol: ProtocolVersion) -> Raw {
         stream.set_read_timeout(Some(WAIT)).expect("read timeout");
         stream.set_nodelay(true).expect("nodelay");
         Raw {

@@ -313,6 +313,50 @@ impl Conn {
             deletions,
             slice,
         };
+        self.reader().open_cursors(sub, existed).await
+    }
+
+    /// Reads what the session's cursors are owed into its queue ([`Reader::pump`]).
+    pub(super) async fn pump_channels(&mut self) {
+        self.reader().pump().await;
+    }
+
+    /// What to read next ([`Reader::next_read`]).
+    pub(super) fn next_read(&self) -> Option<NextRead> {
+        self.reader().next_read()
+    }
+
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            shared: &self.shared,
+            client_id: &self.client_id,
+            link_id: self.link.id,
+        }
+    }
+}
+
+/// A session's channel reading, by whoever holds it: a client's connection, or a
+/// bridge's outbound rule (`crate::bridge::outbound`), so one mechanism opens
+/// cursors, reads windows into the session and writes positions for both.
+pub(crate) struct Reader<'a> {
+    /// The broker.
+    pub shared: &'a Shared,
+    /// The session's client id.
+    pub client_id: &'a Arc<str>,
+    /// The link holding the session.
+    pub link_id: u64,
+}
+
+impl Reader<'_> {
+    /// Opens (or joins) a cursor on every channel `sub`'s filter touches (see
+    /// [`Conn::open_cursors`]).
+    ///
+    /// # Errors
+    /// A channel's bounds or the stored position could not be read: nothing is
+    /// opened.
+    pub(crate) async fn open_cursors(&self, sub: ChannelSub, existed: bool) -> Result<(), ()> {
+        let filter = sub.filter.as_str();
+        let options = sub.options;
         let wants_state = match options.retain_handling {
             RetainHandling::OnSubscribe => true,
             RetainHandling::OnNewSubscribe => !existed,
@@ -324,10 +368,9 @@ impl Conn {
         for id in touched {
             let (provider, name, kind, durable, joins) = {
                 let mut broker = self.shared.broker.borrow_mut();
-                let (durable, joins) =
-                    broker.session(&self.client_id).map_or((false, false), |s| {
-                        (s.outlives_connection(), s.cursors.contains_key(&id))
-                    });
+                let (durable, joins) = broker.session(self.client_id).map_or((false, false), |s| {
+                    (s.outlives_connection(), s.cursors.contains_key(&id))
+                });
                 let channel = broker.channels.get(id);
                 (
                     channel.provider.clone(),
@@ -349,7 +392,7 @@ impl Conn {
             })?;
             let stored = if durable {
                 provider
-                    .position(&self.client_id, &name)
+                    .position(self.client_id, &name)
                     .await
                     .map_err(|e| {
                         log::error!(
@@ -380,7 +423,7 @@ impl Conn {
         }
         let mut broker = self.shared.broker.borrow_mut();
         let client = self.client_id.clone();
-        let Some(session) = broker.session_of(&client, self.link.id) else {
+        let Some(session) = broker.session_of(&client, self.link_id) else {
             return Ok(());
         };
         let mut new_readers = Vec::new();
@@ -416,7 +459,7 @@ impl Conn {
     /// Reads what the session's cursors are owed into its queue, as far as the session
     /// bound allows: never more than half the bound queued, so acknowledgements keep
     /// room for what follows (RFC 0002 "How much a session may hold").
-    pub(super) async fn pump_channels(&mut self) {
+    pub(crate) async fn pump(&self) {
         loop {
             let Some(NextRead {
                 channel: id,
@@ -442,14 +485,20 @@ impl Conn {
                 Ok(window) => window,
                 Err(e) => {
                     log::error!("channel {name}: read for {} failed: {e}", self.client_id);
-                    self.with_session(|s| s.cursors.get_mut(&id).map(|c| c.caught_up = true));
+                    let mut broker = self.shared.broker.borrow_mut();
+                    if let Some(c) = broker
+                        .session_of(self.client_id, self.link_id)
+                        .and_then(|s| s.cursors.get_mut(&id))
+                    {
+                        c.caught_up = true;
+                    }
                     return;
                 }
             };
             let now = now_ms();
             let client = self.client_id.clone();
             let mut broker = self.shared.broker.borrow_mut();
-            let Some(session) = broker.session_of(&client, self.link.id) else {
+            let Some(session) = broker.session_of(&client, self.link_id) else {
                 return;
             };
             let Some(cursor) = session.cursors.get_mut(&id) else {
@@ -536,9 +585,9 @@ impl Conn {
 
     /// What to read next, as far as the session has room; `None` when nothing is owed
     /// or there is no room. A cursor's pending current-state pass is read first.
-    pub(super) fn next_read(&self) -> Option<NextRead> {
+    pub(crate) fn next_read(&self) -> Option<NextRead> {
         let mut broker = self.shared.broker.borrow_mut();
-        let session = broker.session_of(&self.client_id, self.link.id)?;
+        let session = broker.session_of(self.client_id, self.link_id)?;
         let room = (session.queue_bound / 2).checked_sub(session.queued_bytes)?;
         if room == 0 {
             return None;
@@ -560,6 +609,54 @@ impl Conn {
         })
     }
 
+    /// Writes the positions of a durable session's cursors that moved; whether any
+    /// had moved.
+    pub(crate) async fn write_positions(&self) -> bool {
+        let moved: Vec<(ChannelId, u64)> = {
+            let mut broker = self.shared.broker.borrow_mut();
+            let Some(session) = broker.session(self.client_id) else {
+                return false;
+            };
+            if !session.outlives_connection() {
+                return false;
+            }
+            session
+                .cursors
+                .iter()
+                .filter(|(_, c)| c.dirty())
+                .map(|(id, c)| (*id, c.position()))
+                .collect()
+        };
+        if moved.is_empty() {
+            return false;
+        }
+        for (id, position) in moved {
+            let (provider, name): (Arc<_>, Arc<str>) = {
+                let broker = self.shared.broker.borrow();
+                let channel = broker.channels.get(id);
+                (channel.provider.clone(), channel.name.clone())
+            };
+            match provider.set_position(self.client_id, &name, position).await {
+                Ok(()) => {
+                    let mut broker = self.shared.broker.borrow_mut();
+                    if let Some(cursor) = broker
+                        .session(self.client_id)
+                        .and_then(|s| s.cursors.get_mut(&id))
+                    {
+                        cursor.stored = Some(position);
+                    }
+                }
+                Err(e) => log::error!(
+                    "channel {name}: position of {} not stored: {e}",
+                    self.client_id
+                ),
+            }
+        }
+        true
+    }
+}
+
+impl Conn {
     /// Whether `broker.session.ack_commit_interval` has passed since positions were
     /// last written.
     pub(super) fn positions_due(&self) -> bool {
@@ -588,58 +685,21 @@ impl Conn {
         if !force && !self.positions_due() {
             return;
         }
-        let (moved, log_moved): (Vec<(ChannelId, u64)>, Option<u64>) = {
-            let mut broker = self.shared.broker.borrow_mut();
-            let Some(session) = broker.session(&self.client_id) else {
-                return;
-            };
-            if !session.outlives_connection() {
-                return;
-            }
-            let moved = session
-                .cursors
-                .iter()
-                .filter(|(_, c)| c.dirty())
-                .map(|(id, c)| (*id, c.position()))
-                .collect();
-            let log_moved = session
-                .log
-                .as_ref()
-                .filter(|l| l.dirty())
-                .map(|l| l.position());
-            (moved, log_moved)
-        };
-        if moved.is_empty() && log_moved.is_none() {
-            return;
-        }
-        self.positions_stored_at = Some(Instant::now());
+        let started = Instant::now();
+        let log_moved = self
+            .shared
+            .broker
+            .borrow_mut()
+            .session(&self.client_id)
+            .filter(|s| s.outlives_connection())
+            .and_then(|s| s.log.as_ref())
+            .filter(|l| l.dirty())
+            .map(|l| l.position());
         if let Some(position) = log_moved {
             self.store_log_position(position).await;
         }
-        for (id, position) in moved {
-            let (provider, name): (Arc<_>, Arc<str>) = {
-                let broker = self.shared.broker.borrow();
-                let channel = broker.channels.get(id);
-                (channel.provider.clone(), channel.name.clone())
-            };
-            match provider
-                .set_position(&self.client_id, &name, position)
-                .await
-            {
-                Ok(()) => {
-                    let mut broker = self.shared.broker.borrow_mut();
-                    if let Some(cursor) = broker
-                        .session(&self.client_id)
-                        .and_then(|s| s.cursors.get_mut(&id))
-                    {
-                        cursor.stored = Some(position);
-                    }
-                }
-                Err(e) => log::error!(
-                    "channel {name}: position of {} not stored: {e}",
-                    self.client_id
-                ),
-            }
+        if self.reader().write_positions().await || log_moved.is_some() {
+            self.positions_stored_at = Some(started);
         }
     }
 }
@@ -705,7 +765,7 @@ fn select(
 }
 
 /// What to read next: a channel's cursor, or its pending current-state pass.
-pub(super) struct NextRead {
+pub(crate) struct NextRead {
     channel: ChannelId,
     from: u64,
     /// Bytes the session has room for.

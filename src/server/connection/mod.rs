@@ -12,7 +12,7 @@ use futures_lite::future;
 use smol::io::AsyncWriteExt;
 
 mod acl;
-mod channels;
+pub(crate) mod channels;
 mod keep_alive;
 mod outbox;
 mod queue;
@@ -585,9 +585,23 @@ fn is_control(c: char) -> bool {
     matches!(c, '\u{1}'..='\u{1F}' | '\u{7F}'..='\u{9F}')
 }
 
+/// Whether a publish carries more User Properties than `limits.max_header_count` or
+/// more of their bytes than `max_header_bytes` (0x97 for a client, B-407 for a bridge).
+pub(crate) fn over_header_limits(
+    properties: &crate::codec::Properties,
+    settings: &crate::broker::Settings,
+) -> bool {
+    let headers = &properties.user_properties;
+    let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    headers.len() > settings.max_header_count || header_bytes > settings.max_header_bytes
+}
+
 /// Whether a topic name may be published to (RFC 0002 "Publishing"): `Err` carries the
 /// reason code.
-fn check_topic_name(topic_name: &str, settings: &crate::broker::Settings) -> Result<(), u8> {
+pub(crate) fn check_topic_name(
+    topic_name: &str,
+    settings: &crate::broker::Settings,
+) -> Result<(), u8> {
     if crate::codec::has_wildcard(topic_name) {
         return Err(reason::TOPIC_NAME_INVALID);
     }
@@ -1216,12 +1230,8 @@ impl Conn {
     /// max_header_bytes): 0x97 before routing or storage, counted by label.
     fn check_quota(&mut self, publish: &Publish) -> u8 {
         let settings = &self.shared.settings;
-        let headers = &publish.properties.user_properties;
-        let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
         let mut broker = self.shared.broker.borrow_mut();
-        let (label, why) = if headers.len() > settings.max_header_count
-            || header_bytes > settings.max_header_bytes
-        {
+        let (label, why) = if over_header_limits(&publish.properties, settings) {
             (
                 "quota exceeded",
                 "limits.max_header_count or max_header_bytes",
@@ -1896,7 +1906,7 @@ fn refusal(protocol: ProtocolVersion, code: u8) -> End {
 /// Subscription Identifiers, and the expiry interval that remains (MQTT-3.3.2-6).
 /// On 3.1.1 no property goes on the wire, so none is copied: the hot path of a
 /// broadcast to a 3.1.1 subscriber allocates nothing for properties.
-fn publish_packet(
+pub(crate) fn publish_packet(
     delivery: &Delivery,
     packet_id: Option<u16>,
     dup: bool,

@@ -1,0 +1,388 @@
+//! One connection to a bridge's peer: dialled over TCP or TLS, with a WebSocket on
+//! top for a ws:// or wss:// peer (`server::ws::dial`), opened with an MQTT 5
+//! CONNECT, and read and written packet by packet with the broker's own codec and
+//! frame reader (RFC 0002 "Bridges", "On a bridge, dialling out").
+//!
+//! The client certificate and key are read at every handshake (B-211), so a renewed
+//! pair is presented at the next reconnect with no signal; rustls presents the
+//! configured certificate whenever the peer asks, whatever issuers it lists (B-209).
+//! Peer verification cannot be turned off: no key for it exists (B-204).
+
+use std::io;
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use rustls::ClientConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use smol::Async;
+use smol::io::AsyncWriteExt;
+
+use crate::broker::Settings;
+use crate::codec::{self, Connect, Packet, Properties, ProtocolVersion, QoS};
+use crate::config::{Bridge, PeerScheme};
+use crate::server::frame::{FrameError, FrameReader};
+use crate::server::socket::Socket;
+
+/// The Keep Alive the bridge asks for, seconds.
+const KEEP_ALIVE: u16 = 60;
+/// How long a dial, its handshake and the CONNACK may take together.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// Where the system's authorities are kept, tried in order when a bridge names no
+/// `ca_file` (the paths rustls-native-certs probes on Linux; `SSL_CERT_FILE` first).
+const SYSTEM_ROOTS: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// An open link: the socket, its reader, and what the peer's CONNACK granted.
+#[derive(Debug)]
+pub struct Link {
+    socket: Socket,
+    reader: FrameReader,
+    /// The most this broker takes in one packet.
+    max_packet: u32,
+    /// What the peer granted.
+    pub granted: Granted,
+}
+
+/// What a CONNACK told the bridge about its peer.
+#[derive(Debug, Clone, Copy)]
+pub struct Granted {
+    /// The peer resumed the bridge's session.
+    pub session_present: bool,
+    /// How many QoS 1/2 publishes the peer takes unacknowledged.
+    pub receive_maximum: u16,
+    /// The largest packet the peer takes.
+    pub max_packet: u32,
+    /// Whether the peer keeps retained messages.
+    pub retain_available: bool,
+    /// The highest QoS the peer takes.
+    pub max_qos: QoS,
+    /// How often the bridge must show it is alive.
+    pub keep_alive: Duration,
+}
+
+/// Reads every file a bridge names, as the start does before any listener opens
+/// (B-210): a file that cannot be read stops the broker rather than running a dead
+/// bridge.
+///
+/// # Errors
+/// The file and what is wrong with it.
+pub fn check_files(bridge: &Bridge) -> Result<(), String> {
+    if bridge.peer.scheme.is_tls() {
+        client_config(bridge).map(|_| ())
+    } else {
+        Ok(())
+    }
+}
+
+/// The TLS client configuration: the peer's authority (`ca_file`, else the system
+/// roots, B-203) and, when written, the certificate presented (B-206, B-207).
+fn client_config(bridge: &Bridge) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let (path, what) = match &bridge.ca_file {
+        Some(path) => (path.clone(), "ca_file"),
+        None => (system_roots()?, "the system roots"),
+    };
+    let cas = CertificateDer::pem_file_iter(&path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{what} {}: {e}", path.display()))?;
+    let (added, _) = roots.add_parsable_certificates(cas);
+    if added == 0 {
+        return Err(format!(
+            "{what} {}: holds no usable certificate",
+            path.display()
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let config = match (&bridge.cert_file, &bridge.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = read_chain(cert)?;
+            let key_der = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("key_file {}: {e}", key.display()))?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                format!(
+                    "key_file {} does not serve cert_file {}: {e}",
+                    key.display(),
+                    cert.display()
+                )
+            })?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
+fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let chain: Vec<_> = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<_, _>>())
+        .map_err(|e| format!("cert_file {}: {e}", path.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "cert_file {}: holds no PEM certificate",
+            path.display()
+        ));
+    }
+    Ok(chain)
+}
+
+/// The system's bundle of authorities: `SSL_CERT_FILE`, else the first bundle found
+/// where Linux distributions keep one.
+fn system_roots() -> Result<std::path::PathBuf, String> {
+    if let Some(file) = std::env::var_os("SSL_CERT_FILE") {
+        return Ok(file.into());
+    }
+    SYSTEM_ROOTS
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "no ca_file is written and no system bundle of authorities was found (tried SSL_CERT_FILE and /etc/ssl/certs/ca-certificates.crt among others); write ca_file".to_string()
+        })
+}
+
+impl Link {
+    /// Dials the peer, makes the TLS handshake where the scheme asks for one, and
+    /// opens the session: MQTT 5, Clean Start 0, Session Expiry `session_expiry`
+    /// (B-376), Receive Maximum `receive_maximum` (B-403), no user name or password
+    /// (B-212).
+    ///
+    /// # Errors
+    /// What failed, for the log.
+    pub async fn open(bridge: &Bridge, settings: &Settings) -> Result<Link, String> {
+        let dial = Link::dial(bridge, settings);
+        future::or(dial, async {
+            smol::Timer::after(CONNECT_WAIT).await;
+            Err(format!("no CONNACK within {}s", CONNECT_WAIT.as_secs()))
+        })
+        .await
+    }
+
+    async fn dial(bridge: &Bridge, settings: &Settings) -> Result<Link, String> {
+        let peer = &bridge.peer;
+        let addrs = smol::net::resolve((peer.host.as_str(), peer.port))
+            .await
+            .map_err(|e| format!("cannot resolve {}: {e}", peer.host))?;
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+        let mut tcp = None;
+        for addr in addrs {
+            match Async::<TcpStream>::connect(addr).await {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let tcp = tcp.ok_or_else(|| format!("cannot connect: {last}"))?;
+        let _ = tcp.get_ref().set_nodelay(true);
+        let socket = if peer.scheme.is_tls() {
+            let config = client_config(bridge)?;
+            let name = ServerName::try_from(peer.host.clone())
+                .map_err(|e| format!("{} is not a name TLS can check: {e}", peer.host))?;
+            let tls = futures_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS handshake failed: {e}"))?;
+            Socket::TlsClient(Box::new(tls))
+        } else {
+            Socket::Tcp(tcp)
+        };
+        let socket = match peer.scheme {
+            PeerScheme::Tcp | PeerScheme::Tls => socket,
+            PeerScheme::Ws | PeerScheme::Wss => {
+                let max = settings.max_message_size as usize;
+                crate::server::ws::dial(&ws_url(peer), socket, max).await?
+            }
+        };
+        let mut link = Link {
+            socket,
+            reader: FrameReader::default(),
+            max_packet: settings.max_message_size,
+            granted: Granted {
+                session_present: false,
+                receive_maximum: u16::MAX,
+                max_packet: u32::MAX,
+                retain_available: true,
+                max_qos: QoS::ExactlyOnce,
+                keep_alive: Duration::from_secs(u64::from(KEEP_ALIVE)),
+            },
+        };
+        link.reader.connected();
+        link.send(&Packet::Connect(Box::new(connect(bridge, settings))))
+            .await?;
+        let ack = match link.next_packet().await? {
+            Packet::ConnAck(ack) => ack,
+            other => return Err(format!("answered CONNECT with {}", name_of(&other))),
+        };
+        if ack.code != codec::reason::SUCCESS {
+            let why = ack.properties.reason_string.unwrap_or_default();
+            return Err(format!("refused the CONNECT 0x{:02X} {why}", ack.code));
+        }
+        let p = &ack.properties;
+        link.granted = Granted {
+            session_present: ack.session_present,
+            receive_maximum: p.receive_maximum.unwrap_or(u16::MAX).max(1),
+            max_packet: p.maximum_packet_size.unwrap_or(u32::MAX),
+            retain_available: p.retain_available != Some(0),
+            max_qos: p
+                .maximum_qos
+                .and_then(QoS::from_bits)
+                .unwrap_or(QoS::ExactlyOnce),
+            // A Server Keep Alive of 0 asks for no keepalive; the bridge still pings
+            // at its own pace, to notice a link that went silent.
+            keep_alive: Duration::from_secs(u64::from(
+                p.server_keep_alive.filter(|k| *k > 0).unwrap_or(KEEP_ALIVE),
+            )),
+        };
+        Ok(link)
+    }
+
+    /// The next packet from the peer. Safe to cancel: a packet counts only once
+    /// whole.
+    ///
+    /// # Errors
+    /// The link ended, or the peer sent something the codec refuses or larger than
+    /// `max_message_size` (a malformed packet ends the link, never a panic).
+    pub async fn next_packet(&mut self) -> Result<Packet, String> {
+        loop {
+            match self.reader.next_frame(self.max_packet) {
+                Ok(Some(frame)) => {
+                    let decoded = codec::decode(
+                        frame.first_byte,
+                        self.reader.body(&frame),
+                        ProtocolVersion::V5,
+                    );
+                    self.reader.consume(frame);
+                    return decoded
+                        .map_err(|e| format!("sent a packet that does not decode: {e:?}"));
+                }
+                Ok(None) => {}
+                Err(FrameError::Decode(e)) => {
+                    return Err(format!("sent a fixed header that does not decode: {e:?}"));
+                }
+                Err(FrameError::TooLarge { declared, .. }) => {
+                    return Err(format!(
+                        "sent a packet of {declared} bytes, over max_message_size"
+                    ));
+                }
+            }
+            match self.reader.fill(&mut self.socket).await {
+                Ok(0) => return Err("closed the connection".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("read failed: {e}")),
+            }
+        }
+    }
+
+    /// Writes one packet.
+    ///
+    /// # Errors
+    /// The socket's, or a write that took longer than the connect wait.
+    pub async fn send(&mut self, packet: &Packet) -> Result<(), String> {
+        let mut bytes = Vec::new();
+        codec::encode(packet, ProtocolVersion::V5, &mut bytes);
+        self.send_bytes(&bytes).await
+    }
+
+    /// Writes bytes already encoded.
+    ///
+    /// # Errors
+    /// As [`Link::send`].
+    pub async fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let deadline = Instant::now() + CONNECT_WAIT;
+        let write = async {
+            self.socket.write_all(bytes).await?;
+            self.socket.flush().await
+        };
+        match future::or(async { Some(write.await) }, async {
+            smol::Timer::at(deadline).await;
+            None
+        })
+        .await
+        {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(format!("write failed: {e}")),
+            None => Err("a write did not finish in time".into()),
+        }
+    }
+
+    /// Closes the link, sending DISCONNECT `code` first when it can.
+    pub async fn close(mut self, code: u8) {
+        let _ = self
+            .send(&Packet::Disconnect(codec::Disconnect::new(code)))
+            .await;
+        self.socket.close_write();
+    }
+}
+
+/// The address a ws:// or wss:// peer is upgraded at: its path, `/mqtt` when none
+/// was written (what mosquitto, EMQX and HiveMQ serve).
+fn ws_url(peer: &crate::config::Peer) -> String {
+    let scheme = if peer.scheme.is_tls() { "wss" } else { "ws" };
+    let host = if peer.host.contains(':') {
+        format!("[{}]", peer.host)
+    } else {
+        peer.host.clone()
+    };
+    let path = if peer.path.is_empty() {
+        "/mqtt"
+    } else {
+        &peer.path
+    };
+    format!("{scheme}://{host}:{}{path}", peer.port)
+}
+
+fn connect(bridge: &Bridge, settings: &Settings) -> Connect {
+    let properties = Properties {
+        session_expiry_interval: Some(
+            u32::try_from(bridge.session_expiry.as_secs()).unwrap_or(u32::MAX),
+        ),
+        receive_maximum: Some(bridge.receive_maximum),
+        maximum_packet_size: Some(settings.max_message_size),
+        ..Properties::default()
+    };
+    Connect {
+        protocol: ProtocolVersion::V5,
+        clean_start: false,
+        keep_alive: KEEP_ALIVE,
+        client_id: bridge.client_id.clone(),
+        will: None,
+        username: None,
+        password: None,
+        properties,
+    }
+}
+
+/// A packet's name, for a log line.
+pub fn name_of(packet: &Packet) -> &'static str {
+    match packet {
+        Packet::Connect(_) => "CONNECT",
+        Packet::ConnAck(_) => "CONNACK",
+        Packet::Publish(_) => "PUBLISH",
+        Packet::PubAck(_) => "PUBACK",
+        Packet::PubRec(_) => "PUBREC",
+        Packet::PubRel(_) => "PUBREL",
+        Packet::PubComp(_) => "PUBCOMP",
+        Packet::Subscribe(_) => "SUBSCRIBE",
+        Packet::SubAck(_) => "SUBACK",
+        Packet::Unsubscribe(_) => "UNSUBSCRIBE",
+        Packet::UnsubAck(_) => "UNSUBACK",
+        Packet::PingReq => "PINGREQ",
+        Packet::PingResp => "PINGRESP",
+        Packet::Disconnect(_) => "DISCONNECT",
+        Packet::Auth(_) => "AUTH",
+    }
+}

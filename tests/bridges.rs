@@ -1,0 +1,1570 @@
+//! Bridges (RFC 0002 "Bridges"): a Sagüin started as a user starts it, bridged to
+//! Debian's mosquitto, to a second Sagüin, or to a peer the test plays itself over
+//! a loopback socket, every packet spoken with the crate's codec.
+
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Broker, Raw, WAIT, temp_dir, user_property};
+use saguin::codec::{
+    ConnAck, Packet, Properties, ProtocolVersion::V5, Publish, QoS, SubscriptionOptions,
+};
+
+/// A loopback port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral port")
+}
+
+/// Debian's mosquitto on a loopback port, killed when dropped.
+struct Mosquitto {
+    child: Child,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Mosquitto {
+    /// Starts mosquitto on `port`; its sessions are saved in its directory at a
+    /// SIGTERM and read back at the next start on the same directory.
+    fn start(port: u16, dir: PathBuf) -> Mosquitto {
+        let conf = dir.join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\n",
+                dir.display()
+            ),
+        )
+        .expect("mosquitto.conf");
+        // Started as root, mosquitto runs as its own user, which must write here.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                .expect("chmod the mosquitto directory");
+        }
+        let child = Command::new("/usr/sbin/mosquitto")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start mosquitto");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
+        let deadline = Instant::now() + WAIT;
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mosquitto { child, addr, dir }
+    }
+
+    /// Stops it with SIGTERM (its sessions saved) and waits for it to exit.
+    fn stop(mut self) -> (u16, PathBuf) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + WAIT;
+        while self.child.try_wait().ok().flatten().is_none() {
+            assert!(Instant::now() < deadline, "mosquitto did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (self.addr.port(), self.dir.clone())
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client that keeps its session (Clean Start 0, a day's expiry).
+fn persistent(addr: SocketAddr, client_id: &str) -> Raw {
+    let mut c = common::connect(V5, client_id, false);
+    c.properties.session_expiry_interval = Some(86_400);
+    let (raw, ack) = Raw::handshake(addr, c);
+    assert_eq!(ack.code, 0, "CONNACK {ack:?}");
+    raw
+}
+
+/// `config(extra)` with a channels block and a bridge appended.
+fn bridged(broker_extra: &str, rest: &str) -> String {
+    format!("{}{rest}", common::config(broker_extra))
+}
+
+/// A broker on one sqlite file in its directory, so its channels and positions
+/// outlive a restart; its `channels:` and `bridges:` follow.
+const SQLITE: &str = "broker:
+  id: edge
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+";
+
+/// A publish with one User Property.
+fn with_property(topic: &str, payload: &[u8], key: &str, value: &str) -> Publish {
+    let mut p = common::publish(topic, payload, QoS::AtLeastOnce, false);
+    p.properties
+        .user_properties
+        .push((key.into(), value.into()));
+    p
+}
+
+/// B-375, B-380, B-391, B-368, B-370, B-371, B-402: an in rule subscribes at the
+/// peer and stores what arrives through the publish path, mapped by its template,
+/// into the channel the mapped topic resolves to; a saguin-id it came with is kept,
+/// one that came without is minted.
+#[test]
+fn an_in_rule_brings_a_peer_publish_into_the_channel_its_topic_resolves_to() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-in"));
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  readings:
+    type: append
+    filter: readings/#
+bridges:
+  head-office:
+    peer: tcp://{}
+    client_id: edge-in
+    topics:
+      - filter: fleet/+/telemetry/#
+        topic: readings/$1/$#
+        direction: in
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge head-office: SUBACK");
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("readings/#", common::opts(QoS::AtLeastOnce));
+    let mut publisher = Raw::connected(peer.addr, V5, "device");
+    let first = with_property(
+        "fleet/v7/telemetry/hold/psi",
+        b"41",
+        "saguin-id",
+        "id-from-far",
+    );
+    assert_eq!(publisher.publish_packet(first), Some(0));
+    assert_eq!(
+        publisher.publish("fleet/v8/telemetry/deck", b"42", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let got = reader.recv_publish();
+    assert_eq!(&*got.topic, "readings/v7/hold/psi");
+    assert_eq!(&*got.payload, b"41");
+    assert_eq!(user_property(&got, "saguin-id"), Some("id-from-far"));
+    assert!(
+        user_property(&got, "saguin-offset").is_some(),
+        "stored in the channel: {got:?}"
+    );
+    let got = reader.recv_publish();
+    assert_eq!(&*got.topic, "readings/v8/deck");
+    let minted = user_property(&got, "saguin-id").expect("a minted saguin-id");
+    assert!(minted.len() >= 32 && minted != "id-from-far", "{minted}");
+}
+
+/// B-380, B-381, B-382, B-385, B-370, B-377: an out rule carries broadcast topics
+/// live and drains an append channel; after the peer restarts, the channel resumes
+/// at its position - nothing sent twice, nothing skipped - while what was published
+/// on a broadcast topic during the outage is gone. A queue under the filter is never
+/// read.
+#[test]
+fn an_out_rule_drains_an_append_channel_across_an_outage_and_lets_broadcast_go() {
+    let port = free_port();
+    let peer = Mosquitto::start(port, temp_dir("mosq-out"));
+    let mut far = persistent(peer.addr, "far-reader");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: events/#
+  jobs:
+    type: queue
+    filter: events/jobs/+
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-out
+    topics:
+      - filter: events/#
+        topic: site/events/$#
+        direction: out
+      - filter: live/#
+        topic: site/live/$#
+        direction: out
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for n in 1..=3 {
+        let payload = format!("e{n}");
+        assert_eq!(
+            local.publish("events/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    assert_eq!(
+        local.publish("events/jobs/1", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("live/x", b"now", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let p = far.recv_publish();
+        if p.topic.starts_with("site/events/") {
+            assert!(user_property(&p, "saguin-id").is_some(), "B-370: {p:?}");
+            assert!(
+                user_property(&p, "saguin-offset").is_none(),
+                "offsets never cross"
+            );
+        }
+        seen.push(format!(
+            "{} {}",
+            p.topic,
+            String::from_utf8_lossy(&p.payload)
+        ));
+    }
+    let events: Vec<&String> = seen
+        .iter()
+        .filter(|s| s.starts_with("site/events/"))
+        .collect();
+    assert_eq!(
+        events,
+        ["site/events/a e1", "site/events/a e2", "site/events/a e3"]
+    );
+    assert!(seen.contains(&"site/live/x now".to_string()), "{seen:?}");
+    drop(far);
+    // Give the peer's last PUBACK time to reach the bridge: a record still
+    // unacknowledged when the link goes is rightly sent again.
+    std::thread::sleep(Duration::from_millis(300));
+
+    // The peer goes; the channel grows and a broadcast passes meanwhile.
+    let (port_again, dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    assert_eq!(
+        local.publish("events/a", b"e4", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("live/x", b"missed", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("events/a", b"e5", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let peer = Mosquitto::start(port_again, dir);
+    broker.wait_log("up again after");
+    let mut far = persistent(peer.addr, "far-reader");
+    let mut after = Vec::new();
+    while after.len() < 2 {
+        let p = far.recv_publish();
+        after.push(format!(
+            "{} {}",
+            p.topic,
+            String::from_utf8_lossy(&p.payload)
+        ));
+    }
+    assert_eq!(after, ["site/events/a e4", "site/events/a e5"]);
+    match far.expect_nothing_or_packet(Duration::from_millis(700)) {
+        Err(e) if e.contains("read:") => {}
+        other => panic!(
+            "nothing more crosses (no resend, no broadcast from the outage, no job): {other:?}"
+        ),
+    }
+}
+
+/// B-024, B-025, B-378, gaps §4 `saguin_bridge_connected`: a peer that cannot be
+/// reached is said once at warn, each attempt only at debug; the first connection
+/// info unless it retracts that warning; the link going is one line and its return
+/// one line with how long it was down; the gauge says the link is up.
+#[test]
+fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
+    let port = free_port();
+    let yaml = bridged(
+        "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-log
+    topics:
+      - filter: a/#
+        direction: both
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = broker.ops_addr();
+    let metrics = || common::http_get(common::tcp(&ops), "/metrics").1;
+    let mut lines = broker.wait_log_lines("cannot reach");
+    // Attempts go on, each at debug only.
+    lines.extend(broker.wait_log_lines("attempt to reach"));
+    let peer = Mosquitto::start(port, temp_dir("mosq-log"));
+    lines.extend(broker.wait_log_lines("bridge hub: connected to"));
+    let said = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+    assert_eq!(said("cannot reach"), 1, "once at warn: {lines:?}");
+    assert!(said("attempt to reach") >= 2, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.contains("attempt to reach"))
+            .all(|l| l.contains("DEBUG")),
+        "{lines:?}"
+    );
+    let connected = lines.last().expect("a line");
+    assert!(
+        connected.contains("WARN") && connected.contains("unreachable"),
+        "it retracts a warning, at warn: {connected}"
+    );
+    // One scrape: the answer is kept for min_scrape_interval (60s at least).
+    let scraped = metrics();
+    assert!(
+        scraped.contains("saguin_bridge_connected{bridge=\"hub\"} 1"),
+        "{scraped}"
+    );
+    let (port, dir) = peer.stop();
+    let down = broker.wait_log("bridge hub: link to");
+    assert!(down.contains("WARN") && down.contains("down"), "{down}");
+    std::thread::sleep(Duration::from_millis(600));
+    let _peer = Mosquitto::start(port, dir);
+    let lines = broker.wait_log_lines("up again after");
+    let up = lines.last().expect("a line");
+    assert!(up.contains("WARN") && up.contains("s down"), "{up}");
+    assert!(
+        !lines.iter().any(
+            |l| l.contains("cannot reach") || l.contains("link to 127") && l.contains(" down:")
+        ),
+        "one line when it goes, one when it returns: {lines:?}"
+    );
+}
+
+/// Where the peer the test plays listens: a loopback listener and its port.
+fn peer_listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    (listener, port)
+}
+
+/// The peer, played by the test: accepts the bridge's connection and answers its
+/// CONNECT.
+fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin::codec::Connect) {
+    accept_bridge_with(listener, session_present, Properties::default())
+}
+
+/// [`accept_bridge`], the CONNACK carrying `properties`.
+fn accept_bridge_with(
+    listener: &TcpListener,
+    session_present: bool,
+    properties: Properties,
+) -> (Raw, saguin::codec::Connect) {
+    // Polled, so a bridge that never dials fails the test within WAIT.
+    listener.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + WAIT;
+    let stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the bridge did not dial within {WAIT:?}"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    stream.set_nonblocking(false).expect("blocking");
+    let mut peer = Raw::on(stream, V5);
+    let connect = match peer.recv() {
+        Packet::Connect(c) => *c,
+        other => panic!("expected CONNECT, got {other:?}"),
+    };
+    peer.send(&Packet::ConnAck(ConnAck {
+        session_present,
+        code: 0,
+        properties,
+    }));
+    (peer, connect)
+}
+
+/// The SUBSCRIBE the bridge sends, answered.
+fn expect_subscribe(peer: &mut Raw) -> Vec<(String, SubscriptionOptions)> {
+    match peer.recv() {
+        Packet::Subscribe(s) => {
+            let codes = vec![2; s.filters.len()];
+            peer.send(&Packet::SubAck(saguin::codec::SubAck {
+                packet_id: s.packet_id,
+                properties: Properties::default(),
+                codes,
+            }));
+            s.filters
+        }
+        other => panic!("expected SUBSCRIBE, got {other:?}"),
+    }
+}
+
+/// The next PUBLISH the bridge sends the peer, answering PINGREQs meanwhile.
+fn next_publish(peer: &mut Raw) -> Publish {
+    loop {
+        match peer.recv() {
+            Packet::Publish(p) => return p,
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+}
+
+/// The PUBACK for `packet_id`, skipping PINGREQs.
+fn expect_puback(peer: &mut Raw, packet_id: u16) {
+    loop {
+        match peer.recv() {
+            Packet::PubAck(ack) => {
+                assert_eq!(ack.packet_id, packet_id);
+                return;
+            }
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBACK, got {other:?}"),
+        }
+    }
+}
+
+/// B-376, B-403, B-212, B-375, B-400, B-402, B-373, B-377, A-267: the CONNECT keeps
+/// a session for session_expiry with the configured Receive Maximum and no
+/// credentials; the SUBSCRIBE is the filter verbatim with No Local; a record is
+/// acknowledged once stored; its redelivery with DUP after the link dropped is
+/// acknowledged again and not stored twice; a reconnect without the session is a
+/// warning; DISCONNECT 0x95 stops the link for good.
+#[test]
+fn the_bridge_speaks_to_a_peer_as_the_rfc_says() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  readings:
+    type: append
+    filter: readings/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-raw
+    session_expiry: 2h
+    receive_maximum: 7
+    ack_interval: 20ms
+    topics:
+      - filter: fleet/{{a,b}}/#
+        topic: readings/$#
+        direction: in
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, connect) = accept_bridge(&listener, false);
+    assert!(!connect.clean_start, "B-376");
+    assert_eq!(connect.client_id, "edge-raw");
+    assert_eq!(
+        connect.properties.session_expiry_interval,
+        Some(7200),
+        "B-376"
+    );
+    assert_eq!(connect.properties.receive_maximum, Some(7), "B-403");
+    assert!(
+        connect.username.is_none() && connect.password.is_none(),
+        "B-212"
+    );
+    let filters = expect_subscribe(&mut peer);
+    let names: Vec<&str> = filters.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fleet/a/#", "fleet/b/#"],
+        "B-375: verbatim, braces expanded"
+    );
+    assert!(
+        filters
+            .iter()
+            .all(|(_, o)| o.no_local && o.retain_as_published),
+        "B-400"
+    );
+
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("readings/#", common::opts(QoS::AtLeastOnce));
+    let mut record = common::publish("fleet/a/x", b"once", QoS::AtLeastOnce, false);
+    record.packet_id = Some(9);
+    peer.send(&Packet::Publish(record.clone()));
+    expect_puback(&mut peer, 9);
+    let got = reader.recv_publish();
+    assert_eq!((&*got.topic, &*got.payload), ("readings/x", &b"once"[..]));
+
+    // The link drops before the peer saw... as far as it knows: it redelivers.
+    drop(peer);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    broker.wait_log("kept no session"); // B-377
+    expect_subscribe(&mut peer);
+    record.dup = true;
+    peer.send(&Packet::Publish(record));
+    expect_puback(&mut peer, 9);
+    let mut fresh = common::publish("fleet/b/y", b"next", QoS::AtLeastOnce, false);
+    fresh.packet_id = Some(10);
+    peer.send(&Packet::Publish(fresh));
+    expect_puback(&mut peer, 10);
+    let got = reader.recv_publish();
+    assert_eq!(
+        &*got.payload, b"next",
+        "B-373: the DUP redelivery was not stored again"
+    );
+    // QoS 2: PUBREC once stored, PUBCOMP at the PUBREL.
+    let mut exactly = common::publish("fleet/b/z", b"two", QoS::ExactlyOnce, false);
+    exactly.packet_id = Some(11);
+    peer.send(&Packet::Publish(exactly));
+    loop {
+        match peer.recv() {
+            Packet::PubRec(ack) if ack.packet_id == 11 => break,
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBREC, got {other:?}"),
+        }
+    }
+    assert_eq!(&*reader.recv_publish().payload, b"two");
+    peer.send(&Packet::PubRel(saguin::codec::Ack::new(11, 0)));
+    match peer.recv() {
+        Packet::PubComp(ack) => assert_eq!(ack.packet_id, 11),
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
+
+    // A-267: 0x95 stops the link; no dial follows.
+    peer.send(&Packet::Disconnect(saguin::codec::Disconnect::new(0x95)));
+    broker.wait_log("link to");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        listener.accept().is_err(),
+        "the stopped link is not dialled again"
+    );
+}
+
+const OPS: &str = "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n";
+
+/// B-393, B-394, B-395, B-407, B-408, B-100, B-105, A-191: what no rule covers, what
+/// a rule maps to nothing or into the reserved `$` space, and what Sagüin would
+/// refuse whatever the channel - a topic too deep, a dead-letter channel's topic,
+/// which takes records from its queue alone - are dropped with a warning,
+/// acknowledged to the peer (it is finished with there) and counted by cause; the
+/// link carries on.
+#[test]
+fn records_the_bridge_cannot_store_are_dropped_with_a_warning_and_counted() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        &format!("{OPS}  limits:\n    max_topic_levels: 4\n"),
+        &format!(
+            "channels:
+  jobs:
+    type: queue
+    filter: work/+/todo
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-drops
+    topics:
+      - filter: dl/#
+        topic: work/$#
+        direction: in
+      - filter: in/+/x
+        topic: $1/y
+        direction: in
+      - filter: zero/#
+        topic: $#
+        direction: in
+      - filter: deep/#
+        topic: d/$#
+        direction: in
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = broker.ops_addr();
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("d/#", common::opts(QoS::AtLeastOnce));
+    let sent = [
+        ("nothing/here", "no_rule"),
+        ("in/$saguin/x", "unmappable"),
+        ("zero", "unmappable"),
+        ("deep/1/2/3/4", "never_accepted"),
+        ("dl/a/todo/__dlq", "never_accepted"),
+    ];
+    for (n, (topic, cause)) in sent.iter().enumerate() {
+        let id = n as u16 + 1;
+        let mut p = common::publish(topic, b"v", QoS::AtLeastOnce, false);
+        p.packet_id = Some(id);
+        peer.send(&Packet::Publish(p));
+        expect_puback(&mut peer, id);
+        let warned = broker.wait_log(&format!("({cause})"));
+        assert!(
+            warned.contains("WARN") && warned.contains(topic),
+            "{warned}"
+        );
+    }
+    let mut p = common::publish("deep/ok", b"kept", QoS::AtLeastOnce, false);
+    p.packet_id = Some(9);
+    peer.send(&Packet::Publish(p));
+    expect_puback(&mut peer, 9);
+    assert_eq!(&*reader.recv_publish().topic, "d/ok");
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    for (cause, n) in [("no_rule", 1), ("unmappable", 2), ("never_accepted", 2)] {
+        let line = format!("saguin_bridge_unstored_total{{bridge=\"hub\",cause=\"{cause}\"}} {n}");
+        assert!(metrics.contains(&line), "{line} in:\n{metrics}");
+    }
+}
+
+/// B-402, B-404, B-405, B-406: a record the local channel refuses is not
+/// acknowledged; QoS 0 records past one Receive Maximum waiting behind it are
+/// dropped and counted; the link still notices it has gone and is dialled again, and
+/// the redelivered record is still held unacknowledged rather than dropped or
+/// remembered as stored.
+#[test]
+fn a_refused_record_stays_unacknowledged_and_the_link_still_notices_it_went() {
+    let (listener, port) = peer_listener();
+    let dir = temp_dir("bridge-full");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = format!(
+        "broker:
+  id: bridge-full
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  operations:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  limits:
+    max_message_size: 64KiB
+  storage:
+    default: small
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      small:
+        type: memory
+        max_bytes: 1MiB
+        snapshot_dir: {{dir}}/snapshots
+channels:
+  fill:
+    type: append
+    filter: fill/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-full
+    receive_maximum: 2
+    topics:
+      - filter: fill/#
+        direction: both
+"
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let ops = broker.ops_addr();
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut local = Raw::connected(broker.addr, V5, "filler");
+    let payload = vec![b'x'; 50 << 10];
+    let full = (0..40).any(|i| {
+        local.publish(&format!("fill/{i}"), &payload, QoS::AtLeastOnce, false) == Some(0x97)
+    });
+    assert!(full, "the channel never filled");
+    let mut record = common::publish("fill/from-peer", &payload, QoS::AtLeastOnce, false);
+    record.packet_id = Some(5);
+    peer.send(&Packet::Publish(record.clone()));
+    let unacknowledged = |peer: &mut Raw| loop {
+        match peer.expect_nothing_or_packet(Duration::from_millis(700)) {
+            Err(e) if e.contains("read:") => return,
+            Ok(Packet::Publish(p)) => {
+                // The out half of the both rule carries the local records out.
+                peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+                    p.packet_id.unwrap_or(0),
+                    0,
+                )));
+            }
+            Ok(Packet::PingReq) => peer.send(&Packet::PingResp),
+            other => panic!("B-402: no PUBACK while the channel refuses: {other:?}"),
+        }
+    };
+    unacknowledged(&mut peer);
+    for n in 0..5 {
+        let topic = format!("fill/qos0/{n}");
+        peer.send(&Packet::Publish(common::publish(
+            &topic,
+            &payload,
+            QoS::AtMostOnce,
+            false,
+        )));
+    }
+    broker.wait_log("\"fill/qos0/4\" dropped");
+    drop(peer);
+    let down = broker.wait_log("bridge hub: link to");
+    assert!(down.contains("down"), "B-404: {down}");
+    // The gauge falls with the link though the worker is still held by the store;
+    // the next dial waits on the listener's backlog for a CONNACK the test has not
+    // sent yet. One scrape: the answer is kept for min_scrape_interval.
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    for line in [
+        "saguin_bridge_unstored_total{bridge=\"hub\",cause=\"queue_full\"} 3",
+        "saguin_bridge_connected{bridge=\"hub\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} in:\n{metrics}");
+    }
+    let (mut peer, _) = accept_bridge(&listener, true);
+    expect_subscribe(&mut peer);
+    record.dup = true;
+    peer.send(&Packet::Publish(record));
+    unacknowledged(&mut peer);
+}
+
+/// B-380, B-389, B-370, B-399, B-400: two Sagüins, one both rule: each side's
+/// record crosses once, keeping its saguin-id, and nothing comes back.
+#[test]
+fn a_both_rule_between_two_saguins_crosses_each_way_once_keeping_the_saguin_id() {
+    let latest = "channels:\n  alerts:\n    type: latest\n    filter: alerts/#\n";
+    let hub = Broker::start_with(&bridged("", latest));
+    let edge = Broker::start_with(&bridged(
+        "",
+        &format!(
+            "{latest}bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-both
+    topics:
+      - filter: alerts/#
+        direction: both
+",
+            hub.addr
+        ),
+    ));
+    edge.wait_log("bridge hub: SUBACK");
+    let mut at_hub = Raw::connected(hub.addr, V5, "hub-reader");
+    at_hub.subscribe("alerts/#", common::opts(QoS::AtLeastOnce));
+    let mut at_edge = Raw::connected(edge.addr, V5, "edge-reader");
+    at_edge.subscribe("alerts/#", common::opts(QoS::AtLeastOnce));
+
+    let mut edge_client = Raw::connected(edge.addr, V5, "edge-device");
+    assert_eq!(
+        edge_client.publish("alerts/e", b"from-edge", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let here = at_edge.recv_publish();
+    let there = at_hub.recv_publish();
+    assert_eq!(
+        (&*there.topic, &*there.payload),
+        ("alerts/e", &b"from-edge"[..])
+    );
+    let id = user_property(&here, "saguin-id").expect("an id");
+    assert_eq!(
+        user_property(&there, "saguin-id"),
+        Some(id),
+        "B-370: one identity"
+    );
+    assert_ne!(
+        user_property(&there, "saguin-offset"),
+        None,
+        "stored at the hub at its own offset"
+    );
+
+    let mut hub_client = Raw::connected(hub.addr, V5, "hub-device");
+    assert_eq!(
+        hub_client.publish("alerts/h", b"from-hub", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(&*at_hub.recv_publish().payload, b"from-hub");
+    assert_eq!(&*at_edge.recv_publish().payload, b"from-hub");
+    // Nothing echoes: not the edge's record back to the edge (No Local at the hub),
+    // not the hub's back to the hub (the mark on what the edge pulled in).
+    for reader in [&mut at_hub, &mut at_edge] {
+        match reader.expect_nothing_or_packet(Duration::from_millis(800)) {
+            Err(e) if e.contains("read:") => {}
+            other => panic!("B-399/B-400: nothing crosses twice: {other:?}"),
+        }
+    }
+}
+
+/// B-397, B-398: `--check-config` now passes a file with a tcp bridge and says
+/// where each rule lands, a queue it crosses included.
+#[test]
+fn check_config_says_where_each_rule_lands() {
+    let dir = temp_dir("bridge-check");
+    let path = dir.join("saguin.yaml");
+    let yaml = bridged(
+        "",
+        "channels:
+  events:
+    type: append
+    filter: iot/+/events/#
+  jobs:
+    type: queue
+    filter: iot/+/jobs/+
+bridges:
+  head-office:
+    peer: tcp://127.0.0.1:1
+    client_id: vessel-07
+    topics:
+      - filter: iot/#
+        direction: both
+",
+    );
+    std::fs::write(&path, yaml).expect("config");
+    let out = common::run_saguin(&[std::ffi::OsStr::new("--check-config"), path.as_os_str()]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("bridge \"head-office\", both \"iot/#\": lands in events (append), jobs__dlq (append); crosses jobs (queue), never served"),
+        "{said}"
+    );
+}
+
+/// B-203, B-206, B-209, B-211: a tls:// peer checked against ca_file; the bridge's
+/// certificate is read at every handshake, so a pair the hub refuses, replaced on
+/// disk by one it accepts, is presented at the next reconnect with no signal.
+#[test]
+fn a_tls_bridge_presents_the_pair_on_disk_at_each_handshake() {
+    use common::tls::{Ca, tls_dir};
+    let ca = Ca::new("estate");
+    let dir = tls_dir("bridge-tls", &ca);
+    let hub_yaml = common::config(
+        "        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n          client_ca_file: {dir}/ca.pem\n",
+    );
+    let hub = Broker::start_in(dir.clone(), &hub_yaml);
+    let stranger = Ca::new("stranger");
+    let (_, cert, key) = stranger.sign(&[], Some("vessel-07"));
+    let edge_dir = temp_dir("bridge-tls-edge");
+    std::fs::write(edge_dir.join("bridge.pem"), cert).expect("cert");
+    std::fs::write(edge_dir.join("bridge-key.pem"), key).expect("key");
+    std::fs::write(edge_dir.join("ca.pem"), ca.pem()).expect("ca");
+    let edge = Broker::start_in(
+        edge_dir.clone(),
+        &bridged(
+            "",
+            &format!(
+                "bridges:
+  hub:
+    peer: tls://127.0.0.1:{}
+    client_id: vessel-07
+    ca_file: {{dir}}/ca.pem
+    cert_file: {{dir}}/bridge.pem
+    key_file: {{dir}}/bridge-key.pem
+    topics:
+      - filter: up/#
+        direction: out
+        topic: fleet/$#
+",
+                hub.addr.port()
+            ),
+        ),
+    );
+    edge.wait_log("bridge hub: cannot reach");
+    let (_, cert, key) = ca.sign(&[], Some("vessel-07"));
+    std::fs::write(edge_dir.join("bridge.pem"), cert).expect("cert");
+    std::fs::write(edge_dir.join("bridge-key.pem"), key).expect("key");
+    let connected = edge.wait_log("bridge hub: connected to");
+    assert!(connected.contains("unreachable"), "{connected}");
+    hub.wait_log("vessel-07 connected (V5");
+}
+
+/// Receives `n` publishes as "topic payload" lines, acknowledging each.
+fn lines_of(reader: &mut Raw, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            let p = reader.recv_publish();
+            format!("{} {}", p.topic, String::from_utf8_lossy(&p.payload))
+        })
+        .collect()
+}
+
+/// Asserts nothing more arrives within a moment.
+fn nothing_more(reader: &mut Raw, why: &str) {
+    match reader.expect_nothing_or_packet(Duration::from_millis(700)) {
+        Err(e) if e.contains("read:") => {}
+        other => panic!("{why}: {other:?}"),
+    }
+}
+
+/// B-382, B-383, B-386: an out rule's position in an append channel outlives a
+/// restart of Sagüin itself; a latest channel is carried as it changes, never as a
+/// pass over its current state, and what changed while the link was down crosses as
+/// the newest value per topic, a deletion included.
+#[test]
+fn out_rules_resume_after_a_restart_and_carry_a_latest_channel_newest_per_topic() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-restart"));
+    let mut far = persistent(peer.addr, "far-reader");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let dir = temp_dir("bridge-restart");
+    let yaml = format!(
+        "{SQLITE}channels:
+  events:
+    type: append
+    filter: events/#
+  state:
+    type: latest
+    filter: state/#
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-restart
+    topics:
+      - filter: events/#
+        topic: site/events/$#
+        direction: out
+      - filter: state/#
+        topic: site/state/$#
+        direction: out
+",
+        peer.addr
+    );
+    // A value set before the rule ever ran is current state, not a change: it
+    // never crosses.
+    let broker = Broker::start_in(
+        dir.clone(),
+        yaml.split("bridges:").next().unwrap_or_default(),
+    );
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("state/old", b"before", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    drop(local);
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for payload in ["e1", "e2"] {
+        assert_eq!(
+            local.publish("events/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    assert_eq!(
+        lines_of(&mut far, 2),
+        ["site/events/a e1", "site/events/a e2"]
+    );
+    drop(local);
+    let dir = broker.stop();
+
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("events/a", b"e3", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        lines_of(&mut far, 1),
+        ["site/events/a e3"],
+        "B-382: resumed, nothing re-sent"
+    );
+    nothing_more(&mut far, "the latest channel's state is no change");
+
+    // The peer goes; the latest channel changes three times on one topic, once on
+    // another, and a third value is deleted.
+    assert_eq!(
+        local.publish("state/gone", b"soon", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut far, 1), ["site/state/gone soon"]);
+    drop(far);
+    // Give the peer's PUBACK time to reach the bridge before the peer goes.
+    std::thread::sleep(Duration::from_millis(300));
+    let (port, mosq_dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    for (topic, payload) in [
+        ("state/a", "v1"),
+        ("state/a", "v2"),
+        ("state/b", "w1"),
+        ("state/a", "v3"),
+        ("state/gone", ""),
+    ] {
+        assert_eq!(
+            local.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let peer = Mosquitto::start(port, mosq_dir);
+    broker.wait_log("up again after");
+    let mut far = persistent(peer.addr, "far-reader");
+    let wanted = ["site/state/a v3", "site/state/b w1", "site/state/gone "];
+    let mut got = Vec::new();
+    while !wanted.iter().all(|w| got.iter().any(|g| g == w)) {
+        let line = lines_of(&mut far, 1).remove(0);
+        // "gone soon" may come again: its PUBACK can be in flight when the peer
+        // goes, and an unacknowledged record is sent again (at least once).
+        assert!(
+            wanted.contains(&line.as_str()) || line == "site/state/gone soon",
+            "B-386: only the newest per topic crosses: {line} after {got:?}"
+        );
+        got.push(line);
+        assert!(got.len() <= 4, "{got:?}");
+    }
+    nothing_more(&mut far, "B-386: the newest per topic, once");
+}
+
+/// B-372: the RETAIN flag crosses both ways: a retained publish at the peer is kept
+/// here as a retained value, and one published here is kept retained at the peer.
+#[test]
+fn the_retain_flag_crosses_both_ways() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-retain"));
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-retain
+    topics:
+      - filter: down/#
+        topic: here/$#
+        direction: in
+      - filter: up/#
+        topic: there/$#
+        direction: out
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge hub: SUBACK");
+    let mut device = Raw::connected(peer.addr, V5, "device");
+    assert_eq!(
+        device.publish("down/x", b"kept", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("up/y", b"also", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let deadline = Instant::now() + WAIT;
+    let retained_at = |addr: SocketAddr, filter: &str| -> Option<Publish> {
+        let mut late = Raw::connected(addr, V5, "late");
+        late.subscribe(filter, common::opts(QoS::AtLeastOnce));
+        match late.expect_nothing_or_packet(Duration::from_millis(300)) {
+            Ok(Packet::Publish(p)) => Some(p),
+            _ => None,
+        }
+    };
+    let here = loop {
+        if let Some(p) = retained_at(broker.addr, "here/#") {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no retained value here");
+    };
+    assert!(here.retain && &*here.topic == "here/x", "{here:?}");
+    let there = loop {
+        if let Some(p) = retained_at(peer.addr, "there/#") {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no retained value at the peer");
+    };
+    assert!(there.retain && &*there.topic == "there/y", "{there:?}");
+}
+
+/// B-387, B-388: an out rule sends one record at a time per topic and at most
+/// min(peer Receive Maximum, receive_maximum) altogether; a refusal stops the rule,
+/// and the refused record is offered again from the position.
+#[test]
+fn an_out_rule_keeps_one_record_per_topic_in_flight_within_the_window() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-window
+    receive_maximum: 3
+    topics:
+      - filter: ev/#
+        topic: far/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for (topic, payload) in [
+        ("ev/a", "a1"),
+        ("ev/a", "a2"),
+        ("ev/b", "b1"),
+        ("ev/c", "c1"),
+        ("ev/d", "d1"),
+    ] {
+        assert_eq!(
+            local.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let take = |peer: &mut Raw| -> (u16, String) {
+        let p = next_publish(peer);
+        (
+            p.packet_id.unwrap_or(0),
+            String::from_utf8_lossy(&p.payload).into_owned(),
+        )
+    };
+    let first: Vec<(u16, String)> = (0..3).map(|_| take(&mut peer)).collect();
+    let payloads: Vec<&str> = first.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(
+        payloads,
+        ["a1", "b1", "c1"],
+        "a2 waits behind a1; d1 past the window"
+    );
+    nothing_more(&mut peer, "three in flight at most");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(first[0].0, 0)));
+    let (a2, payload) = take(&mut peer);
+    assert_eq!(payload, "a2", "a1 settled: its topic's next");
+    // The peer refuses c1: the rule stops, then offers c1 again from its position.
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(first[2].0, 0x97)));
+    broker.wait_log("the peer refused \"ev/c\" 0x97");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(first[1].0, 0)));
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(a2, 0)));
+    let mut again = Vec::new();
+    while !again.contains(&"c1".to_string()) || !again.contains(&"d1".to_string()) {
+        let (id, payload) = take(&mut peer);
+        peer.send(&Packet::PubAck(saguin::codec::Ack::new(id, 0)));
+        again.push(payload);
+        assert!(again.len() < 10, "{again:?}");
+    }
+    assert!(
+        !again.contains(&"a1".to_string()),
+        "a settled record is not re-sent: {again:?}"
+    );
+}
+
+/// B-107: a record the peer refuses 0x90 (its topic is one the peer never takes) is
+/// counted peer_refused and skipped: the rule goes on, and it is not offered again.
+#[test]
+fn a_record_the_peer_refuses_0x90_is_skipped_and_counted() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        OPS,
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-0x90
+    topics:
+      - filter: ev/#
+        topic: far/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = broker.ops_addr();
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    for payload in ["first", "second"] {
+        assert_eq!(
+            local.publish("ev/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let first = next_publish(&mut peer);
+    assert_eq!(&*first.payload, b"first");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        first.packet_id.unwrap_or(0),
+        0x90,
+    )));
+    let second = next_publish(&mut peer);
+    assert_eq!(&*second.payload, b"second", "the rule went on at once");
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        second.packet_id.unwrap_or(0),
+        0,
+    )));
+    nothing_more(&mut peer, "the refused record is not offered again");
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    let line = "saguin_bridge_unstored_total{bridge=\"hub\",cause=\"peer_refused\"} 1";
+    assert!(metrics.contains(line), "{line} in:\n{metrics}");
+}
+
+/// B-210: a bridge's TLS file that does not make a client configuration stops the
+/// broker at startup, before any listener opens, naming the bridge and its line.
+#[test]
+fn a_bridge_ca_file_that_holds_no_certificate_stops_the_start() {
+    let dir = temp_dir("bridge-bad-ca");
+    std::fs::write(dir.join("ca.pem"), "not a certificate\n").expect("ca.pem");
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tls://127.0.0.1:1
+    client_id: edge-bad
+    ca_file: {}/ca.pem
+    topics:
+      - filter: a/#
+        direction: both
+",
+            dir.display()
+        ),
+    );
+    let said = common::refused_at_startup(&dir, &yaml);
+    let line = yaml
+        .lines()
+        .position(|l| l == "  hub:")
+        .map(|i| i + 1)
+        .expect("the bridge's line");
+    assert!(
+        said.contains(&format!("saguin.yaml:{line}: bridges.hub: ca_file")),
+        "{said}"
+    );
+    assert!(!said.contains("listening on"), "{said}");
+}
+
+/// B-367, B-380: a ws:// peer is dialled with the `mqtt` subprotocol, and records
+/// cross both ways over it as over tcp://.
+#[test]
+fn a_ws_bridge_carries_both_ways() {
+    let hub = Broker::start("      ws:\n        address: 127.0.0.1:0\n");
+    carries_both_ways_over(&hub, "ws", "", temp_dir("bridge-ws"));
+}
+
+/// B-203, B-367: a wss:// peer: TLS checked against ca_file, then the WebSocket.
+#[test]
+fn a_wss_bridge_carries_both_ways() {
+    use common::tls::{Ca, tls_dir};
+    let ca = Ca::new("estate");
+    let dir = tls_dir("bridge-wss", &ca);
+    let hub = Broker::start_in(
+        dir.clone(),
+        &common::config(
+            "      ws:\n        address: 127.0.0.1:0\n        tls:\n          cert_file: {dir}/server.pem\n          key_file: {dir}/server-key.pem\n",
+        ),
+    );
+    let ca_file = format!("    ca_file: {}/ca.pem\n", dir.display());
+    carries_both_ways_over(&hub, "wss", &ca_file, temp_dir("bridge-wss-edge"));
+}
+
+/// Bridges a new Sagüin to `hub`'s ws door over `scheme`, one rule each way, and
+/// sees a record cross each way.
+fn carries_both_ways_over(hub: &Broker, scheme: &str, keys: &str, dir: PathBuf) {
+    let ws = hub.wait_log("listening on ws://");
+    let ws = ws
+        .split("ws://")
+        .nth(1)
+        .expect("a ws address")
+        .trim()
+        .to_string();
+    let edge = Broker::start_in(
+        dir,
+        &bridged(
+            "",
+            &format!(
+                "bridges:
+  hub:
+    peer: {scheme}://{ws}/mqtt
+    client_id: edge-ws
+{keys}    topics:
+      - filter: down/#
+        topic: here/$#
+        direction: in
+      - filter: up/#
+        topic: there/$#
+        direction: out
+"
+            ),
+        ),
+    );
+    edge.wait_log("bridge hub: SUBACK");
+    let mut at_hub = Raw::connected(hub.addr, V5, "hub-reader");
+    at_hub.subscribe("there/#", common::opts(QoS::AtLeastOnce));
+    let mut at_edge = Raw::connected(edge.addr, V5, "edge-reader");
+    at_edge.subscribe("here/#", common::opts(QoS::AtLeastOnce));
+    let mut hub_client = Raw::connected(hub.addr, V5, "hub-device");
+    assert_eq!(
+        hub_client.publish("down/a", b"in", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut at_edge, 1), ["here/a in"]);
+    let mut edge_client = Raw::connected(edge.addr, V5, "edge-device");
+    assert_eq!(
+        edge_client.publish("up/b", b"out", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut at_hub, 1), ["there/b out"]);
+}
+
+/// RFC 0003 "Retained messages", B-372: a peer that keeps no retained messages is
+/// sent a retained value with the flag down, said once per link in the log.
+#[test]
+fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-noretain
+    topics:
+      - filter: up/#
+        topic: far/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let properties = Properties {
+        retain_available: Some(0),
+        ..Properties::default()
+    };
+    let (mut peer, _) = accept_bridge_with(&listener, false, properties);
+    broker.wait_log("keeps no retained messages");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("up/v", b"value", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let p = next_publish(&mut peer);
+    assert_eq!(&*p.topic, "far/v");
+    assert!(!p.retain, "{p:?}");
+}
+
+/// RFC 0002 "Hanging up a client": a bridge's outbound rule is the broker's own
+/// session, not a client's; a hang-up naming it is answered no-such-client and the
+/// rule goes on carrying.
+#[test]
+fn an_outbound_rule_cannot_be_hung_up() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-hang
+    topics:
+      - filter: up/#
+        direction: both
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut operator = Raw::connected(broker.addr, V5, "operator");
+    operator.subscribe("ops/reply", common::opts(QoS::AtLeastOnce));
+    let mut p = common::publish(
+        "$saguin/sessions/disconnect",
+        "\u{1}bridge/hub/out/up/#/up/#".as_bytes(),
+        QoS::AtLeastOnce,
+        false,
+    );
+    p.properties.response_topic = Some("ops/reply".into());
+    assert_eq!(operator.publish_packet(p), Some(0));
+    assert_eq!(&*operator.recv_publish().payload, b"no-such-client");
+    assert_eq!(
+        operator.publish("up/still", b"x", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let carried = next_publish(&mut peer);
+    assert_eq!(&*carried.topic, "up/still");
+}
+
+/// B-384, B-388: a peer refusing one rule's record holds that rule alone: another
+/// rule's records go on crossing meanwhile, and the refused one is offered again.
+#[test]
+fn a_refusal_holds_one_rule_and_no_other() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-rules
+    topics:
+      - filter: ev/a/#
+        topic: far/a/$#
+        direction: out
+      - filter: ev/b/#
+        topic: far/b/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("ev/a/x", b"a1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let a1 = next_publish(&mut peer);
+    assert_eq!(&*a1.payload, b"a1");
+    let refused_at = Instant::now();
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        a1.packet_id.unwrap_or(0),
+        0x97,
+    )));
+    broker.wait_log("the peer refused \"ev/a/x\" 0x97");
+    assert_eq!(
+        local.publish("ev/b/y", b"b1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let b1 = next_publish(&mut peer);
+    assert_eq!(&*b1.payload, b"b1", "the other rule goes on");
+    assert!(
+        refused_at.elapsed() < Duration::from_secs(1),
+        "within the pause"
+    );
+    peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+        b1.packet_id.unwrap_or(0),
+        0,
+    )));
+    let again = next_publish(&mut peer);
+    assert_eq!(&*again.payload, b"a1", "offered again from its position");
+}
+
+/// A malformed packet from the peer ends the link, logged, and the bridge dials
+/// again: never a panic.
+#[test]
+fn a_malformed_packet_from_the_peer_ends_the_link_and_the_bridge_dials_again() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-garbage
+    topics:
+      - filter: a/#
+        direction: in
+        topic: b/$#
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    // A PUBLISH whose topic claims 65535 bytes of a two-byte body.
+    peer.send_bytes(&[0x32, 0x02, 0xFF, 0xFF]);
+    let down = broker.wait_log("bridge hub: link to");
+    assert!(down.contains("does not decode"), "{down}");
+    let (mut peer, connect) = accept_bridge(&listener, false);
+    assert_eq!(connect.client_id, "edge-garbage");
+    expect_subscribe(&mut peer);
+}
+
+/// B-383: an out rule whose topic is edited is a new reader: it starts where a new
+/// reader of the channel starts (the floor of an append channel), while the rule as
+/// it was would have resumed past what it had carried.
+#[test]
+fn an_edited_out_rule_is_a_new_reader() {
+    let (listener, port) = peer_listener();
+    let yaml = |topic: &str| {
+        format!(
+            "{SQLITE}channels:
+  events:
+    type: append
+    filter: ev/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-edited
+    topics:
+      - filter: ev/#
+        topic: {topic}/$#
+        direction: out
+"
+        )
+    };
+    let carried = |peer: &mut Raw| {
+        let p = next_publish(peer);
+        peer.send(&Packet::PubAck(saguin::codec::Ack::new(
+            p.packet_id.unwrap_or(0),
+            0,
+        )));
+        format!("{} {}", p.topic, String::from_utf8_lossy(&p.payload))
+    };
+    let broker = Broker::start_in(temp_dir("bridge-edited"), &yaml("one"));
+    let (mut peer, _) = accept_bridge(&listener, false);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("ev/x", b"e1", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(carried(&mut peer), "one/x e1");
+    std::thread::sleep(Duration::from_millis(300)); // the position is written
+    drop(local);
+    let dir = broker.stop();
+    drop(peer);
+
+    // The same rule resumes past e1.
+    let broker = Broker::start_in(dir, &yaml("one"));
+    let (mut peer, _) = accept_bridge(&listener, true);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("ev/x", b"e2", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(carried(&mut peer), "one/x e2");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(local);
+    let dir = broker.stop();
+    drop(peer);
+
+    // Edited, it is a new reader from the floor.
+    let _edge = Broker::start_in(dir, &yaml("two"));
+    let (mut peer, _) = accept_bridge(&listener, true);
+    assert_eq!(carried(&mut peer), "two/x e1");
+    assert_eq!(carried(&mut peer), "two/x e2");
+}
