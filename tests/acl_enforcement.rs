@@ -882,4 +882,21 @@ fn the_operations_listener_explains_the_acl_file_it_holds_b320() {
     assert_ne!(after, before, "the worker role is gone");
     let (status, _) = common::http_get(common::tcp(&addr), "/v1/operations/acl");
     assert_eq!(status, 400);
+
+    // B-175: /v1/operations/users names each session's user and door.
+    let _alice = as_user(&broker, "alice-1", "alice");
+    let (status, body) = common::http_get(common::tcp(&addr), "/v1/operations/users");
+    assert_eq!(status, 200, "{body}");
+    let users: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(
+        users["sessions"],
+        serde_json::json!([{
+            "client": "alice-1",
+            "user": "alice",
+            "listener": "broker.mqtt.listen.tcp",
+            "connected": true,
+            "session_expiry": 0,
+            "subscriptions": 0,
+        }])
+    );
 }

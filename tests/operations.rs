@@ -308,4 +308,13 @@ fn the_operations_listener_reports_each_subscriptions_partition_space_c197() {
     let (status, body) = http_get(tcp(&addr), "/v1/operations/acl?user=alice");
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("no acl_file is configured"), "{body}");
+    // B-175: an anonymous client's session is listed with no user, under its door.
+    let (status, body) = http_get(tcp(&addr), "/v1/operations/users");
+    assert_eq!(status, 200, "{body}");
+    let users: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let session = &users["sessions"][0];
+    assert_eq!(session["client"], "dev/7 a", "{body}");
+    assert_eq!(session["user"], serde_json::Value::Null, "{body}");
+    assert_eq!(session["listener"], "broker.mqtt.listen.tcp", "{body}");
+    assert_eq!(session["subscriptions"], 2, "{body}");
 }

@@ -166,7 +166,7 @@ impl Gate {
 /// never does (B-226). Where an acl_file is held, the admitted client is then
 /// asked of it (`crate::acl::Acl::admit`): a client id its entry's `client_ids:`
 /// does not admit is 0x86 too (B-270), a Will it may not publish 0x87 (B-289).
-/// `Ok` carries the client's [`crate::acl::Principal`], `None` with no acl_file.
+/// `Ok` carries who was admitted.
 ///
 /// # Errors
 /// The CONNACK reason code.
@@ -175,7 +175,7 @@ pub fn check_connect(
     connect: &mut crate::codec::Connect,
     certificate: Option<String>,
     peer: &str,
-) -> Result<Option<Rc<crate::acl::Principal>>, u8> {
+) -> Result<Admitted, u8> {
     let verdict = gate.admit(
         connect.username.as_deref(),
         connect.password.as_deref(),
@@ -213,10 +213,16 @@ pub fn check_connect(
         }
     };
     let Some(acl) = &gate.acl else {
-        return Ok(None);
+        return Ok(Admitted {
+            user: name,
+            principal: None,
+        });
     };
     match acl.admit(&name, connect) {
-        Ok(principal) => Ok(Some(Rc::new(principal))),
+        Ok(principal) => Ok(Admitted {
+            user: name,
+            principal: Some(Rc::new(principal)),
+        }),
         Err((code, why)) => {
             log::info!(
                 "{peer}: {:?} (user {name:?}) refused on {} by the acl_file: {why}",
@@ -226,6 +232,15 @@ pub fn check_connect(
             Err(code)
         }
     }
+}
+
+/// A client [`check_connect`] admitted.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The name its door proved: a user name, a certificate's; empty for anonymous.
+    pub user: String,
+    /// Its standing under the acl_file, when one is held.
+    pub principal: Option<Rc<crate::acl::Principal>>,
 }
 
 /// The gates of every door, in the order the configuration lists them: the MQTT

@@ -401,6 +401,7 @@ impl Broker {
                 .log_position
                 .map(|p| Box::new(broadcast_log::LogCursor::restored(p)));
             session.principal = principal;
+            session.user = record.user.as_deref().map(Arc::from);
             let generation = session.generation;
             let mut will_due = None;
             if let Some((will, due_ms)) = record.will {
@@ -504,6 +505,11 @@ impl Broker {
             Some(id) => Destination::Channel(id),
             None => Destination::Broadcast,
         }
+    }
+
+    /// Every session held, the broker's own included.
+    pub fn held_sessions(&self) -> impl Iterator<Item = &Session> {
+        self.sessions.values().map(|s| &**s)
     }
 
     /// The session of `client_id`, if it exists.

@@ -211,6 +211,11 @@ pub struct Session {
     /// Held by the broker itself (a bridge's out rule, `Broker::attach_internal`),
     /// never by a client's connection.
     pub internal: bool,
+    /// The name its last connection's door proved (empty: anonymous), for the
+    /// operations listener; restored sessions carry the name their record kept.
+    pub user: Option<Arc<str>>,
+    /// The door its last connection came through, by the name B-175 gives it.
+    pub listener: Option<Arc<str>>,
     /// Its place in the broadcast log, once it has been owed a logged broadcast or
     /// was restored with one (B-456); boxed, so a session that never is pays a word.
     pub log: Option<Box<super::broadcast_log::LogCursor>>,
@@ -250,6 +255,8 @@ impl Session {
             away_ms: None,
             restored: false,
             internal: false,
+            user: None,
+            listener: None,
             log: None,
             next_packet_id: 1,
         }

@@ -7,12 +7,16 @@
 //! - `/v1/operations/acl?user=NAME[&client=ID]`: what `saguin --acl FILE NAME [ID]
 //!   --json` answers, from the acl_file the broker holds now, SIGUSR1 re-reads
 //!   included (B-320).
+//! - `/v1/operations/users`: every client's session, by client id, with the name
+//!   its door proved and the door it came through, by the name B-175 gives it.
+//!   The broker's own sessions (a bridge's out rules) are no client's and are left
+//!   out. As long as the sessions the broker holds, which its limits bound.
 //!
 //! Each answer is one borrow of the broker's state, with no await inside it.
 
 use serde_json::{Value, json};
 
-use crate::broker::session::Subscription;
+use crate::broker::session::{Session, Subscription};
 use crate::server::Shared;
 
 /// An answer: its status and its JSON body.
@@ -38,6 +42,27 @@ pub fn subscriptions(shared: &Shared, query: &str) -> Answer {
         "subscriptions": subscriptions.into_iter().map(subscription).collect::<Vec<Value>>(),
     });
     (200, format!("{body}\n"))
+}
+
+/// `/v1/operations/users`.
+pub fn users(shared: &Shared) -> Answer {
+    let broker = shared.broker.borrow();
+    let mut sessions: Vec<&Session> = broker.held_sessions().filter(|s| !s.internal).collect();
+    sessions.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+    let sessions: Vec<Value> = sessions
+        .into_iter()
+        .map(|s| {
+            json!({
+                "client": &*s.client_id,
+                "user": s.user.as_deref().filter(|u| !u.is_empty()),
+                "listener": s.listener.as_deref(),
+                "connected": s.link.is_some(),
+                "session_expiry": s.expiry,
+                "subscriptions": s.subscriptions.len(),
+            })
+        })
+        .collect();
+    (200, format!("{}\n", json!({ "sessions": sessions })))
 }
 
 fn subscription(sub: &Subscription) -> Value {

@@ -362,11 +362,12 @@ async fn route(
         }
         "/v1/operations/subscriptions" => json(inspect::subscriptions(shared, query)),
         "/v1/operations/acl" => json(inspect::acl(shared, query)),
+        "/v1/operations/users" => json(inspect::users(shared)),
         _ => response(
             404,
             "text/plain",
-            "not found: try /health, /metrics, /v1/operations/subscriptions?client=ID or \
-             /v1/operations/acl?user=NAME\n",
+            "not found: try /health, /metrics, /v1/operations/users, \
+             /v1/operations/subscriptions?client=ID or /v1/operations/acl?user=NAME\n",
         ),
     }
 }

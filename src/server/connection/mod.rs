@@ -173,25 +173,28 @@ async fn establish(
         Some(code) => Err(code),
         None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
     };
-    if let Err(code) = admitted {
-        // Refusals given to clients are warnings (B-021).
-        log::warn!(
-            "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
-            connect.client_id
-        );
-        shared
-            .broker
-            .borrow()
-            .metrics
-            .refuse_connection(connection_refusal_label(code));
-        let bytes = encode_one(
-            &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
-            protocol,
-        );
-        drop(slot);
-        close_with(&mut stream, &bytes, &shared).await;
-        return None;
-    }
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(code) => {
+            // Refusals given to clients are warnings (B-021).
+            log::warn!(
+                "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
+                connect.client_id
+            );
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_connection(connection_refusal_label(code));
+            let bytes = encode_one(
+                &Packet::ConnAck(connack(protocol, false, code, Properties::default())),
+                protocol,
+            );
+            drop(slot);
+            close_with(&mut stream, &bytes, &shared).await;
+            return None;
+        }
+    };
     let (link, woken) = ConnLink::new(shared.next_link_id());
     let link = Rc::new(link);
     if connect.clean_start && !connect.client_id.is_empty() {
@@ -203,7 +206,7 @@ async fn establish(
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
     take_over(&shared, &connect.client_id).await;
-    let principal = admitted.as_ref().ok().and_then(Option::as_ref);
+    let principal = admitted.principal.as_ref();
     let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
     let mut cut_for_room = false;
     let stored = match store_connect(&shared, &connect, principal).await {
@@ -288,7 +291,7 @@ async fn establish(
         positions_stored_at: None,
         suback_reason: None,
         puback_reason: None,
-        acl: admitted.ok().flatten(),
+        acl: admitted.principal.clone(),
         waited: false,
         log_window_full: false,
         shared,
@@ -300,6 +303,11 @@ async fn establish(
         .send_connack(&connect, &accepted)
         .map(keep_alive::KeepAlive::new);
     conn.bind_acl_to_session();
+    // Who holds the session, and on which door, for /v1/operations/users (B-175).
+    conn.with_session(|s| {
+        s.user = Some(Arc::from(admitted.user.as_str()));
+        s.listener = Some(Arc::from(gate.door.as_str()));
+    });
     // The door by the name B-175 gives it, as certificate errors name it.
     log::info!(
         "{}: {} connected ({protocol:?}, session present {}) listener={}",
