@@ -188,12 +188,6 @@ pub struct Principal {
 }
 
 impl Principal {
-    /// The name its door proved (empty for an anonymous client): kept with a stored
-    /// session, so the session is asked as the same client after a restart (B-290).
-    pub fn user(&self) -> &str {
-        &self.user
-    }
-
     /// The grants under the policy held now.
     pub fn grants(&self) -> Rc<Grants> {
         let policy = self.acl.policy();

@@ -239,12 +239,7 @@ impl Broker {
     /// shortens left; or nothing, for a session that was never stored and ends with
     /// its connection. Computed before [`Broker::connect`] so a failed write changes
     /// nothing (C-270).
-    pub fn connect_record(
-        &self,
-        connect: &Connect,
-        client_id: &str,
-        principal: Option<&Rc<crate::acl::Principal>>,
-    ) -> RecordWrite {
+    pub fn connect_record(&self, connect: &Connect, client_id: &str, user: &str) -> RecordWrite {
         let expiry = self.granted_expiry(connect);
         let existing = self.sessions.get(client_id);
         if expiry == 0 {
@@ -256,7 +251,7 @@ impl Broker {
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
         session.expiry = expiry;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
-        session.principal = principal.cloned();
+        session.user = Some(Arc::from(user));
         if let Some(old) = existing.filter(|_| !connect.clean_start) {
             session.subscriptions = old.subscriptions.clone();
         }
@@ -352,8 +347,8 @@ impl Broker {
         for mut record in loaded {
             let client_id: Arc<str> = Arc::from(record.client_id.as_str());
             // Asked as the client it was stored as: every delivery it is owed while
-            // away, and its Will when it fires (B-290). A record from before an
-            // acl_file was configured names nobody, and is asked as anonymous.
+            // away, and its Will when it fires (B-290). A record written before the
+            // name was kept names nobody, and is asked as anonymous.
             let principal = acl.map(|acl| {
                 let user = record.user.as_deref().unwrap_or_default();
                 Rc::new(acl.principal(user, &client_id))

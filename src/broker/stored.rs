@@ -47,7 +47,8 @@ pub struct SessionRecord {
     pub version: u32,
     /// The client identifier.
     pub client_id: String,
-    /// The name its door proved, when an acl_file was asked (empty: anonymous).
+    /// The name its door proved (empty: anonymous); absent in a record written before
+    /// the name was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// The protocol level of the connection that last held it (4 or 5).
@@ -124,7 +125,7 @@ pub struct StoredWill {
 pub struct Restored {
     /// The client identifier.
     pub client_id: String,
-    /// The name its door proved, when an acl_file was asked.
+    /// The name its door proved, when the record kept one.
     pub user: Option<String>,
     /// The protocol of its last connection.
     pub protocol: ProtocolVersion,
@@ -156,7 +157,7 @@ impl SessionRecord {
         SessionRecord {
             version: VERSION,
             client_id: session.client_id.to_string(),
-            user: session.principal.as_ref().map(|p| p.user().to_string()),
+            user: session.user.as_deref().map(str::to_string),
             protocol: session.protocol.level(),
             expiry: session.expiry,
             subscriptions,

@@ -206,10 +206,9 @@ async fn establish(
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
     take_over(&shared, &connect.client_id).await;
-    let principal = admitted.principal.as_ref();
     let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
     let mut cut_for_room = false;
-    let stored = match store_connect(&shared, &connect, principal).await {
+    let stored = match store_connect(&shared, &connect, &admitted.user).await {
         Err(e) if e.is_full() && connect.will.is_none() => {
             // B-469: a session the store has no room for is accepted ending with its
             // connection, and told so; a Will is refused below instead (B-461), since
@@ -235,7 +234,7 @@ async fn establish(
             }
             // What remains to write: the deletion of the record of the session it
             // replaces, if there was one.
-            store_connect(&shared, &connect, principal).await
+            store_connect(&shared, &connect, &admitted.user).await
         }
         other => other,
     };
@@ -336,13 +335,13 @@ async fn discard_positions(shared: &Shared, client_id: &str, peer: &str) {
 async fn store_connect(
     shared: &Shared,
     connect: &Connect,
-    principal: Option<&Rc<crate::acl::Principal>>,
+    user: &str,
 ) -> Result<(), crate::storage::StorageError> {
     let id = &connect.client_id;
     let (write, refused) = {
         let broker = shared.broker.borrow();
         (
-            broker.connect_record(connect, id, principal),
+            broker.connect_record(connect, id, user),
             broker.record_refused(id),
         )
     };
