@@ -356,6 +356,11 @@ fn the_link_is_logged_once_each_way_and_its_gauge_follows_it() {
         scraped.contains("saguin_bridge_connected{bridge=\"hub\"} 1"),
         "{scraped}"
     );
+    // The out rule's session is the broker's own, not a client's: neither a session
+    // nor a subscription in the clients' gauges.
+    for gauge in ["saguin_sessions 0", "saguin_subscriptions 0"] {
+        assert!(scraped.contains(gauge), "{gauge} in:\n{scraped}");
+    }
     let (port, dir) = peer.stop();
     let down = broker.wait_log("bridge hub: link to");
     assert!(down.contains("WARN") && down.contains("down"), "{down}");

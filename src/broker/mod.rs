@@ -44,6 +44,12 @@ use topic::{SubEntry, Target, TopicTree};
 /// session.
 pub const INTERNAL: char = '\u{1}';
 
+/// A client id as a log line shows it: the broker's own sessions' ids
+/// (`bridge/<name>/out/...`) without the control character that begins them.
+pub fn shown(client_id: &str) -> &str {
+    client_id.strip_prefix(INTERNAL).unwrap_or(client_id)
+}
+
 /// What becomes of a session's Will when its connection ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WillAtEnd {
@@ -540,11 +546,13 @@ impl Broker {
         self.wills.len()
     }
 
-    /// Subscriptions held across every session, and what sessions hold queued
-    /// (messages, bytes).
+    /// Subscriptions held across clients' sessions, and what they hold queued
+    /// (messages, bytes): the broker's own (a bridge's out rules) are not a client's,
+    /// as `session_count` counts them.
     pub fn session_totals(&self) -> (usize, usize, usize) {
         self.sessions
             .values()
+            .filter(|s| !s.internal)
             .fold((0, 0, 0), |(subs, msgs, bytes), s| {
                 (
                     subs + s.subscriptions.len(),
@@ -572,7 +580,7 @@ impl Broker {
 
     /// Takes or creates the session for a CONNECT that passed every check. Another
     /// connection holding the same client id is told to end (0x8E).
-    pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>, keep_will: bool) -> Accepted {
+    pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>) -> Accepted {
         let client_id: Arc<str> = if connect.client_id.is_empty() {
             self.assign_client_id()
         } else {
@@ -618,14 +626,13 @@ impl Broker {
         session.generation += 1;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         session.max_packet_size = connect.properties.maximum_packet_size.unwrap_or(u32::MAX);
-        session.will = match (&connect.will, keep_will) {
-            (Some(will), true) => Some(Box::new(ArmedWill {
+        session.will = connect.will.as_ref().map(|will| {
+            Box::new(ArmedWill {
                 will: will.clone(),
                 delay: will.properties.will_delay_interval.unwrap_or(0),
                 asker: None,
-            })),
-            _ => None,
-        };
+            })
+        });
         // Deliveries that were on the wire go again, DUP set, before anything new.
         session.link = Some(link);
         self.metrics

@@ -128,13 +128,13 @@ pub fn render(
     f.one(
         "saguin_sessions",
         "gauge",
-        "Sessions held.",
+        "Clients' sessions held.",
         broker.session_count() as u64,
     );
     f.one(
         "saguin_subscriptions",
         "gauge",
-        "Topic filters held across sessions.",
+        "Topic filters held across clients' sessions.",
         subscriptions as u64,
     );
     f.one(

@@ -387,7 +387,7 @@ impl Reader<'_> {
             let stats = provider.stats(&name).await.map_err(|e| {
                 log::error!(
                     "channel {name}: cannot read its bounds for {}: {e}",
-                    self.client_id
+                    crate::broker::shown(self.client_id)
                 );
             })?;
             let stored = if durable {
@@ -397,7 +397,7 @@ impl Reader<'_> {
                     .map_err(|e| {
                         log::error!(
                             "channel {name}: cannot read the position of {}: {e}",
-                            self.client_id
+                            crate::broker::shown(self.client_id)
                         );
                     })?
             } else {
@@ -484,7 +484,10 @@ impl Reader<'_> {
             let window = match provider.read_window(&name, request).await {
                 Ok(window) => window,
                 Err(e) => {
-                    log::error!("channel {name}: read for {} failed: {e}", self.client_id);
+                    log::error!(
+                        "channel {name}: read for {} failed: {e}",
+                        crate::broker::shown(self.client_id)
+                    );
                     let mut broker = self.shared.broker.borrow_mut();
                     if let Some(c) = broker
                         .session_of(self.client_id, self.link_id)
@@ -648,7 +651,7 @@ impl Reader<'_> {
                 }
                 Err(e) => log::error!(
                     "channel {name}: position of {} not stored: {e}",
-                    self.client_id
+                    crate::broker::shown(self.client_id)
                 ),
             }
         }
@@ -725,7 +728,7 @@ impl Conn {
             Err(e) => {
                 log::error!(
                     "the broadcast log position of {} not stored: {e}",
-                    self.client_id
+                    crate::broker::shown(&self.client_id)
                 );
                 self.shared.broker.borrow().metrics.storage_failed(&e);
             }

@@ -268,10 +268,7 @@ async fn establish(
         close_with(&mut stream, &bytes, &shared).await;
         return None;
     }
-    let mut accepted = shared
-        .broker
-        .borrow_mut()
-        .connect(&connect, link.clone(), true);
+    let mut accepted = shared.broker.borrow_mut().connect(&connect, link.clone());
     accepted.assigned = assigned;
     accepted.cut_for_room = cut_for_room;
     let mut conn = Conn {
