@@ -1573,3 +1573,85 @@ bridges:
     assert_eq!(carried(&mut peer), "two/x e1");
     assert_eq!(carried(&mut peer), "two/x e2");
 }
+
+/// B-384, second half: retention passing an out rule's position while its link is
+/// down is logged and counted against that rule alone, and the rule goes on at the
+/// channel's floor; a client consumer's gauge is not charged for it.
+#[test]
+fn retention_passing_an_out_rule_position_is_counted_against_that_rule() {
+    let port = free_port();
+    let peer = Mosquitto::start(port, temp_dir("mosq-gap"));
+    let mut far = persistent(peer.addr, "far-gap");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let yaml = format!(
+        "{SQLITE}  operations:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+channels:
+  short:
+    type: append
+    filter: short/#
+    retention_period: 1s
+  kept:
+    type: append
+    filter: kept/#
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-gap
+    topics:
+      - filter: short/#
+        topic: site/short/$#
+        direction: out
+      - filter: kept/#
+        topic: site/kept/$#
+        direction: out
+",
+        peer.addr
+    );
+    let broker = Broker::start_with(&yaml);
+    let ops = broker.ops_addr();
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    local.publish("short/a", b"crossed", QoS::AtLeastOnce, false);
+    assert_eq!(&*far.recv_publish().payload, b"crossed");
+    drop(far);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (port_again, dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    for n in 0..3 {
+        local.publish(
+            "short/a",
+            format!("lost {n}").as_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        );
+    }
+    local.publish("kept/a", b"kept", QoS::AtLeastOnce, false);
+    // The age sweep runs every second; the three go a second after they were written.
+    std::thread::sleep(Duration::from_millis(3000));
+    let peer = Mosquitto::start(port_again, dir);
+    let line = broker.wait_log("no longer holds offsets");
+    assert!(
+        line.contains("bridge/hub/out/short/#") && !line.contains('\u{1}'),
+        "{line}"
+    );
+    let mut far = persistent(peer.addr, "far-gap");
+    assert_eq!(&*far.recv_publish().payload, b"kept");
+    local.publish("short/a", b"after", QoS::AtLeastOnce, false);
+    assert_eq!(
+        &*far.recv_publish().payload,
+        b"after",
+        "the rule goes on at the floor"
+    );
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    let counted = "saguin_bridge_gap_records_total{bridge=\"hub\",filter=\"short/#\"} 3";
+    assert!(metrics.contains(counted), "{counted} in:\n{metrics}");
+    assert!(
+        !metrics.contains("filter=\"kept/#\"")
+            && !metrics.contains("saguin_consumer_gap_records_total{channel=\"short\"}"),
+        "the other rule and client consumers are not charged:\n{metrics}"
+    );
+}

@@ -578,3 +578,70 @@ fn a_subscription_asking_saguin_deletions_is_told_of_a_deletion_and_others_are_n
         [0x83]
     );
 }
+
+/// A durable consumer away while retention took what it had not read goes on at the
+/// floor; the gap is logged and counted against its channel (gaps G-11).
+#[test]
+fn retention_passing_a_consumer_position_is_logged_and_counted_g11() {
+    let yaml = "broker:
+  id: gaps
+  log_level: info
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  operations:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+channels:
+  short:
+    type: append
+    retention_period: 1s
+";
+    let broker = Broker::start_with(yaml);
+    let ops = broker.ops_addr();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let mut c = connect(V5, "away", false);
+    c.properties.session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("short/#", opts(QoS::AtLeastOnce));
+    publisher.publish("short/a", b"read", QoS::AtLeastOnce, false);
+    let got = reader.recv_publish();
+    reader.puback(&got);
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    for n in 0..3 {
+        publisher.publish(
+            "short/a",
+            format!("lost {n}").as_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        );
+    }
+    // The age sweep runs every second; the three go a second after they were written.
+    std::thread::sleep(Duration::from_millis(3000));
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    publisher.publish("short/a", b"after", QoS::AtLeastOnce, false);
+    assert_eq!(
+        &*reader.recv_publish().payload,
+        b"after",
+        "it goes on at the floor"
+    );
+    let line = broker.wait_log("no longer holds offsets");
+    assert!(
+        line.contains("away") && line.contains("channel short"),
+        "{line}"
+    );
+    let metrics = common::http_get(common::tcp(&ops), "/metrics").1;
+    let counted = "saguin_consumer_gap_records_total{channel=\"short\"} 3";
+    assert!(metrics.contains(counted), "{counted} in:\n{metrics}");
+}

@@ -27,6 +27,7 @@ use super::link::Granted;
 use super::template;
 use crate::broker::ConnLink;
 use crate::broker::cursor::ChannelSub;
+use crate::broker::metrics::Gaps;
 use crate::broker::session::{Delivery, Inflight, Session, Subscription};
 use crate::codec::{ProtocolVersion, Publish, QoS, RetainHandling, SubscriptionOptions};
 use crate::config::{Bridge, Direction};
@@ -125,6 +126,10 @@ impl Outbound {
                 shared,
                 client_id: &client_id,
                 link_id: link.id,
+                gaps: Gaps::Rule {
+                    bridge: &bridge.name,
+                    filter: &rule.filter,
+                },
             };
             if reader.open_cursors(sub, false).await.is_err() {
                 log::error!(
@@ -160,18 +165,22 @@ impl Outbound {
     /// Reads what each rule's cursors are owed into its session.
     pub async fn pump(&self, shared: &Shared) {
         for rule in &self.rules {
-            let reader = self.reader(shared, &rule.client_id);
+            let reader = self.reader(shared, rule);
             if reader.next_read().is_some() {
                 reader.pump().await;
             }
         }
     }
 
-    fn reader<'a>(&self, shared: &'a Shared, client_id: &'a Arc<str>) -> Reader<'a> {
+    fn reader<'a>(&'a self, shared: &'a Shared, rule: &'a Rule) -> Reader<'a> {
         Reader {
             shared,
-            client_id,
+            client_id: &rule.client_id,
             link_id: self.link_id,
+            gaps: Gaps::Rule {
+                bridge: &self.name,
+                filter: &rule.filter,
+            },
         }
     }
 
@@ -354,7 +363,7 @@ impl Outbound {
         }
         self.positions_at = Some(Instant::now());
         for rule in &self.rules {
-            self.reader(shared, &rule.client_id).write_positions().await;
+            self.reader(shared, rule).write_positions().await;
         }
     }
 }

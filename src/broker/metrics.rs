@@ -44,6 +44,24 @@ pub struct Metrics {
     pub queues: RefCell<BTreeMap<String, QueueCounts>>,
     /// Each bridge's link state and drops, by bridge name (empty with no bridges).
     pub bridges: RefCell<BTreeMap<String, BridgeCounts>>,
+    /// Offsets of each append channel that retention took before a consumer's
+    /// position reached them (gaps G-11), by channel.
+    pub consumer_gaps: RefCell<BTreeMap<String, u64>>,
+}
+
+/// Whom a reader's gap is counted against (`Metrics::gap`).
+#[derive(Debug, Clone, Copy)]
+pub enum Gaps<'a> {
+    /// A client's session: `saguin_consumer_gap_records_total{channel}`.
+    Consumer,
+    /// A bridge's out rule, and that rule alone (B-384):
+    /// `saguin_bridge_gap_records_total{bridge,filter}`.
+    Rule {
+        /// The bridge's name.
+        bridge: &'a str,
+        /// The rule's filter.
+        filter: &'a str,
+    },
 }
 
 /// One bridge's gauge and counters (gaps section 4: `saguin_bridge_connected{bridge}`,
@@ -54,6 +72,9 @@ pub struct BridgeCounts {
     pub connected: bool,
     /// Records let go at this hop, by cause.
     pub unstored: BTreeMap<&'static str, u64>,
+    /// Offsets retention took before an out rule's position reached them, by the
+    /// rule's filter (B-384).
+    pub gaps: BTreeMap<String, u64>,
 }
 
 /// One queue's counters (RFC 0005 `saguin_queue_*`, gaps section 4) and depth gauges.
@@ -126,6 +147,27 @@ impl Metrics {
             .unstored
             .entry(cause)
             .or_default() += 1;
+    }
+
+    /// Counts `offsets` of `channel` that retention took before a reader's position
+    /// reached them, against the reader: a client's session, or a bridge's out rule.
+    pub fn gap(&self, reader: Gaps<'_>, channel: &str, offsets: u64) {
+        let (mut map, key) = match reader {
+            Gaps::Consumer => (self.consumer_gaps.borrow_mut(), channel),
+            Gaps::Rule { bridge, filter } => {
+                let bridges = self.bridges.borrow_mut();
+                let counts = std::cell::RefMut::map(bridges, |b| {
+                    &mut b.entry(bridge.to_owned()).or_default().gaps
+                });
+                (counts, filter)
+            }
+        };
+        match map.get_mut(key) {
+            Some(n) => *n += offsets,
+            None => {
+                map.insert(key.to_owned(), offsets);
+            }
+        }
     }
 
     /// Updates the counters of queue `name`.

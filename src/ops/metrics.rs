@@ -158,6 +158,14 @@ pub fn render(
             .iter()
             .map(|(code, n)| (format!("{{code=\"0x{code:02X}\"}}"), *n)),
     );
+    let gaps = m.consumer_gaps.borrow();
+    f.emit(
+        "saguin_consumer_gap_records_total",
+        "counter",
+        "Offsets of an append channel retention took before a consumer's position reached them (gaps G-11).",
+        gaps.iter()
+            .map(|(channel, n)| (format!("{{channel=\"{}\"}}", escape(channel)), *n)),
+    );
     f.one(
         "saguin_messages_received_total",
         "counter",
@@ -339,8 +347,9 @@ pub fn render(
     out
 }
 
-/// `saguin_bridge_connected{bridge}` and `saguin_bridge_unstored_total{bridge,cause}`
-/// (gaps section 4); nothing when no bridge is configured.
+/// `saguin_bridge_connected{bridge}`, `saguin_bridge_unstored_total{bridge,cause}`
+/// (gaps section 4) and `saguin_bridge_gap_records_total{bridge,filter}` (B-384);
+/// nothing when no bridge is configured.
 fn bridge_metrics(
     bridges: &std::collections::BTreeMap<String, crate::broker::metrics::BridgeCounts>,
     f: &mut Family<'_>,
@@ -367,6 +376,23 @@ fn bridge_metrics(
             b.unstored.iter().map(move |(cause, n)| {
                 (
                     format!("{{bridge=\"{}\",cause=\"{cause}\"}}", escape(name)),
+                    *n,
+                )
+            })
+        }),
+    );
+    f.emit(
+        "saguin_bridge_gap_records_total",
+        "counter",
+        "Offsets retention took before an out rule's position reached them, by rule.",
+        bridges.iter().flat_map(|(name, b)| {
+            b.gaps.iter().map(move |(filter, n)| {
+                (
+                    format!(
+                        "{{bridge=\"{}\",filter=\"{}\"}}",
+                        escape(name),
+                        escape(filter)
+                    ),
                     *n,
                 )
             })

@@ -13,6 +13,7 @@ use super::{Conn, Shared};
 use crate::acl::Verb;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::cursor::{ChannelSub, Cursor};
+use crate::broker::metrics::{Gaps, Metrics};
 use crate::broker::partition::{self, Slice};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Message};
@@ -331,6 +332,7 @@ impl Conn {
             shared: &self.shared,
             client_id: &self.client_id,
             link_id: self.link.id,
+            gaps: Gaps::Consumer,
         }
     }
 }
@@ -345,6 +347,8 @@ pub(crate) struct Reader<'a> {
     pub client_id: &'a Arc<str>,
     /// The link holding the session.
     pub link_id: u64,
+    /// Whom what retention takes below its positions is counted against.
+    pub gaps: Gaps<'a>,
 }
 
 impl Reader<'_> {
@@ -403,6 +407,12 @@ impl Reader<'_> {
             } else {
                 None
             };
+            if let (Some(position), Kind::Append { .. }) = (stored, kind)
+                && position < stats.floor
+            {
+                let broker = self.shared.broker.borrow();
+                self.lost_to_retention(&broker.metrics, &name, position, stats.floor);
+            }
             let start = match (stored, kind) {
                 (Some(position), _) => position.max(stats.floor),
                 (None, Kind::Append { tail: true }) => stats.head,
@@ -471,10 +481,10 @@ impl Reader<'_> {
             else {
                 return;
             };
-            let (provider, name) = {
+            let (provider, name, kind) = {
                 let broker = self.shared.broker.borrow();
                 let channel = broker.channels.get(id);
-                (channel.provider.clone(), channel.name.clone())
+                (channel.provider.clone(), channel.name.clone(), channel.kind)
             };
             let request = WindowRequest {
                 from,
@@ -501,7 +511,7 @@ impl Reader<'_> {
             let now = now_ms();
             let client = self.client_id.clone();
             let mut broker = self.shared.broker.borrow_mut();
-            let Some(session) = broker.session_of(&client, self.link_id) else {
+            let Some((session, metrics)) = broker.session_and_metrics(&client, self.link_id) else {
                 return;
             };
             let Some(cursor) = session.cursors.get_mut(&id) else {
@@ -521,11 +531,9 @@ impl Reader<'_> {
                 continue;
             }
             if cursor.next < window.floor {
-                log::warn!(
-                    "{client}: channel {name} no longer holds offsets {}..{}; continuing at its floor",
-                    cursor.next,
-                    window.floor
-                );
+                if matches!(kind, Kind::Append { .. }) {
+                    self.lost_to_retention(metrics, &name, cursor.next, window.floor);
+                }
                 cursor.next = window.floor;
             }
             if window.records.is_empty() {
@@ -584,6 +592,17 @@ impl Reader<'_> {
                 session.enqueue(delivery);
             }
         }
+    }
+
+    /// Retention took offsets `from..floor` of append channel `name` before this
+    /// reader's position reached them: it goes on at the floor, and the gap is logged
+    /// and counted against this reader (gaps G-11; B-384 for an out rule).
+    fn lost_to_retention(&self, metrics: &Metrics, name: &str, from: u64, floor: u64) {
+        log::warn!(
+            "{}: channel {name} no longer holds offsets {from}..{floor}; continuing at its floor",
+            crate::broker::shown(self.client_id)
+        );
+        metrics.gap(self.gaps, name, floor - from);
     }
 
     /// What to read next, as far as the session has room; `None` when nothing is owed
