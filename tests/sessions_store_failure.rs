@@ -136,3 +136,32 @@ fn a_v311_unsubscribe_the_store_refuses_disconnects_b464() {
         "closed with no UNSUBACK written"
     );
 }
+
+/// B-457: a durable consumer's positions are written beside its read loop, not in
+/// it. While a write waits on a store that does not take it (the broker's 5 s busy
+/// timeout), the connection still answers its client: a PINGREQ is answered at
+/// once, not after the write gives up.
+#[test]
+fn a_position_write_the_store_holds_up_does_not_stop_the_connection_b457() {
+    let broker = start();
+    publish(&broker, "events/a");
+    let mut reader = connected(&broker, persistent(V5, "slow-store"));
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    let got = reader.recv_publish();
+    let lock = WriteLock::take(&broker);
+    // The position moves, and its write waits on the lock.
+    reader.puback(&got);
+    std::thread::sleep(Duration::from_millis(200));
+    let asked = std::time::Instant::now();
+    reader.send(&Packet::PingReq);
+    assert!(
+        matches!(reader.recv(), Packet::PingResp),
+        "a PINGRESP comes"
+    );
+    let waited = asked.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "answered while the write waits (the busy timeout is 5 s), after {waited:?}"
+    );
+    drop(lock);
+}

@@ -6,6 +6,7 @@
 //! and is written at most every `ack_commit_interval`, and at the end of the
 //! connection.
 
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -689,65 +690,115 @@ impl Conn {
     /// When moved positions must be written though nothing else wakes the connection:
     /// `ack_commit_interval` after the last write, if a position moved since (B-457).
     /// Only a connection that has written positions asks the session.
+    /// None while a write is in flight: its end wakes the connection.
     pub(super) fn positions_deadline(&self) -> Option<Instant> {
+        if self.positions_writing.is_some() {
+            return None;
+        }
         let at = self.positions_stored_at? + self.shared.settings.ack_commit_interval;
-        let moved = self
-            .with_session(|s| {
-                s.outlives_connection()
-                    && (s.cursors.values().any(Cursor::dirty)
-                        || s.log.as_ref().is_some_and(|l| l.dirty()))
-            })
-            .unwrap_or(false);
-        moved.then_some(at)
+        self.positions_moved().then_some(at)
     }
 
-    /// Writes the positions of a durable consumer that moved, and its place in the
-    /// broadcast log: at most every `ack_commit_interval`, or now when `force`.
-    pub(super) async fn store_positions(&mut self, force: bool) {
-        if !force && !self.positions_due() {
+    /// Whether a position of a session that outlives its connection moved since it
+    /// was written: a channel's, or its place in the broadcast log.
+    fn positions_moved(&self) -> bool {
+        self.with_session(|s| {
+            s.outlives_connection()
+                && (s.cursors.values().any(Cursor::dirty)
+                    || s.log.as_ref().is_some_and(|l| l.dirty()))
+        })
+        .unwrap_or(false)
+    }
+
+    /// Starts writing the positions of a durable consumer that moved, and its place in
+    /// the broadcast log, when `ack_commit_interval` is up or the log window is full:
+    /// beside the read loop, which goes on handling the client's packets meanwhile
+    /// (B-457). One write at a time; the loop hears of its end as an event.
+    pub(super) fn start_storing_positions(&mut self) {
+        if self.positions_writing.is_some()
+            || !(self.positions_due() || self.log_window_full)
+            || !self.positions_moved()
+        {
             return;
         }
-        let started = Instant::now();
-        let log_moved = self
-            .shared
-            .broker
-            .borrow_mut()
-            .session(&self.client_id)
-            .filter(|s| s.outlives_connection())
-            .and_then(|s| s.log.as_ref())
-            .filter(|l| l.dirty())
-            .map(|l| l.position());
-        if let Some(position) = log_moved {
-            self.store_log_position(position).await;
+        // What waits behind a full window goes once the write has moved the position.
+        self.log_window_full = false;
+        self.positions_writing = Some(Box::pin(store_moved(
+            self.shared.clone(),
+            self.client_id.clone(),
+            self.link.id,
+        )));
+    }
+
+    /// The write in flight has ended; `written` is when it began, if it wrote anything.
+    pub(super) fn positions_stored(&mut self, written: Option<Instant>) {
+        self.positions_writing = None;
+        if written.is_some() {
+            self.positions_stored_at = written;
         }
-        if self.reader().write_positions().await || log_moved.is_some() {
-            self.positions_stored_at = Some(started);
+    }
+
+    /// Writes whatever moved, now, after the write in flight if one is: a clean
+    /// DISCONNECT or a graceful stop waits for no interval (B-458).
+    pub(super) async fn store_positions_now(&mut self) {
+        if let Some(writing) = self.positions_writing.take() {
+            writing.await;
         }
+        store_moved(self.shared.clone(), self.client_id.clone(), self.link.id).await;
     }
 }
 
-impl Conn {
+/// A write of a durable consumer's moved positions, run beside its connection's read
+/// loop; `Some(when it began)` if it wrote anything.
+pub(super) type PositionsWrite =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Option<Instant>>>>;
+
+/// Writes what moved of `client_id`'s channel positions and of its place in the
+/// broadcast log (B-457, B-458).
+async fn store_moved(shared: Rc<Shared>, client_id: Arc<str>, link_id: u64) -> Option<Instant> {
+    let started = Instant::now();
+    let reader = Reader {
+        shared: &shared,
+        client_id: &client_id,
+        link_id,
+        gaps: Gaps::Consumer,
+    };
+    let log_moved = shared
+        .broker
+        .borrow_mut()
+        .session(&client_id)
+        .filter(|s| s.outlives_connection())
+        .and_then(|s| s.log.as_ref())
+        .filter(|l| l.dirty())
+        .map(|l| l.position());
+    if let Some(position) = log_moved {
+        reader.write_log_position(position).await;
+    }
+    (reader.write_positions().await || log_moved.is_some()).then_some(started)
+}
+
+impl Reader<'_> {
     /// Writes the session's position in the broadcast log (B-457, B-458); once
     /// written, what was sent below it can no longer be sent again (B-459).
-    async fn store_log_position(&mut self, position: u64) {
+    async fn write_log_position(&self, position: u64) {
         let Some(provider) = self.shared.broker.borrow().session_store() else {
             return;
         };
         let channel = crate::broker::broadcast_log::CHANNEL;
         match provider
-            .set_position(&self.client_id, channel, position)
+            .set_position(self.client_id, channel, position)
             .await
         {
             Ok(()) => {
                 let mut broker = self.shared.broker.borrow_mut();
-                if let Some(log) = broker.session(&self.client_id).and_then(|s| s.log.as_mut()) {
+                if let Some(log) = broker.session(self.client_id).and_then(|s| s.log.as_mut()) {
                     log.stored_at(position);
                 }
             }
             Err(e) => {
                 log::error!(
                     "the broadcast log position of {} not stored: {e}",
-                    crate::broker::shown(&self.client_id)
+                    crate::broker::shown(self.client_id)
                 );
                 self.shared.broker.borrow().metrics.storage_failed(&e);
             }

@@ -73,6 +73,8 @@ struct Conn {
     connected_with_zero_expiry: bool,
     /// When the positions of this consumer were last written.
     positions_stored_at: Option<Instant>,
+    /// Its positions being written, beside the read loop (B-457).
+    positions_writing: Option<channels::PositionsWrite>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
     suback_reason: Option<String>,
     /// The Reason String for the next refusing PUBACK or PUBREC, when the reason code
@@ -285,6 +287,7 @@ async fn establish(
         problem_info: connect.properties.request_problem_information != Some(0),
         connected_with_zero_expiry: asked_zero_expiry,
         positions_stored_at: None,
+        positions_writing: None,
         suback_reason: None,
         puback_reason: None,
         acl: admitted.principal.clone(),
@@ -750,6 +753,8 @@ enum Event {
     Read(std::io::Result<usize>),
     Woken,
     KeepAliveExpired,
+    /// The positions write begun beside the loop ended: when it began, if it wrote.
+    PositionsStored(Option<Instant>),
 }
 
 impl Conn {
@@ -897,20 +902,9 @@ impl Conn {
             {
                 return end;
             }
-            if self.positions_due() || self.log_window_full {
-                // A full log window is written at once: what waits behind it cannot
-                // go until the position moves (B-459).
-                let force = std::mem::take(&mut self.log_window_full);
-                Box::pin(self.store_positions(force)).await;
-                if force && let Err(end) = self.write_owed() {
-                    return end;
-                }
-                if !self.out.is_empty()
-                    && let Err(end) = Box::pin(self.flush()).await
-                {
-                    return end;
-                }
-            }
+            // A full log window is written at once: what waits behind it goes when
+            // the write has moved the position (B-459).
+            self.start_storing_positions();
             let positions_due_at = self.positions_deadline();
             let (event, waited) = {
                 let Conn {
@@ -918,6 +912,7 @@ impl Conn {
                     reader,
                     woken,
                     keep_alive,
+                    positions_writing,
                     ..
                 } = self;
                 let event = future::or(
@@ -940,13 +935,21 @@ impl Conn {
                             }
                             Event::Woken
                         },
-                        async {
-                            match keep_alive {
-                                Some(watch) => watch.expired().await,
-                                None => future::pending().await,
-                            };
-                            Event::KeepAliveExpired
-                        },
+                        future::or(
+                            async {
+                                match keep_alive {
+                                    Some(watch) => watch.expired().await,
+                                    None => future::pending().await,
+                                };
+                                Event::KeepAliveExpired
+                            },
+                            async {
+                                match positions_writing {
+                                    Some(writing) => Event::PositionsStored(writing.await),
+                                    None => future::pending().await,
+                                }
+                            },
+                        ),
                     ),
                 );
                 let mut event = std::pin::pin!(event);
@@ -966,6 +969,7 @@ impl Conn {
                     }
                 }
                 Event::Woken => {}
+                Event::PositionsStored(written) => self.positions_stored(written),
                 Event::KeepAliveExpired => {
                     log::info!("{}: {} missed its keepalive", self.peer, self.client_id);
                     return End::Broker(reason::KEEP_ALIVE_TIMEOUT);
@@ -1870,7 +1874,7 @@ impl Conn {
         };
         // Its queue jobs go back, and the session keeps no offer to send again.
         self.queue_connection_ended();
-        Box::pin(self.store_positions(true)).await;
+        Box::pin(self.store_positions_now()).await;
         self.shared.broker.borrow_mut().disconnect(
             &self.client_id,
             self.link.id,
