@@ -784,6 +784,18 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "topic:",
     ),
     (
+        "A-223",
+        "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: far/#\n        topic: jobs/__dlq/$#\n        direction: in\n",
+        "bridges.b.topics[0].topic",
+        "topic:",
+    ),
+    (
+        "A-223",
+        "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: jobs/__dlq/#\n        direction: both\n",
+        "bridges.b.topics[0].filter",
+        "filter:",
+    ),
+    (
         "B-538",
         "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: $saguin/queue/x\n        topic: x\n        direction: in\n",
         "bridges.b.topics[0].filter",
@@ -1164,4 +1176,15 @@ fn b546_the_note_says_when_the_collapse_lands_in_a_latest_channel() {
         "{:?}",
         c.notes
     );
+}
+
+/// A-223 refuses what would write into a dead-letter channel; an out rule reading
+/// dead letters to ship them elsewhere writes nothing here.
+#[test]
+fn a223_an_out_rule_may_read_dead_letters() {
+    let (_, r) = load(
+        "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: jobs/__dlq/#\n        topic: site/dead/$#\n        direction: out\n",
+    );
+    let c = r.expect("an out rule on dead letters is accepted");
+    assert_eq!(c.bridges[0].topics[0].filter, "jobs/__dlq/#");
 }

@@ -463,6 +463,22 @@ fn read_rules(ctx: &mut Ctx, node: &Node, path: &str, limits: &Limits) -> Vec<Br
                 ctx.bad(fnode, &fkey, format!("has {depth} levels{which}, more than limits.max_topic_levels ({}); shorten it", limits.max_topic_levels));
                 continue;
             }
+            // what an in rule brings in is published here under its topic (a
+            // both rule's, its filter), and a dead-letter channel takes records from
+            // its queue alone. Reading dead letters out is an out rule's right.
+            let lands_in = match (direction, &topic) {
+                (Some(Direction::In), Some((t, tnode))) => {
+                    Some((t.as_str(), *tnode, f.path("topic")))
+                }
+                (Some(Direction::Both), _) => Some((plain.as_str(), fnode, fkey.clone())),
+                _ => None,
+            };
+            if let Some((local, node, key)) = lands_in
+                && local.split('/').any(|level| level == "__dlq")
+            {
+                ctx.bad(node, &key, format!("has a level __dlq{which}: what the rule brings in would land in a dead-letter channel, which takes records from its queue alone; bring it in under another topic"));
+                continue;
+            }
             let mut unused = Vec::new();
             if let Some((t, tnode)) = &topic {
                 match check_template(t, &plain, limits) {
