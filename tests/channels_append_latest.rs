@@ -645,3 +645,51 @@ channels:
     let counted = "saguin_consumer_gap_records_total{channel=\"short\"} 3";
     assert!(metrics.contains(counted), "{counted} in:\n{metrics}");
 }
+
+/// gaps G-19: `saguin-deletions` is not kept for a resumed session, whether it was
+/// held in memory or restored at a start: the SUBSCRIBE that wants deletions asks
+/// again.
+#[test]
+fn a_resumed_session_is_told_of_deletions_only_once_it_asks_again_g19() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let asking = || saguin::codec::Properties {
+        user_properties: vec![("saguin-deletions".into(), "true".into())],
+        ..saguin::codec::Properties::default()
+    };
+    let mut c = connect(V5, "resumes", false);
+    c.properties.session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(
+        reader.subscribe_with("state/#", opts(QoS::AtLeastOnce), asking()),
+        [1]
+    );
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    publisher.publish("state/r", b"on", QoS::AtLeastOnce, false);
+    publisher.publish("state/r", b"", QoS::AtLeastOnce, false);
+    let got = reader.recv_publish();
+    assert_eq!(&*got.payload, b"on");
+    reader.puback(&got);
+    reader.expect_nothing(Duration::from_millis(300));
+    assert_eq!(
+        reader.subscribe_with("state/#", opts(QoS::AtLeastOnce), asking()),
+        [1]
+    );
+    publisher.publish("state/r", b"again", QoS::AtLeastOnce, false);
+    publisher.publish("state/r", b"", QoS::AtLeastOnce, false);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let p = reader.recv_publish();
+        reader.puback(&p);
+        if !p.retain {
+            got.push(p.payload.to_vec());
+        }
+    }
+    assert_eq!(
+        got,
+        [b"again".to_vec(), Vec::new()],
+        "asked again, told again"
+    );
+}

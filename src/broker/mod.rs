@@ -620,6 +620,14 @@ impl Broker {
             .or_insert_with(|| Box::new(Session::new(client_id.clone(), connect.protocol, bound)));
         session.protocol = connect.protocol;
         session.expiry = expiry;
+        if resumed {
+            // `saguin-deletions` is asked for again by each SUBSCRIBE that wants it,
+            // not kept for a resumed session, as none is for one restored at a start
+            // (gaps G-19).
+            for sub in session.cursors.values_mut().flat_map(|c| c.subs.iter_mut()) {
+                sub.deletions = false;
+            }
+        }
         // What `connect_record` wrote before this: the record, or its deletion.
         session.stored = expiry > 0;
         session.away_ms = None;
