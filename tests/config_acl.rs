@@ -4,6 +4,9 @@
 
 use std::path::Path;
 
+#[path = "common/mutate.rs"]
+mod mutate;
+
 use saguin::acl::{Policy, Subject, Verb};
 use saguin::config::{self, Config};
 
@@ -469,4 +472,27 @@ fn an_acl_file_that_is_not_yaml_names_its_line() {
         ("acl.yaml", "the acl_file")
     );
     assert!(f.line > 0 && f.text.contains("not valid YAML"), "{e}");
+}
+
+/// The acl_file's cases and the spec's examples, mutated a few edits at a time: each
+/// load refuses with findings on a line of the acl_file that say what to do, or
+/// accepts - never a panic. Deterministic and bounded (`common/mutate.rs`).
+#[test]
+fn mutated_acl_files_are_refused_with_findings_or_accepted_never_a_panic() {
+    let mut seeds: Vec<String> = INVALID
+        .iter()
+        .map(|(_, body, ..)| format!("{body}{USERS}"))
+        .collect();
+    seeds.push(VALID.to_owned());
+    let config = config();
+    let (accepted, refused) = mutate::check(
+        &seeds,
+        mutate::cases_and_rng(4000, 0x5A61_7569_6E21_0ACE),
+        |text| config::acl::from_str(text, Path::new("m.yaml"), &config),
+    );
+    // Most seeds are refusals, so few mutations are accepted; both answers come.
+    assert!(
+        accepted > 5 && refused > 500,
+        "{accepted} accepted, {refused} refused"
+    );
 }
