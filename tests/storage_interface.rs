@@ -317,3 +317,53 @@ fn providers_and_their_futures_can_cross_threads() {
         send(&p.sweep_age(0));
     }
 }
+
+/// B-441, B-442: a held QoS 2 publish is kept under (client id, packet id) and
+/// counted against the provider's bytes; an append naming it releases it in the same
+/// operation, a refused append releases nothing, and a drop naming another exchange
+/// (an older token) leaves the one held alone.
+#[test]
+fn b442_held_publishes_are_released_with_the_record_they_become() {
+    use saguin::storage::Held;
+    for p in both("held") {
+        smol::block_on(async {
+            let small = ChannelSettings {
+                max_bytes: Some(rec("log/x", b"fits", 1).size()),
+                ..ChannelSettings::append()
+            };
+            p.open_channel("log", small).await.unwrap();
+            let held = |id: u16, token: u64| Held {
+                client_id: "c".into(),
+                packet_id: id,
+                token,
+                data: vec![7; 100],
+            };
+            let before = p.used_bytes();
+            p.put_held(held(1, 10)).await.unwrap();
+            p.put_held(held(2, 20)).await.unwrap();
+            if p.name() == "ram" {
+                assert_eq!(p.used_bytes(), before + 2 * held(1, 10).size());
+            }
+            assert_eq!(p.held().await.unwrap(), vec![held(1, 10), held(2, 20)]);
+            // Another exchange under id 2: left alone.
+            p.drop_held(held(2, 19).key()).await.unwrap();
+            let offset = p
+                .append_releasing("log", rec("log/x", b"fits", 1), Some(held(1, 10).key()))
+                .await
+                .unwrap();
+            assert_eq!(offset, 0);
+            assert_eq!(p.held().await.unwrap(), vec![held(2, 20)], "{}", p.name());
+            // Refused at the channel's bound: nothing released.
+            let refused = p
+                .append_releasing("log", rec("log/x", b"too much", 2), Some(held(2, 20).key()))
+                .await;
+            assert!(matches!(refused, Err(StorageError::ChannelFull { .. })));
+            assert_eq!(p.held().await.unwrap(), vec![held(2, 20)], "{}", p.name());
+            p.drop_held(held(2, 20).key()).await.unwrap();
+            assert!(p.held().await.unwrap().is_empty());
+            if p.name() == "ram" {
+                assert_eq!(p.used_bytes(), before + rec("log/x", b"fits", 1).size());
+            }
+        });
+    }
+}

@@ -95,8 +95,8 @@ pub use error::StorageError;
 pub use memory::{MemoryProvider, SnapshotReport};
 pub use provider::{Provider, ProviderSettings};
 pub use record::{
-    ChannelStats, DeadLetter, NewRecord, Record, RecordProperties, RecordState, SweepReport,
-    Window, WindowRequest, record_size,
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordProperties, RecordState,
+    SweepReport, Window, WindowRequest, record_size,
 };
 pub use retention::{RetentionSchedule, run_sweeps};
 pub use settings::{
