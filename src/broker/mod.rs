@@ -433,8 +433,8 @@ impl Broker {
     /// connection the stop cut without saying when (a crash) counts from now, and its
     /// Will waits for the session's end (C-282). A session holding a subscription the
     /// configuration now refuses ends as an expired one does, logged (C-280).
-    /// Restored sessions are owed nothing: deliveries and
-    /// exchanges in flight are not kept yet (B-456).
+    /// What they are owed of broadcast is handed back by `restore_owed` (B-456), their
+    /// held QoS 2 publishes by `restore_held` (B-443).
     pub fn restore(&mut self, loaded: Vec<stored::Restored>, acl: Option<&Rc<crate::acl::Acl>>) {
         let (now, now_ms) = (Instant::now(), records::now_ms());
         let (mut restored, mut ended, mut wills_fired) = (0usize, 0usize, 0usize);
