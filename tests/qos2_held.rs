@@ -263,3 +263,77 @@ fn b441_a_clean_start_drops_held_publishes_and_clean_sessions_store_none() {
     assert_eq!(held_rows(&dir), 0);
     assert_eq!(records_of(&dir, "events"), 0);
 }
+
+/// A-269 with B-441: a held publish abandoned after `broker.qos2.expires_after` is
+/// deleted from storage too, and its late PUBREL is answered 0x92.
+#[test]
+fn b441_an_abandoned_held_publish_leaves_storage() {
+    let yaml = config("local").replace("  mqtt:\n", "  qos2:\n    expires_after: 1s\n  mqtt:\n");
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    let (mut p, _) = connected(&broker, persistent("slow", true, 300));
+    assert_eq!(pubrec(&mut p, "events/late", b"late", 2, false), 0);
+    broker.wait_log("QoS 2 publishes abandoned");
+    assert_eq!(pubrel(&mut p, 2), NOT_FOUND);
+    // The tick that abandoned it forgets it in storage right after.
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 0);
+    assert_eq!(records_of(&dir, "events"), 0);
+}
+
+/// A memory provider whose 12 KiB (less the 3 KiB reserve) hold the session records
+/// and the held publishes.
+const TIGHT: &str = "broker:
+  id: held-tight
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  session:
+    storage: tight
+  limits:
+    max_message_size: 2KiB
+    max_header_bytes: 1KiB
+  storage:
+    default: tight
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      tight:
+        type: memory
+        max_bytes: 12KiB
+        snapshot_dir: {dir}/snapshots
+";
+
+/// B-441: held publishes count against their provider's `max_bytes`: past it the
+/// next is refused on its PUBREC (0x97) with the connection left alone, and a
+/// release gives the room back.
+#[test]
+fn b441_held_publishes_count_against_the_providers_max_bytes() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut p, _) = connected(&broker, persistent("big", true, 300));
+    let payload = vec![b'x'; 1000];
+    let mut accepted = Vec::new();
+    let refused = (1..=12u16).find(|&id| {
+        let code = pubrec(&mut p, "news/big", &payload, id, false);
+        if code == 0 {
+            accepted.push(id);
+        }
+        code != 0
+    });
+    let refused = refused.expect("the provider fills before 12 KiB of held publishes");
+    assert!(!accepted.is_empty(), "some fit");
+    assert_eq!(
+        pubrec(&mut p, "news/big", &payload, refused, false),
+        0x97,
+        "B-441: still full"
+    );
+    assert_eq!(pubrel(&mut p, accepted[0]), 0);
+    assert_eq!(
+        pubrec(&mut p, "news/big", &payload, refused, false),
+        0,
+        "the release gave its room back"
+    );
+}

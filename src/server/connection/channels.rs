@@ -66,10 +66,20 @@ pub(crate) async fn route_releasing(
         }
         Destination::Channel(id) => store(shared, id, message, release).await,
     };
-    if code < 0x80
-        && let Some(rest) = release.take()
-        && let Err(e) = rest.provider.drop_held(rest.key.clone()).await
-    {
+    if code >= 0x80 {
+        return code;
+    }
+    let Some(rest) = release.take() else {
+        return code;
+    };
+    log::debug!(
+        "the held QoS 2 publish {} of {:?} wrote no record of provider {}: released on \
+         its own",
+        rest.key.packet_id,
+        rest.key.client_id,
+        rest.provider.name()
+    );
+    if let Err(e) = rest.provider.drop_held(rest.key.clone()).await {
         log::error!(
             "storage provider {}: the released QoS 2 publish {} of {:?} could not be \
              removed, and comes back after a restart: {e}",
