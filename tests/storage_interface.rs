@@ -367,3 +367,57 @@ fn b442_held_publishes_are_released_with_the_record_they_become() {
         });
     }
 }
+
+/// B-442: at its bound a provider still takes the record that releases a held
+/// publish - it frees about what it takes - while a plain publish is refused.
+#[test]
+fn b442_a_release_is_taken_at_the_bound_that_refuses_a_publish() {
+    use saguin::storage::Held;
+    let dir = temp_dir("held-bound");
+    let sqlite = SqliteSettings::new("disk", dir.join("s.db"), 256 << 10, 16 << 10);
+    let memory = MemorySettings {
+        name: "ram".into(),
+        max_bytes: 64 << 10,
+        reserve_bytes: 8 << 10,
+        snapshot_dir: None,
+    };
+    for settings in [
+        ProviderSettings::Sqlite(sqlite),
+        ProviderSettings::Memory(memory),
+    ] {
+        let p = Provider::open(&settings).unwrap();
+        smol::block_on(async {
+            p.open_channel("log", ChannelSettings::append())
+                .await
+                .unwrap();
+            let held = |id: u16| Held {
+                client_id: "c".into(),
+                packet_id: id,
+                token: 1,
+                data: vec![7; 2000],
+            };
+            let mut kept = Vec::new();
+            for id in 0..1000u16 {
+                match p.put_held(held(id)).await {
+                    Ok(()) => kept.push(id),
+                    Err(StorageError::ProviderFull { .. }) => break,
+                    Err(e) => panic!("{}: {e}", p.name()),
+                }
+            }
+            assert!(!kept.is_empty(), "{}", p.name());
+            let record = || rec("log/x", &[1; 1900], 1);
+            assert!(
+                matches!(
+                    p.append("log", record()).await,
+                    Err(StorageError::ProviderFull { .. })
+                ),
+                "{}: a plain publish is refused at the bound",
+                p.name()
+            );
+            p.append_releasing("log", record(), Some(held(kept[0]).key()))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+            assert_eq!(p.held().await.unwrap().len(), kept.len() - 1);
+        });
+    }
+}

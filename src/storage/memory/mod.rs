@@ -101,6 +101,15 @@ impl std::fmt::Debug for State {
 }
 
 impl State {
+    /// What the held publish `key` names counts, if that exchange is held.
+    fn held_size_of(&self, key: &HeldKey) -> u64 {
+        let k = (key.client_id.clone(), key.packet_id);
+        self.held
+            .get(&k)
+            .filter(|(token, _)| *token == key.token)
+            .map_or(0, |(_, data)| held_size(&k.0, data))
+    }
+
     fn drop_held(&mut self, key: &HeldKey) {
         let k = (key.client_id.clone(), key.packet_id);
         if self
@@ -306,6 +315,8 @@ impl MemoryProvider {
         let size = record.size();
         let mut guard = self.state();
         let st = &mut *guard;
+        // What the held publish it releases is counted frees as much (B-442).
+        let freed = release.as_ref().map_or(0, |key| st.held_size_of(key));
         let open = st
             .channels
             .get_mut(channel)
@@ -331,7 +342,7 @@ impl MemoryProvider {
             false => 0,
         };
         let limit = self.limit();
-        if st.used.saturating_sub(replaced) + size > limit {
+        if st.used.saturating_sub(replaced + freed) + size > limit {
             return Err(self.full());
         }
         let state = match open.settings.kind {

@@ -123,12 +123,15 @@ impl<'a> Batch<'a> {
                 self.publishes += 1;
                 // The release after the record: a refused append writes nothing, and
                 // a failed delete fails the transaction holding both (B-442).
-                let r = self
-                    .append(c, &channel, record)
-                    .and_then(|offset| match release {
-                        Some(key) => self.drop_held(c, &key).map(|()| offset),
-                        None => Ok(offset),
-                    });
+                // A release frees about what its record takes, so it may use the
+                // reserve, as the other writes relieving a full bound do.
+                let reserve = release.is_some();
+                let r =
+                    self.append(c, &channel, record, reserve)
+                        .and_then(|offset| match release {
+                            Some(key) => self.drop_held(c, &key).map(|()| offset),
+                            None => Ok(offset),
+                        });
                 self.complete(done, r)
             }
             WriteOp::PutHeld { held, done } => {
@@ -321,13 +324,15 @@ impl<'a> Batch<'a> {
         Ok(used)
     }
 
-    /// A publish: the channel's own bound, then the provider's bound less its reserve,
-    /// then the writes (C-021, C-115).
+    /// A publish: the channel's own bound, then the provider's bound less its reserve
+    /// (the whole bound for one releasing a held publish, `may_use_reserve`), then
+    /// the writes (C-021, C-115).
     fn append(
         &mut self,
         c: &Connection,
         name: &str,
         record: NewRecord,
+        may_use_reserve: bool,
     ) -> Result<u64, StorageError> {
         let ch = self.channel(name)?;
         let size = record.size();
@@ -345,7 +350,8 @@ impl<'a> Batch<'a> {
         let used = self.used_pages(c, name)?;
         let b = self.bounds;
         let grown = (self.added_bytes + size + ROW_OVERHEAD).div_ceil(b.page_size);
-        if used + grown > b.max_pages.saturating_sub(b.reserve_pages) {
+        let reserve = if may_use_reserve { 0 } else { b.reserve_pages };
+        if used + grown > b.max_pages.saturating_sub(reserve) {
             return Err(self.provider_full());
         }
         let latest = ch.settings.is_latest();
