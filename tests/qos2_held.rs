@@ -337,3 +337,21 @@ fn b441_held_publishes_count_against_the_providers_max_bytes() {
         "the release gave its room back"
     );
 }
+
+/// A sqlite file from before held publishes were kept (no `held` table) opens as it
+/// is and takes them: the table is created if it does not exist.
+#[test]
+fn b441_a_file_without_the_held_table_opens_and_keeps_them() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let dir = kill(broker);
+    {
+        let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the file");
+        db.execute_batch("DROP TABLE held").expect("drop the table");
+    }
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "events/old", b"old", 1, false), 0);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 1);
+}
