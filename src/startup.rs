@@ -131,7 +131,14 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     let session = &config.broker.session;
     let provider = provider_named(config, &mut providers, &session.storage)
         .map_err(|e| format!("broker.session.storage: {e}"))?;
-    channels.sessions = Some(crate::broker::channels::SessionStore::open(provider).await?);
+    let mut store = crate::broker::channels::SessionStore::open(provider).await?;
+    // Every provider a channel or the broadcast log is on may hold some (B-441).
+    let mut providers = channels.providers();
+    if !providers.iter().any(|p| Arc::ptr_eq(p, &store.provider)) {
+        providers.push(store.provider.clone());
+    }
+    store.read_held(&providers).await?;
+    channels.sessions = Some(store);
     Ok((channels, schedule))
 }
 

@@ -317,3 +317,107 @@ fn providers_and_their_futures_can_cross_threads() {
         send(&p.sweep_age(0));
     }
 }
+
+/// B-441, B-442: a held QoS 2 publish is kept under (client id, packet id) and
+/// counted against the provider's bytes; an append naming it releases it in the same
+/// operation, a refused append releases nothing, and a drop naming another exchange
+/// (an older token) leaves the one held alone.
+#[test]
+fn b442_held_publishes_are_released_with_the_record_they_become() {
+    use saguin::storage::Held;
+    for p in both("held") {
+        smol::block_on(async {
+            let small = ChannelSettings {
+                max_bytes: Some(rec("log/x", b"fits", 1).size()),
+                ..ChannelSettings::append()
+            };
+            p.open_channel("log", small).await.unwrap();
+            let held = |id: u16, token: u64| Held {
+                client_id: "c".into(),
+                packet_id: id,
+                token,
+                data: vec![7; 100],
+            };
+            let before = p.used_bytes();
+            p.put_held(held(1, 10)).await.unwrap();
+            p.put_held(held(2, 20)).await.unwrap();
+            if p.name() == "ram" {
+                assert_eq!(p.used_bytes(), before + 2 * held(1, 10).size());
+            }
+            assert_eq!(p.held().await.unwrap(), vec![held(1, 10), held(2, 20)]);
+            // Another exchange under id 2: left alone.
+            p.drop_held(held(2, 19).key()).await.unwrap();
+            let offset = p
+                .append_releasing("log", rec("log/x", b"fits", 1), Some(held(1, 10).key()))
+                .await
+                .unwrap();
+            assert_eq!(offset, 0);
+            assert_eq!(p.held().await.unwrap(), vec![held(2, 20)], "{}", p.name());
+            // Refused at the channel's bound: nothing released.
+            let refused = p
+                .append_releasing("log", rec("log/x", b"too much", 2), Some(held(2, 20).key()))
+                .await;
+            assert!(matches!(refused, Err(StorageError::ChannelFull { .. })));
+            assert_eq!(p.held().await.unwrap(), vec![held(2, 20)], "{}", p.name());
+            p.drop_held(held(2, 20).key()).await.unwrap();
+            assert!(p.held().await.unwrap().is_empty());
+            if p.name() == "ram" {
+                assert_eq!(p.used_bytes(), before + rec("log/x", b"fits", 1).size());
+            }
+        });
+    }
+}
+
+/// B-442: at its bound a provider still takes the record that releases a held
+/// publish - it frees about what it takes - while a plain publish is refused.
+#[test]
+fn b442_a_release_is_taken_at_the_bound_that_refuses_a_publish() {
+    use saguin::storage::Held;
+    let dir = temp_dir("held-bound");
+    let sqlite = SqliteSettings::new("disk", dir.join("s.db"), 256 << 10, 16 << 10);
+    let memory = MemorySettings {
+        name: "ram".into(),
+        max_bytes: 64 << 10,
+        reserve_bytes: 8 << 10,
+        snapshot_dir: None,
+    };
+    for settings in [
+        ProviderSettings::Sqlite(sqlite),
+        ProviderSettings::Memory(memory),
+    ] {
+        let p = Provider::open(&settings).unwrap();
+        smol::block_on(async {
+            p.open_channel("log", ChannelSettings::append())
+                .await
+                .unwrap();
+            let held = |id: u16| Held {
+                client_id: "c".into(),
+                packet_id: id,
+                token: 1,
+                data: vec![7; 2000],
+            };
+            let mut kept = Vec::new();
+            for id in 0..1000u16 {
+                match p.put_held(held(id)).await {
+                    Ok(()) => kept.push(id),
+                    Err(StorageError::ProviderFull { .. }) => break,
+                    Err(e) => panic!("{}: {e}", p.name()),
+                }
+            }
+            assert!(!kept.is_empty(), "{}", p.name());
+            let record = || rec("log/x", &[1; 1900], 1);
+            assert!(
+                matches!(
+                    p.append("log", record()).await,
+                    Err(StorageError::ProviderFull { .. })
+                ),
+                "{}: a plain publish is refused at the bound",
+                p.name()
+            );
+            p.append_releasing("log", record(), Some(held(kept[0]).key()))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", p.name()));
+            assert_eq!(p.held().await.unwrap().len(), kept.len() - 1);
+        });
+    }
+}

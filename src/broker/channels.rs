@@ -166,6 +166,9 @@ pub struct SessionStore {
     pub loaded: Vec<super::stored::Restored>,
     /// The broadcast log read at startup, taken by [`super::Broker::new`] (B-456).
     pub log: Vec<super::broadcast_log::Entry>,
+    /// The held QoS 2 publishes every provider kept, read at startup
+    /// ([`SessionStore::read_held`]) and taken by [`super::Broker::new`] (B-443).
+    pub held: Vec<(Arc<Provider>, crate::storage::Held)>,
 }
 
 impl SessionStore {
@@ -209,6 +212,25 @@ impl SessionStore {
             provider,
             loaded,
             log,
+            held: Vec::new(),
         })
+    }
+
+    /// Reads the held QoS 2 publishes of every provider in `providers` (B-443).
+    ///
+    /// # Errors
+    /// A provider that could not be read.
+    pub async fn read_held(&mut self, providers: &[Arc<Provider>]) -> Result<(), String> {
+        for provider in providers {
+            let held = provider.held().await.map_err(|e| {
+                format!(
+                    "storage provider {}: the held QoS 2 publishes could not be read: {e}",
+                    provider.name()
+                )
+            })?;
+            self.held
+                .extend(held.into_iter().map(|h| (provider.clone(), h)));
+        }
+        Ok(())
     }
 }

@@ -10,6 +10,7 @@ pub mod broadcast_log;
 pub mod channels;
 mod connection_link;
 pub mod cursor;
+pub mod held;
 pub mod metrics;
 pub mod partition;
 pub mod queue;
@@ -35,7 +36,7 @@ use channels::{ChannelId, Channels};
 use metrics::Metrics;
 use rate::PublishBudgets;
 use retained::RetainedStore;
-use session::{ArmedWill, Delivery, Message, Session, Subscription};
+use session::{ArmedWill, Delivery, HeldQos2, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
 /// The first character of every client id the broker holds sessions under for
@@ -151,6 +152,12 @@ pub struct Broker {
     log_losses: broadcast_log::Losses,
     /// Sessions held by the broker itself (`attach_internal`), never ended.
     internal_sessions: usize,
+    /// Held QoS 2 publishes kept in storage that are to be forgotten there
+    /// (abandoned, or their session ended), for the server (`take_held_forget`).
+    held_forget: Vec<held::HeldRef>,
+    /// The token of the next held QoS 2 publish kept in storage: from the clock at
+    /// start, so one kept before a restart is never mistaken for a newer one.
+    next_held_token: u64,
 }
 
 impl Broker {
@@ -170,10 +177,16 @@ impl Broker {
             }
         }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
-        let (loaded, logged) = channels
+        let (loaded, logged, kept) = channels
             .sessions
             .as_mut()
-            .map(|s| (std::mem::take(&mut s.loaded), std::mem::take(&mut s.log)))
+            .map(|s| {
+                (
+                    std::mem::take(&mut s.loaded),
+                    std::mem::take(&mut s.log),
+                    std::mem::take(&mut s.held),
+                )
+            })
             .unwrap_or_default();
         let logs = channels.sessions.is_some();
         let mut broker = Broker {
@@ -201,10 +214,86 @@ impl Broker {
             log_unneeded: Vec::new(),
             log_losses: broadcast_log::Losses::default(),
             internal_sessions: 0,
+            held_forget: Vec::new(),
+            next_held_token: records::now_ms().saturating_mul(1000),
         };
         broker.restore(loaded, acl);
         broker.restore_owed(logged);
+        broker.restore_held(kept);
         broker
+    }
+
+    /// Hands each restored session the QoS 2 publishes it was holding in storage
+    /// (B-443): its PUBREL then completes them. One whose session did not come back
+    /// (it expired while the broker was stopped, or a start ended it), or that does
+    /// not read back, is dropped - forgotten by the server before any client
+    /// connects - logged and counted in `saguin_qos2_abandoned_total`.
+    fn restore_held(&mut self, kept: Vec<(Arc<crate::storage::Provider>, crate::storage::Held)>) {
+        let (now, now_ms) = (Instant::now(), records::now_ms());
+        let (mut restored, mut dropped) = (0usize, 0usize);
+        for (provider, kept) in kept {
+            let key = kept.key();
+            let session = self
+                .sessions
+                .get_mut(kept.client_id.as_str())
+                .filter(|s| !s.internal && !s.incoming.contains_key(&kept.packet_id));
+            let back = session.map(|session| {
+                let read = held::decode(&session.client_id, &kept.data, now, now_ms);
+                (session, read)
+            });
+            match back {
+                Some((session, Ok((message, since)))) => {
+                    let stored = held::StoredHeld {
+                        provider,
+                        token: kept.token,
+                    };
+                    let held = HeldQos2 {
+                        since,
+                        message: Some(Arc::new(message)),
+                        stored: Some(stored),
+                    };
+                    session.incoming.insert(kept.packet_id, held);
+                    restored += 1;
+                }
+                other => {
+                    if let Some((_, Err(why))) = other {
+                        log::error!(
+                            "storage provider {}: the held QoS 2 publish {} of {:?} is \
+                             damaged and dropped: {why}",
+                            provider.name(),
+                            kept.packet_id,
+                            kept.client_id
+                        );
+                    }
+                    dropped += 1;
+                    self.held_forget.push(held::HeldRef { provider, key });
+                }
+            }
+        }
+        if restored + dropped > 0 {
+            log::info!(
+                "held QoS 2 publishes read back: {restored} handed to restored sessions, \
+                 {dropped} dropped (their session did not come back)"
+            );
+        }
+        let total = &self.metrics.qos2_abandoned;
+        total.set(total.get() + dropped as u64);
+    }
+
+    /// A token for the next held QoS 2 publish kept in storage.
+    pub fn held_token(&mut self) -> u64 {
+        self.next_held_token += 1;
+        self.next_held_token
+    }
+
+    /// Held QoS 2 publishes to forget in storage.
+    pub fn take_held_forget(&mut self) -> Vec<held::HeldRef> {
+        std::mem::take(&mut self.held_forget)
+    }
+
+    /// Notes a held QoS 2 publish to forget in storage.
+    pub fn forget_held(&mut self, forget: held::HeldRef) {
+        self.held_forget.push(forget);
     }
 
     /// The provider `broker.session.storage` names, when the broker runs with one.
@@ -344,8 +433,8 @@ impl Broker {
     /// connection the stop cut without saying when (a crash) counts from now, and its
     /// Will waits for the session's end (C-282). A session holding a subscription the
     /// configuration now refuses ends as an expired one does, logged (C-280).
-    /// Restored sessions are owed nothing: deliveries and
-    /// exchanges in flight are not kept yet (B-456).
+    /// What they are owed of broadcast is handed back by `restore_owed` (B-456), their
+    /// held QoS 2 publishes by `restore_held` (B-443).
     pub fn restore(&mut self, loaded: Vec<stored::Restored>, acl: Option<&Rc<crate::acl::Acl>>) {
         let (now, now_ms) = (Instant::now(), records::now_ms());
         let (mut restored, mut ended, mut wills_fired) = (0usize, 0usize, 0usize);
@@ -766,11 +855,21 @@ impl Broker {
     fn abandon_held_qos2(&mut self, now: Instant) {
         let wait = self.settings.qos2_expires_after;
         let mut abandoned = 0;
+        let forget = &mut self.held_forget;
         for session in self.sessions.values_mut() {
             let before = session.incoming.len();
-            session
-                .incoming
-                .retain(|_, held| now.saturating_duration_since(held.since) < wait);
+            let client_id = &session.client_id;
+            session.incoming.retain(|packet_id, held| {
+                let keep = now.saturating_duration_since(held.since) < wait;
+                // Kept in storage: forgotten there too.
+                if !keep && let Some(stored) = &held.stored {
+                    forget.push(held::HeldRef {
+                        provider: stored.provider.clone(),
+                        key: stored.key(client_id, *packet_id),
+                    });
+                }
+                keep
+            });
             abandoned += before - session.incoming.len();
         }
         if abandoned > 0 {
@@ -888,6 +987,15 @@ impl Broker {
         }
         self.wills.remove(client_id);
         self.expiring.remove(client_id);
+        // Its held QoS 2 publishes go with it, from storage too.
+        for (packet_id, held) in &session.incoming {
+            if let Some(stored) = &held.stored {
+                self.held_forget.push(held::HeldRef {
+                    provider: stored.provider.clone(),
+                    key: stored.key(client_id, *packet_id),
+                });
+            }
+        }
         // What it held of the broadcast log, settled or not, it holds no more.
         if let Some(log) = session.log {
             let held = log.released.into_iter().chain(log.unsettled);

@@ -162,6 +162,9 @@ pub struct HeldQos2 {
     /// The publish, routed at PUBREL; `None` when it was applied already (a queue
     /// answer) and the PUBREL only completes the exchange.
     pub message: Option<Arc<Message>>,
+    /// Where it is kept in storage, for a session that outlives its connection
+    /// (B-441); `None` for every other, which holds it in memory alone.
+    pub stored: Option<super::held::StoredHeld>,
 }
 
 /// One client's session.

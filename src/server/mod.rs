@@ -189,6 +189,7 @@ pub fn serve(
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
         sync_records(&shared).await;
+        forget_held(&shared).await;
         wake_on_acl_reload(acl.as_ref(), &shared);
         let mut accepting = Vec::with_capacity(doors.len());
         for door in doors {
@@ -231,6 +232,7 @@ pub fn serve(
         store_unstored(&shared).await;
         // Once more for records the provider refused (C-285).
         sync_records(&shared).await;
+        forget_held(&shared).await;
         settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
@@ -374,6 +376,7 @@ async fn housekeeping(shared: Rc<Shared>) {
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
         sync_records(&shared).await;
+        forget_held(&shared).await;
         connection::drop_unneeded_log(&shared).await;
     }
 }
@@ -434,6 +437,25 @@ pub(crate) async fn write_session_record(
         broker.metrics.storage_failed(e);
     }
     result
+}
+
+/// Forgets in storage the held QoS 2 publishes that were abandoned after
+/// `broker.qos2.expires_after`, whose session ended, or whose session did not come
+/// back at the start (B-443). Each names its exchange, so one a client has opened
+/// since under the same packet identifier is left alone.
+pub(crate) async fn forget_held(shared: &Shared) {
+    let forget = shared.broker.borrow_mut().take_held_forget();
+    for held in forget {
+        if let Err(e) = held.provider.drop_held(held.key.clone()).await {
+            log::error!(
+                "storage provider {}: the held QoS 2 publish {} of {:?} could not be \
+                 removed: {e}",
+                held.provider.name(),
+                held.key.packet_id,
+                held.key.client_id
+            );
+        }
+    }
 }
 
 /// Discards the channel positions of sessions that lapsed (A-079).

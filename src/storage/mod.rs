@@ -10,7 +10,11 @@
 //! is stored with the channel, so retention emptying a channel or a restart does not
 //! bring an offset back); the latest index (one current value per topic, deletions kept
 //! as tombstones) for `latest` channels; delivery state (attempts, available-after) for
-//! `queue` records; and consumer positions per (client id, channel).
+//! `queue` records; and consumer positions per (client id, channel). Beside the
+//! channels a provider keeps session records and held QoS 2 publishes by (client id,
+//! packet id) ([`Held`], B-441); [`Provider::append_releasing`] writes a record and
+//! removes the held publish it becomes in one transaction (sqlite) or under one lock
+//! (memory), B-442.
 //!
 //! **Sizes.** A record counts as payload + topic + message id + each User Property's
 //! key and value ([`record_size`], `store.RecordSize`). A channel's `max_bytes` and
@@ -95,8 +99,8 @@ pub use error::StorageError;
 pub use memory::{MemoryProvider, SnapshotReport};
 pub use provider::{Provider, ProviderSettings};
 pub use record::{
-    ChannelStats, DeadLetter, NewRecord, Record, RecordProperties, RecordState, SweepReport,
-    Window, WindowRequest, record_size,
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordProperties, RecordState,
+    SweepReport, Window, WindowRequest, record_size,
 };
 pub use retention::{RetentionSchedule, run_sweeps};
 pub use settings::{

@@ -3,7 +3,8 @@
 use super::error::StorageError;
 use super::memory::MemoryProvider;
 use super::record::{
-    ChannelStats, DeadLetter, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordState, SweepReport, Window,
+    WindowRequest,
 };
 use super::settings::{ChannelSettings, MemorySettings, SqliteSettings};
 use super::sqlite::SqliteProvider;
@@ -128,9 +129,50 @@ impl Provider {
 
     /// Stores a record and returns its offset once it is durable as the provider promises (committed, on sqlite). Refused with a 0x97 error at the channel's `max_bytes` or the provider's bound less its reserve.
     pub async fn append(&self, channel: &str, record: NewRecord) -> Result<u64, StorageError> {
+        self.append_releasing(channel, record, None).await
+    }
+
+    /// [`Provider::append`], and in the same store operation the held QoS 2 publish
+    /// `release` names is removed (B-442): one sqlite transaction, one lock of a
+    /// memory provider, so no crash or refusal falls between the two. A refused
+    /// append releases nothing; a held publish already gone is no error.
+    pub async fn append_releasing(
+        &self,
+        channel: &str,
+        record: NewRecord,
+        release: Option<HeldKey>,
+    ) -> Result<u64, StorageError> {
         match self {
-            Provider::Sqlite(p) => p.append(channel, record).await,
-            Provider::Memory(p) => p.append(channel, record).await,
+            Provider::Sqlite(p) => p.append_releasing(channel, record, release).await,
+            Provider::Memory(p) => p.append_releasing(channel, record, release).await,
+        }
+    }
+
+    /// Keeps an inbound QoS 2 publish until its PUBREL (B-441), replacing one under
+    /// the same (client id, packet id). Counted against `max_bytes` less the
+    /// reserve, and refused past it (0x97) as a record is.
+    pub async fn put_held(&self, held: Held) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.put_held(held).await,
+            Provider::Memory(p) => p.put_held(held).await,
+        }
+    }
+
+    /// Forgets a held publish (abandoned, its session ended, or released without a
+    /// record of this provider's); one already gone, or replaced by a newer
+    /// exchange (another token), is left alone.
+    pub async fn drop_held(&self, key: HeldKey) -> Result<(), StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.drop_held(key).await,
+            Provider::Memory(p) => p.drop_held(key).await,
+        }
+    }
+
+    /// Every held publish: read at startup (B-443).
+    pub async fn held(&self) -> Result<Vec<Held>, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.held().await,
+            Provider::Memory(p) => p.held().await,
         }
     }
 

@@ -47,6 +47,58 @@ impl NewRecord {
     }
 }
 
+/// An inbound QoS 2 publish held between its PUBREC and its PUBREL (RFC 0002
+/// "Exactly-once publishes", B-441), kept under (client id, packet id) by the
+/// provider of the channel it is for, or of the broadcast log. `data` is opaque to
+/// the provider (`broker::held` encodes it); `token` tells one exchange from a later
+/// one reusing the packet identifier, so a late drop never removes the newer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The publishing client.
+    pub client_id: String,
+    /// Its packet identifier.
+    pub packet_id: u16,
+    /// Which exchange under that identifier.
+    pub token: u64,
+    /// The encoded message.
+    pub data: Vec<u8>,
+}
+
+impl Held {
+    /// What it counts against a provider's `max_bytes` (B-441).
+    pub fn size(&self) -> u64 {
+        held_size(&self.client_id, &self.data)
+    }
+
+    /// Its key.
+    pub fn key(&self) -> HeldKey {
+        HeldKey {
+            client_id: self.client_id.clone(),
+            packet_id: self.packet_id,
+            token: self.token,
+        }
+    }
+}
+
+/// What a held publish costs beyond its client id and data: packet id and token.
+const HELD_OVERHEAD: usize = 10;
+
+/// The size of a held publish of `client_id` holding `data` (B-441).
+pub fn held_size(client_id: &str, data: &[u8]) -> u64 {
+    (client_id.len() + data.len() + HELD_OVERHEAD) as u64
+}
+
+/// One held publish, by its key: what a release or a drop names (B-442).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldKey {
+    /// The publishing client.
+    pub client_id: String,
+    /// Its packet identifier.
+    pub packet_id: u16,
+    /// Which exchange under that identifier.
+    pub token: u64,
+}
+
 /// Where a job goes when it is dead-lettered, as the queue's owner decides it.
 ///
 /// The move takes the record out of the queue and into `channel` in one step, keeping

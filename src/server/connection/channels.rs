@@ -14,13 +14,14 @@ use super::{Conn, Shared};
 use crate::acl::Verb;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::cursor::{ChannelSub, Cursor};
+use crate::broker::held::HeldRef;
 use crate::broker::metrics::{Gaps, Metrics};
 use crate::broker::partition::{self, Slice};
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Message};
 use crate::broker::{Destination, topic};
 use crate::codec::{QoS, RetainHandling, SubscriptionOptions, reason};
-use crate::storage::{Provider, RecordState, StorageError, WindowRequest};
+use crate::storage::{HeldKey, Provider, RecordState, StorageError, WindowRequest};
 
 /// The most records one read takes.
 const WINDOW_RECORDS: usize = 64;
@@ -28,24 +29,66 @@ const WINDOW_RECORDS: usize = 64;
 /// Routes a publish: broadcast at once, or into its channel's provider, returning the
 /// reason code for the publisher once the record is stored or refused.
 pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
+    route_releasing(shared, message, &mut None).await
+}
+
+/// [`route`] for the PUBREL of a held QoS 2 publish kept in storage (B-442): the
+/// record it becomes - a channel's, or the broadcast log's - is written in the same
+/// store operation that removes it from `release`'s provider, which takes `release`.
+/// What writes no record there (a broadcast owed to no session that outlives its
+/// connection, a full log, a record on another provider since the configuration
+/// moved its topic) is removed once the publish is handed on. A refusal removes
+/// nothing, and leaves `release` in place.
+pub(crate) async fn route_releasing(
+    shared: &Shared,
+    message: Arc<Message>,
+    release: &mut Option<HeldRef>,
+) -> u8 {
     let destination = shared.broker.borrow().destination(&message.topic);
-    match destination {
+    let code = match destination {
         Destination::Broadcast => {
             if message.retain
                 && let Some(code) = write_retained(shared, &message).await
             {
                 return code;
             }
+            // Kept only when there is something to release: the log's record is told
+            // apart by the message it carries.
+            let mine = release.is_some().then(|| message.clone());
             shared.broker.borrow_mut().publish(message);
             // Only a broadcast owed to a session that outlives its connection waits
             // here; every other costs this one branch.
             if shared.broker.borrow().has_unlogged() {
-                return log_owed(shared).await;
+                log_owed_releasing(shared, mine.as_ref(), release).await
+            } else {
+                reason::SUCCESS
             }
-            reason::SUCCESS
         }
-        Destination::Channel(id) => store(shared, id, message).await,
+        Destination::Channel(id) => store(shared, id, message, release).await,
+    };
+    if code >= 0x80 {
+        return code;
     }
+    let Some(rest) = release.take() else {
+        return code;
+    };
+    log::debug!(
+        "the held QoS 2 publish {} of {:?} wrote no record of provider {}: released on \
+         its own",
+        rest.key.packet_id,
+        rest.key.client_id,
+        rest.provider.name()
+    );
+    if let Err(e) = rest.provider.drop_held(rest.key.clone()).await {
+        log::error!(
+            "storage provider {}: the released QoS 2 publish {} of {:?} could not be \
+             removed, and comes back after a restart: {e}",
+            rest.provider.name(),
+            rest.key.packet_id,
+            rest.key.client_id
+        );
+    }
+    code
 }
 
 /// Writes the broadcasts owed to sessions that outlive their connection to the
@@ -57,6 +100,16 @@ pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
 /// counted, the deliveries kept in memory only, and the publisher told 0x83 (RFC
 /// 0002: "the broadcast log's ... could not keep the record").
 pub(crate) async fn log_owed(shared: &Shared) -> u8 {
+    log_owed_releasing(shared, None, &mut None).await
+}
+
+/// [`log_owed`], the record of `mine` releasing the held QoS 2 publish `release`
+/// names when the log's provider keeps it (B-442), which takes `release`.
+async fn log_owed_releasing(
+    shared: &Shared,
+    mine: Option<&Arc<Message>>,
+    release: &mut Option<HeldRef>,
+) -> u8 {
     let (pending, provider) = {
         let mut broker = shared.broker.borrow_mut();
         (broker.take_unlogged(), broker.session_store())
@@ -64,7 +117,21 @@ pub(crate) async fn log_owed(shared: &Shared) -> u8 {
     let mut code = reason::SUCCESS;
     for pending in pending {
         let written = match &provider {
-            Some(provider) => append_making_room(shared, provider, &pending).await,
+            Some(provider) => {
+                let key = release
+                    .as_ref()
+                    .filter(|r| {
+                        mine.is_some_and(|m| Arc::ptr_eq(m, &pending.message))
+                            && std::ptr::eq(&*r.provider, &**provider)
+                    })
+                    .map(|r| r.key.clone());
+                let released = key.is_some();
+                let written = append_making_room(shared, provider, &pending, key).await;
+                if released && written.is_ok() {
+                    *release = None;
+                }
+                written
+            }
             None => Err(StorageError::io(
                 "",
                 "log a broadcast",
@@ -97,10 +164,11 @@ async fn append_making_room(
     shared: &Shared,
     provider: &Provider,
     pending: &crate::broker::broadcast_log::Pending,
+    release: Option<HeldKey>,
 ) -> Result<u64, StorageError> {
     use crate::broker::broadcast_log::{CHANNEL, record};
     with_room(shared, provider, || {
-        provider.append(CHANNEL, record(pending, now_ms()))
+        provider.append_releasing(CHANNEL, record(pending, now_ms()), release.clone())
     })
     .await
 }
@@ -205,7 +273,12 @@ async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
 }
 
 /// Stores `message` in channel `id` (RFC 0002 "Publishing").
-pub(super) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>) -> u8 {
+pub(super) async fn store(
+    shared: &Shared,
+    id: ChannelId,
+    message: Arc<Message>,
+    release: &mut Option<HeldRef>,
+) -> u8 {
     let (provider, name, kind) = {
         let broker = shared.broker.borrow();
         let channel = broker.channels.get(id);
@@ -225,13 +298,22 @@ pub(super) async fn store(shared: &Shared, id: ChannelId, message: Arc<Message>)
     // A queue's owner is handed every job it stores.
     let wants_copy = kind == Kind::Queue || shared.broker.borrow().has_shared_groups();
     let mut landed = None;
+    // The held publish is released with the record when they share a provider.
+    let key = release
+        .as_ref()
+        .filter(|r| Arc::ptr_eq(&r.provider, &provider))
+        .map(|r| r.key.clone());
+    let released = key.is_some();
     // Built again only when a full provider gave room and it is tried again (B-476).
     let append = || {
         let record = records::to_record(&message, now_ms());
         landed = wants_copy.then(|| record.clone());
-        provider.append(&name, record)
+        provider.append_releasing(&name, record, key.clone())
     };
     let appended = with_room(shared, &provider, append).await;
+    if released && appended.is_ok() {
+        *release = None;
+    }
     match appended {
         Ok(offset) => {
             let stored = landed.map(|landed| crate::storage::Record {

@@ -18,7 +18,7 @@ mod outbox;
 mod queue;
 mod verbs;
 
-pub(crate) use channels::{drop_unneeded_log, log_owed, route, with_room};
+pub(crate) use channels::{drop_unneeded_log, log_owed, route, route_releasing, with_room};
 use verbs::Verb;
 
 use super::Shared;
@@ -273,6 +273,9 @@ async fn establish(
     let mut accepted = shared.broker.borrow_mut().connect(&connect, link.clone());
     accepted.assigned = assigned;
     accepted.cut_for_room = cut_for_room;
+    // A Clean Start ended the session it replaces: its held QoS 2 publishes leave
+    // storage before the CONNACK, so a crash cannot hand them to this one.
+    super::forget_held(&shared).await;
     let mut conn = Conn {
         stream,
         peer,
@@ -1199,34 +1202,10 @@ impl Conn {
         }
         if publish.qos == QoS::ExactlyOnce {
             let packet_id = publish.packet_id.unwrap_or(0);
-            let mut broker = self.shared.broker.borrow_mut();
-            let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
-                // Another connection holds the client id now: nothing can be held for
-                // a PUBREL here (A-168; 3.1.1 closes, as every refusal does).
-                drop(broker);
-                return self.answer_publish(&publish, reason::UNSPECIFIED_ERROR);
+            let code = match self.hold_qos2(&publish, packet_id)? {
+                Hold::Answer(code) => code,
+                Hold::Store(message) => Box::pin(self.store_held(packet_id, message)).await,
             };
-            let mut code = reason::SUCCESS;
-            if !session.incoming.contains_key(&packet_id) {
-                if session.incoming.len() >= usize::from(settings.receive_maximum) {
-                    drop(broker);
-                    return Err(self.refuse(reason::RECEIVE_MAXIMUM_EXCEEDED));
-                }
-                if session.incoming.len() >= settings.qos2_max_inflight {
-                    // Refused before ownership is taken; the connection stays.
-                    code = reason::QUOTA_EXCEEDED;
-                    broker.metrics.refuse_publish("inflight allowance exceeded");
-                } else {
-                    // Held until PUBREL, so a retransmission is never delivered twice;
-                    // the message is built only for a publish that is kept.
-                    let held = HeldQos2 {
-                        since: Instant::now(),
-                        message: Some(Arc::new(self.message_from(&publish))),
-                    };
-                    session.incoming.insert(packet_id, held);
-                }
-            }
-            drop(broker);
             return self.answer_publish(&publish, code);
         }
         let message = Arc::new(self.message_from(&publish));
@@ -1308,6 +1287,128 @@ impl Conn {
         }
     }
 
+    /// Holds a QoS 2 publish on the session until its PUBREL, in memory, or says it
+    /// is to be kept in storage first (`store_held`); a DUP re-send of one held is
+    /// answered again. Past Receive Maximum the connection ends.
+    fn hold_qos2(&mut self, publish: &Publish, packet_id: u16) -> Result<Hold, End> {
+        let shared = self.shared.clone();
+        let settings = &shared.settings;
+        let mut broker = shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            // Another connection holds the client id now: nothing can be held for
+            // a PUBREL here (A-168; 3.1.1 closes, as every refusal does).
+            return Ok(Hold::Answer(reason::UNSPECIFIED_ERROR));
+        };
+        // A DUP re-send of a held publish gets its PUBREC again and is not kept
+        // twice (gaps G-13).
+        if session.incoming.contains_key(&packet_id) {
+            return Ok(Hold::Answer(reason::SUCCESS));
+        }
+        if session.incoming.len() >= usize::from(settings.receive_maximum) {
+            drop(broker);
+            return Err(self.refuse(reason::RECEIVE_MAXIMUM_EXCEEDED));
+        }
+        if session.incoming.len() >= settings.qos2_max_inflight {
+            // Refused before ownership is taken; the connection stays.
+            broker.metrics.refuse_publish("inflight allowance exceeded");
+            return Ok(Hold::Answer(reason::QUOTA_EXCEEDED));
+        }
+        // Held until PUBREL, so a retransmission is never delivered twice; the
+        // message is built only for a publish that is kept.
+        let message = Arc::new(self.message_from(publish));
+        if session.stored && session.keeps_owed_in_log() {
+            // Its session outlives the connection: kept in storage before the
+            // PUBREC (B-441).
+            return Ok(Hold::Store(message));
+        }
+        let held = HeldQos2 {
+            since: Instant::now(),
+            message: Some(message),
+            stored: None,
+        };
+        session.incoming.insert(packet_id, held);
+        Ok(Hold::Answer(reason::SUCCESS))
+    }
+
+    /// Keeps a QoS 2 publish of a session that outlives its connection in the
+    /// provider of the channel it is for, or the broadcast log's (B-441), before its
+    /// PUBREC, and then holds it on the session; the PUBREC's code. A full provider
+    /// takes room from the broadcast log first (B-476), then refuses 0x97.
+    async fn store_held(&mut self, packet_id: u16, message: Arc<Message>) -> u8 {
+        let shared = self.shared.clone();
+        let (provider, token) = {
+            let mut broker = shared.broker.borrow_mut();
+            let provider = match broker.destination(&message.topic) {
+                crate::broker::Destination::Channel(id) => {
+                    Some(broker.channels.get(id).provider.clone())
+                }
+                crate::broker::Destination::Broadcast => broker.session_store(),
+            };
+            (provider, broker.held_token())
+        };
+        let since = Instant::now();
+        let Some(provider) = provider else {
+            // No provider to keep it in: held in memory, as for any other session.
+            let held = HeldQos2 {
+                since,
+                message: Some(message),
+                stored: None,
+            };
+            self.with_session(|s| s.incoming.insert(packet_id, held));
+            return reason::SUCCESS;
+        };
+        let held = crate::storage::Held {
+            client_id: self.client_id.to_string(),
+            packet_id,
+            token,
+            data: crate::broker::held::encode(&message, crate::broker::records::now_ms()),
+        };
+        let key = held.key();
+        let put = || provider.put_held(held.clone());
+        let written = with_room(&shared, &provider, put).await;
+        let mut broker = shared.broker.borrow_mut();
+        match written {
+            Ok(()) => {
+                let stored = crate::broker::held::StoredHeld {
+                    provider: provider.clone(),
+                    token,
+                };
+                let held = HeldQos2 {
+                    since,
+                    message: Some(message),
+                    stored: Some(stored),
+                };
+                if let Some(session) = broker.session_of(&self.client_id, self.link.id) {
+                    session.incoming.insert(packet_id, held);
+                    return reason::SUCCESS;
+                }
+                // Taken over while it was written: nothing here can release it.
+                broker.forget_held(crate::broker::held::HeldRef { provider, key });
+                reason::UNSPECIFIED_ERROR
+            }
+            Err(e) if e.is_full() => {
+                log::info!(
+                    "{}: QoS 2 publish {packet_id} by {} to {:?} refused 0x97: {e}",
+                    self.peer,
+                    self.client_id,
+                    message.topic
+                );
+                broker.metrics.refuse_publish("quota exceeded");
+                reason::QUOTA_EXCEEDED
+            }
+            Err(e) => {
+                log::error!(
+                    "{}: QoS 2 publish {packet_id} by {} to {:?} could not be kept: {e}",
+                    self.peer,
+                    self.client_id,
+                    message.topic
+                );
+                broker.metrics.storage_failed(&e);
+                reason::IMPLEMENTATION_SPECIFIC_ERROR
+            }
+        }
+    }
+
     async fn on_pubrel(&mut self, packet_id: u16) -> Result<(), End> {
         let held = self
             .with_session(|s| s.incoming.remove(&packet_id))
@@ -1316,14 +1417,22 @@ impl Conn {
             Some(HeldQos2 {
                 since,
                 message: Some(message),
+                stored,
             }) => {
-                let code = route(&self.shared, message.clone()).await;
+                // Kept in storage: the record is written as one operation with the
+                // release (B-442).
+                let mut release = stored.as_ref().map(|s| crate::broker::held::HeldRef {
+                    provider: s.provider.clone(),
+                    key: s.key(&self.client_id, packet_id),
+                });
+                let code = route_releasing(&self.shared, message.clone(), &mut release).await;
                 if code >= 0x80 {
                     // The message stays held, and a PUBREL on the next connection
                     // completes it (RFC 0002 "A DISCONNECT from the broker").
                     let held = HeldQos2 {
                         since,
                         message: Some(message),
+                        stored,
                     };
                     self.with_session(|s| s.incoming.insert(packet_id, held));
                     return Err(self.refuse(code));
@@ -1886,6 +1995,7 @@ impl Conn {
         super::sync_records(&self.shared).await;
         // Before this client can connect again and read them.
         super::drop_lapsed_positions(&self.shared).await;
+        super::forget_held(&self.shared).await;
         if let (Some(code), ProtocolVersion::V5) = (code, self.protocol) {
             let mut disconnect = Disconnect::new(code);
             if self.problem_info {
@@ -1970,4 +2080,12 @@ fn refusal_text(code: u8) -> &'static str {
         reason::KEEP_ALIVE_TIMEOUT => "nothing received within 1.5 times the keepalive",
         _ => "refused",
     }
+}
+
+/// What holding an inbound QoS 2 publish came to (`Conn::hold_qos2`).
+enum Hold {
+    /// Answered now with this PUBREC code (held in memory, a DUP, or refused).
+    Answer(u8),
+    /// To be kept in storage before its PUBREC (B-441).
+    Store(Arc<Message>),
 }

@@ -190,6 +190,7 @@ impl Conn {
             let held = HeldQos2 {
                 since: std::time::Instant::now(),
                 message: None,
+                stored: None,
             };
             self.with_session(|s| s.incoming.insert(id, held));
         }

@@ -13,7 +13,8 @@ use std::sync::{Mutex, MutexGuard};
 use super::error::StorageError;
 use super::lock::ProviderLock;
 use super::record::{
-    ChannelStats, DeadLetter, NewRecord, Record, RecordState, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordState, SweepReport, Window,
+    WindowRequest, held_size,
 };
 use super::settings::{ChannelKind, ChannelSettings, MemorySettings};
 
@@ -75,6 +76,9 @@ struct State {
     /// Session records by client id (`broker::stored`), kept by the snapshot, each
     /// with what it is charged.
     sessions: BTreeMap<String, (String, u64)>,
+    /// Held QoS 2 publishes by (client id, packet id), as (token, data), counted in
+    /// `used` (B-441) and kept by the snapshot (B-443).
+    held: BTreeMap<(String, u16), (u64, Vec<u8>)>,
 }
 
 /// A memory storage provider.
@@ -96,6 +100,29 @@ impl std::fmt::Debug for State {
     }
 }
 
+impl State {
+    /// What the held publish `key` names counts, if that exchange is held.
+    fn held_size_of(&self, key: &HeldKey) -> u64 {
+        let k = (key.client_id.clone(), key.packet_id);
+        self.held
+            .get(&k)
+            .filter(|(token, _)| *token == key.token)
+            .map_or(0, |(_, data)| held_size(&k.0, data))
+    }
+
+    fn drop_held(&mut self, key: &HeldKey) {
+        let k = (key.client_id.clone(), key.packet_id);
+        if self
+            .held
+            .get(&k)
+            .is_some_and(|(token, _)| *token == key.token)
+            && let Some((_, data)) = self.held.remove(&k)
+        {
+            self.used = self.used.saturating_sub(held_size(&k.0, &data));
+        }
+    }
+}
+
 impl MemoryProvider {
     /// Takes `saguin.lock` in `snapshot_dir` (creating the directory) and reads the
     /// manifest of the last graceful shutdown, if there is one. Channel files are loaded
@@ -106,8 +133,8 @@ impl MemoryProvider {
     /// [`StorageError::Locked`] when another broker holds the directory (B-520);
     /// [`StorageError::Io`] or [`StorageError::Snapshot`] when it cannot be read.
     pub fn open(settings: &MemorySettings) -> Result<MemoryProvider, StorageError> {
-        let (lock, manifest, sessions) = match &settings.snapshot_dir {
-            None => (None, HashMap::new(), BTreeMap::new()),
+        let (lock, manifest, sessions, held) = match &settings.snapshot_dir {
+            None => (None, HashMap::new(), BTreeMap::new(), Vec::new()),
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
                     StorageError::io(&settings.name, &format!("create {}", dir.display()), e)
@@ -115,8 +142,9 @@ impl MemoryProvider {
                 let lock = ProviderLock::acquire(&settings.name, &dir.join("saguin.lock"))?;
                 let manifest = snapshot::read_manifest(&settings.name, dir)?;
                 let sessions = snapshot::read_sessions(&settings.name, dir)?;
+                let held = snapshot::read_held(&settings.name, dir)?;
                 snapshot::mark_running(&settings.name, dir, !manifest.is_empty())?;
-                (Some(lock), manifest, sessions)
+                (Some(lock), manifest, sessions, held)
             }
         };
         // A record read back is charged its length until the broker writes it again
@@ -128,11 +156,20 @@ impl MemoryProvider {
                 (client, (record, charge))
             })
             .collect();
-        let used = sessions.values().map(|(_, charge)| charge).sum();
+        let held: BTreeMap<(String, u16), (u64, Vec<u8>)> = held
+            .into_iter()
+            .map(|h| ((h.client_id, h.packet_id), (h.token, h.data)))
+            .collect();
+        let used = sessions.values().map(|(_, charge)| charge).sum::<u64>()
+            + held
+                .iter()
+                .map(|((c, _), (_, d))| held_size(c, d))
+                .sum::<u64>();
         Ok(MemoryProvider {
             settings: settings.clone(),
             state: Mutex::new(State {
                 sessions,
+                held,
                 used,
                 ..State::default()
             }),
@@ -264,9 +301,22 @@ impl MemoryProvider {
     /// Stores a record and returns its offset; refused at the channel's `max_bytes` or
     /// when it would eat into the provider's reserve (0x97).
     pub async fn append(&self, channel: &str, record: NewRecord) -> Result<u64, StorageError> {
+        self.append_releasing(channel, record, None).await
+    }
+
+    /// [`Self::append`], removing the held QoS 2 publish `release` names in the same
+    /// store operation (B-442).
+    pub async fn append_releasing(
+        &self,
+        channel: &str,
+        record: NewRecord,
+        release: Option<HeldKey>,
+    ) -> Result<u64, StorageError> {
         let size = record.size();
         let mut guard = self.state();
         let st = &mut *guard;
+        // What the held publish it releases is counted frees as much (B-442).
+        let freed = release.as_ref().map_or(0, |key| st.held_size_of(key));
         let open = st
             .channels
             .get_mut(channel)
@@ -292,7 +342,7 @@ impl MemoryProvider {
             false => 0,
         };
         let limit = self.limit();
-        if st.used.saturating_sub(replaced) + size > limit {
+        if st.used.saturating_sub(replaced + freed) + size > limit {
             return Err(self.full());
         }
         let state = match open.settings.kind {
@@ -315,7 +365,46 @@ impl MemoryProvider {
             open.data.latest.insert(topic, offset);
         }
         st.used += size;
+        // Under the same lock as the record (B-442).
+        if let Some(key) = release {
+            st.drop_held(&key);
+        }
         Ok(offset)
+    }
+
+    /// Keeps a held QoS 2 publish, within `max_bytes` less the reserve (B-441).
+    pub async fn put_held(&self, held: Held) -> Result<(), StorageError> {
+        let mut st = self.state();
+        let key = (held.client_id, held.packet_id);
+        let old = st.held.get(&key).map_or(0, |(_, d)| held_size(&key.0, d));
+        let size = held_size(&key.0, &held.data);
+        if size > old && st.used.saturating_sub(old) + size > self.limit() {
+            return Err(self.full());
+        }
+        st.used = st.used.saturating_sub(old) + size;
+        st.held.insert(key, (held.token, held.data));
+        Ok(())
+    }
+
+    /// Removes a held QoS 2 publish, if that exchange is still the one held.
+    pub async fn drop_held(&self, key: HeldKey) -> Result<(), StorageError> {
+        self.state().drop_held(&key);
+        Ok(())
+    }
+
+    /// Every held QoS 2 publish (B-443).
+    pub async fn held(&self) -> Result<Vec<Held>, StorageError> {
+        Ok(self
+            .state()
+            .held
+            .iter()
+            .map(|((client_id, packet_id), (token, data))| Held {
+                client_id: client_id.clone(),
+                packet_id: *packet_id,
+                token: *token,
+                data: data.clone(),
+            })
+            .collect())
     }
 
     /// Reads a window; floor, head and records from one instant.
@@ -681,6 +770,7 @@ impl MemoryProvider {
         }
         let sessions = st.sessions.iter().map(|(c, (r, _))| (c, r)).collect();
         snapshot::write_sessions(&self.settings.name, dir, &sessions)?;
+        snapshot::write_held(&self.settings.name, dir, &st.held)?;
         snapshot::write_all(&self.settings.name, dir, &groups, now_ms)
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MemChannel;
 use crate::storage::error::StorageError;
-use crate::storage::record::{Record, RecordProperties, RecordState};
+use crate::storage::record::{Held, Record, RecordProperties, RecordState};
 
 const MAGIC: &[u8; 16] = b"SAGUIN-SNAPSHOT1";
 const MANIFEST: &str = "manifest.json";
@@ -27,6 +27,12 @@ const SESSIONS: &str = "sessions.json";
 /// Far above what any sessions file we write holds: every record is bounded by the
 /// limits (a Will by `max_message_size`, filters by `max_subscriptions`).
 const SESSIONS_MAX: u64 = 4 << 30;
+
+/// The held QoS 2 publishes (B-443): [`HELD_MAGIC`], a count, then each as client
+/// id, packet id, token and data. A snapshot from before they were kept has no such
+/// file, and holds none.
+const HELD: &str = "held.snap";
+const HELD_MAGIC: &[u8; 16] = b"SAGUIN-HELD0001\n";
 
 /// What one snapshot wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -158,6 +164,83 @@ pub(crate) fn write_sessions(
     }
     write_atomically(&path, |w| {
         serde_json::to_writer(&mut *w, sessions).map_err(std::io::Error::other)
+    })
+    .map_err(|e| StorageError::io(provider, &format!("write {}", path.display()), e))
+}
+
+/// The held QoS 2 publishes the last graceful stop wrote; none when there is no file.
+pub(crate) fn read_held(provider: &str, dir: &Path) -> Result<Vec<Held>, StorageError> {
+    let path = dir.join(HELD);
+    let file = match File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(StorageError::io(
+                provider,
+                &format!("open {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let left = file
+        .metadata()
+        .map_err(|e| StorageError::io(provider, &format!("stat {}", path.display()), e))?
+        .len();
+    let mut r = Bounded {
+        inner: BufReader::new(file),
+        left,
+        path: path.clone(),
+    };
+    if &r.array::<16>("header")? != HELD_MAGIC {
+        return Err(snap_err(&path, "not a held-publishes file"));
+    }
+    // Each at least: id length (8), packet id (4), token (8), data length (8).
+    let n = r.count("held publishes", 28)?;
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let client_id = r.string("client id")?;
+        let packet_id = u16::try_from(r.u32("packet id")?)
+            .map_err(|_| snap_err(&path, "packet id out of range"))?;
+        let token = r.u64("token")?;
+        let data = r.bytes("held data")?;
+        held.push(Held {
+            client_id,
+            packet_id,
+            token,
+            data,
+        });
+    }
+    Ok(held)
+}
+
+/// Writes the held QoS 2 publishes (before the manifest); with none, removes the
+/// file a previous snapshot left.
+pub(crate) fn write_held(
+    provider: &str,
+    dir: &Path,
+    held: &BTreeMap<(String, u16), (u64, Vec<u8>)>,
+) -> Result<(), StorageError> {
+    let path = dir.join(HELD);
+    if held.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io(
+                provider,
+                &format!("remove {}", path.display()),
+                e,
+            )),
+            _ => Ok(()),
+        };
+    }
+    write_atomically(&path, |w| {
+        w.write_all(HELD_MAGIC)?;
+        put_u64(w, held.len() as u64)?;
+        for ((client_id, packet_id), (token, data)) in held {
+            put_bytes(w, client_id.as_bytes())?;
+            put_u32(w, u32::from(*packet_id))?;
+            put_u64(w, *token)?;
+            put_bytes(w, data)?;
+        }
+        Ok(())
     })
     .map_err(|e| StorageError::io(provider, &format!("write {}", path.display()), e))
 }

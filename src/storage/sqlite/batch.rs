@@ -17,7 +17,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use super::ops::{Done, WriteOp, fail};
 use super::schema::{self, RECORD_COLUMNS, STATE_DELETED, STATE_JOB, STATE_STORED, i, u};
 use crate::storage::error::StorageError;
-use crate::storage::record::{DeadLetter, NewRecord, Record};
+use crate::storage::record::{DeadLetter, Held, HeldKey, NewRecord, Record};
 use crate::storage::settings::ChannelSettings;
 
 /// What the pages of a record cost beyond its counted size, for the reserve check.
@@ -117,10 +117,29 @@ impl<'a> Batch<'a> {
             WriteOp::Append {
                 channel,
                 record,
+                release,
                 done,
             } => {
                 self.publishes += 1;
-                let r = self.append(c, &channel, record);
+                // The release after the record: a refused append writes nothing, and
+                // a failed delete fails the transaction holding both (B-442).
+                // A release frees about what its record takes, so it may use the
+                // reserve, as the other writes relieving a full bound do.
+                let reserve = release.is_some();
+                let r =
+                    self.append(c, &channel, record, reserve)
+                        .and_then(|offset| match release {
+                            Some(key) => self.drop_held(c, &key).map(|()| offset),
+                            None => Ok(offset),
+                        });
+                self.complete(done, r)
+            }
+            WriteOp::PutHeld { held, done } => {
+                let r = self.put_held(c, &held);
+                self.complete(done, r)
+            }
+            WriteOp::DropHeld { key, done } => {
+                let r = self.drop_held(c, &key);
                 self.complete(done, r)
             }
             WriteOp::RecordAttempt {
@@ -305,13 +324,15 @@ impl<'a> Batch<'a> {
         Ok(used)
     }
 
-    /// A publish: the channel's own bound, then the provider's bound less its reserve,
-    /// then the writes (C-021, C-115).
+    /// A publish: the channel's own bound, then the provider's bound less its reserve
+    /// (the whole bound for one releasing a held publish, `may_use_reserve`), then
+    /// the writes (C-021, C-115).
     fn append(
         &mut self,
         c: &Connection,
         name: &str,
         record: NewRecord,
+        may_use_reserve: bool,
     ) -> Result<u64, StorageError> {
         let ch = self.channel(name)?;
         let size = record.size();
@@ -329,7 +350,8 @@ impl<'a> Batch<'a> {
         let used = self.used_pages(c, name)?;
         let b = self.bounds;
         let grown = (self.added_bytes + size + ROW_OVERHEAD).div_ceil(b.page_size);
-        if used + grown > b.max_pages.saturating_sub(b.reserve_pages) {
+        let reserve = if may_use_reserve { 0 } else { b.reserve_pages };
+        if used + grown > b.max_pages.saturating_sub(reserve) {
             return Err(self.provider_full());
         }
         let latest = ch.settings.is_latest();
@@ -371,6 +393,41 @@ impl<'a> Batch<'a> {
         self.counts.insert(name.to_owned(), n);
         self.added_bytes += size + ROW_OVERHEAD;
         Ok(offset)
+    }
+
+    /// Keeps a held QoS 2 publish, within the provider's bound less its reserve (B-441).
+    fn put_held(&mut self, c: &Connection, held: &Held) -> Result<(), StorageError> {
+        let size = held.size();
+        let used = self.used_pages(c, "held")?;
+        let b = self.bounds;
+        let grown = (self.added_bytes + size + ROW_OVERHEAD).div_ceil(b.page_size);
+        if used + grown > b.max_pages.saturating_sub(b.reserve_pages) {
+            return Err(self.provider_full());
+        }
+        c.prepare_cached(
+            "INSERT INTO held(client_id, packet_id, token, data) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT(client_id, packet_id) DO UPDATE SET token = excluded.token, \
+             data = excluded.data",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                held.client_id,
+                held.packet_id,
+                i(held.token),
+                held.data
+            ])
+        })
+        .map_err(|e| self.sql(c, "held", e))?;
+        self.added_bytes += size + ROW_OVERHEAD;
+        Ok(())
+    }
+
+    /// Removes a held QoS 2 publish, if that exchange is still the one held.
+    fn drop_held(&mut self, c: &Connection, key: &HeldKey) -> Result<(), StorageError> {
+        c.prepare_cached("DELETE FROM held WHERE client_id = ?1 AND packet_id = ?2 AND token = ?3")
+            .and_then(|mut s| s.execute(params![key.client_id, key.packet_id, i(key.token)]))
+            .map(|_| ())
+            .map_err(|e| self.sql(c, "held", e))
     }
 
     fn insert_row(

@@ -22,7 +22,9 @@ use self::ops::{Done, ReadOp, WriteOp};
 use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
-use super::record::{ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest};
+use super::record::{
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, SweepReport, Window, WindowRequest,
+};
 use super::settings::{ChannelSettings, SqliteSettings};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -320,13 +322,40 @@ impl SqliteProvider {
     /// Stores a record; resolves with its offset once the transaction holding it has
     /// committed (stored before acknowledged, B-151).
     pub async fn append(&self, channel: &str, record: NewRecord) -> Result<u64, StorageError> {
+        self.append_releasing(channel, record, None).await
+    }
+
+    /// [`Self::append`], removing the held QoS 2 publish `release` names in the same
+    /// store operation (B-442).
+    pub async fn append_releasing(
+        &self,
+        channel: &str,
+        record: NewRecord,
+        release: Option<HeldKey>,
+    ) -> Result<u64, StorageError> {
         let channel = channel.to_owned();
         self.write(|done| WriteOp::Append {
             channel,
             record,
+            release,
             done,
         })
         .await
+    }
+
+    /// Keeps a held QoS 2 publish; committed before it returns (B-441).
+    pub async fn put_held(&self, held: Held) -> Result<(), StorageError> {
+        self.write(|done| WriteOp::PutHeld { held, done }).await
+    }
+
+    /// Removes a held QoS 2 publish, if that exchange is still the one held.
+    pub async fn drop_held(&self, key: HeldKey) -> Result<(), StorageError> {
+        self.write(|done| WriteOp::DropHeld { key, done }).await
+    }
+
+    /// Every held QoS 2 publish, read at startup (B-443).
+    pub async fn held(&self) -> Result<Vec<Held>, StorageError> {
+        self.read(|done| ReadOp::Held { done }).await
     }
 
     /// Reads a window in one snapshot, on a read connection (B-154, B-155).

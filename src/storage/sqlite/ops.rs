@@ -6,7 +6,7 @@ use smol::channel::Sender;
 use super::schema;
 use crate::storage::error::StorageError;
 use crate::storage::record::{
-    ChannelStats, DeadLetter, NewRecord, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, SweepReport, Window, WindowRequest,
 };
 use crate::storage::settings::ChannelSettings;
 
@@ -32,6 +32,9 @@ pub(crate) enum ReadOp {
     Sessions {
         done: Done<Vec<(String, String)>>,
     },
+    Held {
+        done: Done<Vec<Held>>,
+    },
 }
 
 /// A write the writer thread performs.
@@ -44,7 +47,17 @@ pub(crate) enum WriteOp {
     Append {
         channel: String,
         record: NewRecord,
+        /// The held QoS 2 publish this record releases, in the same transaction.
+        release: Option<HeldKey>,
         done: Done<u64>,
+    },
+    PutHeld {
+        held: Held,
+        done: Done<()>,
+    },
+    DropHeld {
+        key: HeldKey,
+        done: Done<()>,
     },
     RecordAttempt {
         channel: String,
@@ -127,7 +140,9 @@ pub(crate) fn fail(op: WriteOp, err: &StorageError) {
         | WriteOp::SetPosition { done, .. }
         | WriteOp::DropPositions { done, .. }
         | WriteOp::PutSession { done, .. }
-        | WriteOp::DeleteSession { done, .. } => drop(done.try_send(Err(e))),
+        | WriteOp::DeleteSession { done, .. }
+        | WriteOp::PutHeld { done, .. }
+        | WriteOp::DropHeld { done, .. } => drop(done.try_send(Err(e))),
         WriteOp::Append { done, .. } | WriteOp::DeadLetter { done, .. } => {
             drop(done.try_send(Err(e)))
         }
@@ -145,6 +160,7 @@ pub(crate) fn fail_read(op: ReadOp, err: &StorageError) {
         ReadOp::Stats { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Position { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Sessions { done } => drop(done.try_send(Err(e))),
+        ReadOp::Held { done } => drop(done.try_send(Err(e))),
     }
 }
 
@@ -166,6 +182,9 @@ pub(crate) fn serve_read(conn: &mut Connection, provider: &str, op: ReadOp) {
         }
         ReadOp::Sessions { done } => {
             let _ = done.try_send(schema::read_sessions(conn, provider));
+        }
+        ReadOp::Held { done } => {
+            let _ = done.try_send(schema::read_held(conn, provider));
         }
     }
 }

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::storage::error::StorageError;
 use crate::storage::record::{
-    ChannelStats, Record, RecordProperties, RecordState, Window, WindowRequest,
+    ChannelStats, Held, Record, RecordProperties, RecordState, Window, WindowRequest,
 };
 
 /// The schema version, kept in `PRAGMA user_version`; a file from a newer version is
@@ -55,6 +55,13 @@ CREATE TABLE IF NOT EXISTS positions(
 CREATE TABLE IF NOT EXISTS sessions(
     client_id TEXT NOT NULL PRIMARY KEY,
     record TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS held(
+    client_id TEXT NOT NULL,
+    packet_id INTEGER NOT NULL,
+    token INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY(client_id, packet_id)
 ) WITHOUT ROWID;
 ";
 
@@ -246,4 +253,39 @@ pub(crate) fn read_sessions(
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
         .map_err(io)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(io)
+}
+
+/// Every held QoS 2 publish (B-443); a row whose packet identifier is out of range
+/// (edited by hand) is skipped.
+pub(crate) fn read_held(conn: &Connection, provider: &str) -> Result<Vec<Held>, StorageError> {
+    let io = |e| StorageError::io(provider, "read the held QoS 2 publishes", e);
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT client_id, packet_id, token, data FROM held ORDER BY client_id, packet_id",
+        )
+        .map_err(io)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Vec<u8>>(3)?,
+            ))
+        })
+        .map_err(io)?;
+    let mut held = Vec::new();
+    for row in rows {
+        let (client_id, packet_id, token, data) = row.map_err(io)?;
+        let Ok(packet_id) = u16::try_from(packet_id) else {
+            continue;
+        };
+        held.push(Held {
+            client_id,
+            packet_id,
+            token: u(token),
+            data,
+        });
+    }
+    Ok(held)
 }

@@ -1,0 +1,357 @@
+//! Held inbound QoS 2 publishes survive a restart (RFC 0002 "Exactly-once publishes:
+//! broker.qos2"; B-441..B-443, gaps G-13 "Exactly once"): a session that outlives its
+//! connection keeps each publish it was sent PUBREC for in the provider of the
+//! channel it is for (or the broadcast log's, `broker.session.storage`), the PUBREL
+//! writes the record and removes the held publish in one store operation, and what
+//! a restart finds is handed back to the session that comes back - or dropped and
+//! counted when it does not.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::sessions::{
+    config, connected, fresh_dir, kill, nothing_more, persistent, receive, subscribe_and_leave,
+};
+use common::{Broker, Raw, opts};
+use saguin::codec::{self, Packet, ProtocolVersion::V5, QoS};
+
+const NOT_FOUND: u8 = 0x92;
+
+/// Sends a QoS 2 PUBLISH with packet id `id` and returns its PUBREC's code.
+fn pubrec(raw: &mut Raw, topic: &str, payload: &[u8], id: u16, dup: bool) -> u8 {
+    let mut p = common::publish(topic, payload, QoS::ExactlyOnce, false);
+    p.packet_id = Some(id);
+    p.dup = dup;
+    raw.send(&Packet::Publish(p));
+    match raw.recv() {
+        Packet::PubRec(ack) => {
+            assert_eq!(ack.packet_id, id);
+            ack.code
+        }
+        other => panic!("expected PUBREC, got {other:?}"),
+    }
+}
+
+/// Sends PUBREL for `id` and returns its PUBCOMP's code.
+fn pubrel(raw: &mut Raw, id: u16) -> u8 {
+    raw.send(&Packet::PubRel(codec::Ack::new(id, 0)));
+    match raw.recv() {
+        Packet::PubComp(ack) => {
+            assert_eq!(ack.packet_id, id);
+            ack.code
+        }
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
+}
+
+/// A count from the sqlite file, read once the broker is gone.
+fn count(dir: &Path, sql: &str) -> i64 {
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the file");
+    db.query_row(sql, [], |row| row.get(0)).expect("count")
+}
+
+/// Held publishes in the sqlite file.
+fn held_rows(dir: &Path) -> i64 {
+    count(dir, "SELECT count(*) FROM held")
+}
+
+/// Records of channel `name` in the sqlite file.
+fn records_of(dir: &Path, name: &str) -> i64 {
+    count(
+        dir,
+        &format!(
+            "SELECT count(*) FROM records r JOIN channels c ON c.id = r.channel_id \
+             WHERE c.name = '{name}'"
+        ),
+    )
+}
+
+/// A reader of `filter` (a fresh clean session) gets exactly `want`, and nothing more.
+fn read_exactly(broker: &Broker, client_id: &str, filter: &str, want: &[&str]) {
+    let mut reader = Raw::connected(broker.addr, V5, client_id);
+    assert_eq!(reader.subscribe(filter, opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(receive(&mut reader, want.len()), want);
+    nothing_more(&mut reader, Duration::from_millis(400));
+}
+
+/// B-441, B-442, B-443 (sqlite, append channel): a held publish is in the channel's
+/// provider from its PUBREC, survives SIGKILL, and is handed back to the resumed
+/// session: its PUBREL completes it 0x00 and writes the record once; a second
+/// PUBREL finds nothing (0x92).
+#[test]
+fn b443_held_publish_survives_sigkill_on_sqlite_channel() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "events/held", b"once", 7, false), 0);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 1, "B-441: kept in the channel's provider");
+    assert_eq!(
+        records_of(&dir, "events"),
+        0,
+        "B-442: no record before PUBREL"
+    );
+
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut p, present) = connected(&broker, persistent("holder", false, 300));
+    assert!(present);
+    assert_eq!(pubrel(&mut p, 7), 0, "B-443: handed back to the session");
+    assert_eq!(pubrel(&mut p, 7), NOT_FOUND, "completed once");
+    read_exactly(&broker, "reader", "events/#", &["once"]);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 0, "B-442: released with the record");
+    assert_eq!(records_of(&dir, "events"), 1, "exactly one record");
+}
+
+/// B-441, B-442, B-443 (sqlite, broadcast): a held broadcast is kept in the
+/// broadcast log's provider; after SIGKILL its PUBREL writes the one log record a
+/// persistent subscriber is owed and removes the held publish in the same
+/// transaction, and the subscriber gets it once.
+#[test]
+fn b442_held_broadcast_survives_sigkill_and_reaches_a_persistent_subscriber_once() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    subscribe_and_leave(&broker, "keeper", "news/#", QoS::ExactlyOnce);
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "news/held", b"once", 9, false), 0);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 1, "B-441: kept in broker.session.storage");
+    assert_eq!(records_of(&dir, "$broadcast"), 0);
+
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut p, present) = connected(&broker, persistent("holder", false, 300));
+    assert!(present);
+    assert_eq!(pubrel(&mut p, 9), 0);
+    // Killed right after the PUBCOMP: the release and the log record are one
+    // transaction, so both are there or neither.
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 0, "B-442");
+    assert_eq!(records_of(&dir, "$broadcast"), 1, "B-442");
+
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut s, present) = connected(&broker, persistent("keeper", false, 300));
+    assert!(present);
+    assert_eq!(receive(&mut s, 1), ["once"]);
+    nothing_more(&mut s, Duration::from_millis(400));
+    let (mut p, present) = connected(&broker, persistent("holder", false, 300));
+    assert!(present);
+    assert_eq!(pubrel(&mut p, 9), NOT_FOUND, "nothing held any more");
+}
+
+/// B-443 (memory provider): a held publish survives a graceful stop through the
+/// snapshot, and its PUBREL completes it after the start.
+#[test]
+fn b443_held_publish_survives_a_graceful_stop_on_memory() {
+    let broker = Broker::start_in(fresh_dir(), &config("volatile"));
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "memlog/held", b"kept", 3, false), 0);
+    assert_eq!(pubrec(&mut p, "news/held", b"broadcast", 4, false), 0);
+    let dir = broker.stop();
+    drop(p);
+    assert!(
+        dir.join("snapshots/held.snap").exists(),
+        "B-443: in the snapshot"
+    );
+
+    let broker = Broker::start_in(dir, &config("volatile"));
+    let (mut p, present) = connected(&broker, persistent("holder", false, 300));
+    assert!(present);
+    let mut late = Raw::connected(broker.addr, V5, "listener");
+    assert_eq!(late.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(pubrel(&mut p, 3), 0);
+    assert_eq!(pubrel(&mut p, 4), 0);
+    assert_eq!(pubrel(&mut p, 3), NOT_FOUND);
+    assert_eq!(receive(&mut late, 1), ["broadcast"]);
+    nothing_more(&mut late, Duration::from_millis(300));
+    read_exactly(&broker, "reader", "memlog/#", &["kept"]);
+    // Released: the next graceful stop keeps nothing held.
+    let dir = broker.stop();
+    assert!(!dir.join("snapshots/held.snap").exists());
+}
+
+/// B-443: an exchange whose session does not come back (it expired while the
+/// broker was stopped) is dropped at the start, logged and counted in
+/// `saguin_qos2_abandoned_total`, and its record is never written.
+#[test]
+fn b443_held_publish_of_a_session_that_does_not_return_is_dropped_and_counted() {
+    let yaml = config("local").replace(
+        "  mqtt:\n",
+        "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n  mqtt:\n",
+    );
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    let (mut p, _) = connected(&broker, persistent("brief", true, 2));
+    assert_eq!(pubrec(&mut p, "events/never", b"never", 5, false), 0);
+    p.disconnect();
+    broker.wait_log("brief disconnected");
+    let dir = kill(broker);
+    assert_eq!(held_rows(&dir), 1);
+    std::thread::sleep(Duration::from_millis(2500));
+
+    let broker = Broker::start_in(dir, &yaml);
+    assert!(
+        broker
+            .startup
+            .iter()
+            .any(|l| l.contains("held QoS 2 publishes read back: 0 handed")
+                && l.contains("1 dropped")),
+        "the start says what it dropped: {:#?}",
+        broker.startup
+    );
+    let ops =
+        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        body.lines().any(|l| l == "saguin_qos2_abandoned_total 1"),
+        "counted: {body}"
+    );
+    let (mut p, present) = connected(&broker, persistent("brief", false, 2));
+    assert!(!present);
+    assert_eq!(pubrel(&mut p, 5), NOT_FOUND);
+    read_exactly(&broker, "reader", "events/#", &[]);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 0, "forgotten at the start");
+    assert_eq!(records_of(&dir, "events"), 0, "never written");
+}
+
+/// Gaps G-13: a DUP re-send of a held publish after the restart gets the same PUBREC
+/// and is not kept twice; its PUBREL still yields exactly one record (B-442).
+#[test]
+fn g13_a_dup_resend_after_a_restart_is_answered_and_kept_once() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "events/dup", b"one", 11, false), 0);
+    assert_eq!(pubrec(&mut p, "events/dup", b"one", 11, true), 0);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 1);
+
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut p, present) = connected(&broker, persistent("holder", false, 300));
+    assert!(present);
+    assert_eq!(pubrec(&mut p, "events/dup", b"one", 11, true), 0);
+    assert_eq!(pubrel(&mut p, 11), 0);
+    assert_eq!(pubrel(&mut p, 11), NOT_FOUND);
+    read_exactly(&broker, "reader", "events/#", &["one"]);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 0);
+    assert_eq!(records_of(&dir, "events"), 1);
+}
+
+/// A Clean Start ends the session and its held exchanges leave storage with it; a
+/// clean session's QoS 2 keeps nothing in storage at all (it is held in memory,
+/// as before).
+#[test]
+fn b441_a_clean_start_drops_held_publishes_and_clean_sessions_store_none() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "events/a", b"a", 1, false), 0);
+    drop(p);
+    let (mut p, present) = connected(&broker, persistent("holder", true, 300));
+    assert!(!present);
+    assert_eq!(pubrel(&mut p, 1), NOT_FOUND);
+    let mut clean = Raw::connected(broker.addr, V5, "clean");
+    assert_eq!(pubrec(&mut clean, "events/b", b"b", 2, false), 0);
+    let dir = kill(broker);
+    drop((p, clean));
+    assert_eq!(held_rows(&dir), 0);
+    assert_eq!(records_of(&dir, "events"), 0);
+}
+
+/// A-269 with B-441: a held publish abandoned after `broker.qos2.expires_after` is
+/// deleted from storage too, and its late PUBREL is answered 0x92.
+#[test]
+fn b441_an_abandoned_held_publish_leaves_storage() {
+    let yaml = config("local").replace("  mqtt:\n", "  qos2:\n    expires_after: 1s\n  mqtt:\n");
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    let (mut p, _) = connected(&broker, persistent("slow", true, 300));
+    assert_eq!(pubrec(&mut p, "events/late", b"late", 2, false), 0);
+    broker.wait_log("QoS 2 publishes abandoned");
+    assert_eq!(pubrel(&mut p, 2), NOT_FOUND);
+    // The tick that abandoned it forgets it in storage right after.
+    std::thread::sleep(Duration::from_millis(300));
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 0);
+    assert_eq!(records_of(&dir, "events"), 0);
+}
+
+/// A memory provider whose 12 KiB (less the 3 KiB reserve) hold the session records
+/// and the held publishes.
+const TIGHT: &str = "broker:
+  id: held-tight
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  session:
+    storage: tight
+  limits:
+    max_message_size: 2KiB
+    max_header_bytes: 1KiB
+  storage:
+    default: tight
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      tight:
+        type: memory
+        max_bytes: 12KiB
+        snapshot_dir: {dir}/snapshots
+";
+
+/// B-441: held publishes count against their provider's `max_bytes`: past it the
+/// next is refused on its PUBREC (0x97) with the connection left alone, and a
+/// release gives the room back.
+#[test]
+fn b441_held_publishes_count_against_the_providers_max_bytes() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut p, _) = connected(&broker, persistent("big", true, 300));
+    let payload = vec![b'x'; 1000];
+    let mut accepted = Vec::new();
+    let refused = (1..=12u16).find(|&id| {
+        let code = pubrec(&mut p, "news/big", &payload, id, false);
+        if code == 0 {
+            accepted.push(id);
+        }
+        code != 0
+    });
+    let refused = refused.expect("the provider fills before 12 KiB of held publishes");
+    assert!(!accepted.is_empty(), "some fit");
+    assert_eq!(
+        pubrec(&mut p, "news/big", &payload, refused, false),
+        0x97,
+        "B-441: still full"
+    );
+    assert_eq!(pubrel(&mut p, accepted[0]), 0);
+    assert_eq!(
+        pubrec(&mut p, "news/big", &payload, refused, false),
+        0,
+        "the release gave its room back"
+    );
+}
+
+/// A sqlite file from before held publishes were kept (no `held` table) opens as it
+/// is and takes them: the table is created if it does not exist.
+#[test]
+fn b441_a_file_without_the_held_table_opens_and_keeps_them() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let dir = kill(broker);
+    {
+        let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the file");
+        db.execute_batch("DROP TABLE held").expect("drop the table");
+    }
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut p, _) = connected(&broker, persistent("holder", true, 300));
+    assert_eq!(pubrec(&mut p, "events/old", b"old", 1, false), 0);
+    let dir = kill(broker);
+    drop(p);
+    assert_eq!(held_rows(&dir), 1);
+}
