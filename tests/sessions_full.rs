@@ -274,3 +274,42 @@ fn b461_a_will_the_store_has_no_room_for_is_refused_0x97() {
         1
     );
 }
+
+/// B-467, B-468: a snapshot restored over a smaller `max_bytes` is loaded whole and
+/// said once at start, naming the provider and how much of it the sessions hold
+/// (here: a session's record and the broadcast log it is owed).
+#[test]
+fn b468_a_snapshot_over_the_bound_says_how_much_the_sessions_hold() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    subscribe_and_leave(&broker, "away", "news/#", QoS::AtLeastOnce);
+    flood(&broker, 5);
+    let dir = broker.stop();
+    let smaller = TIGHT.replace("max_bytes: 12KiB", "max_bytes: 6KiB");
+    let broker = Broker::start_in(dir, &smaller);
+    // Said while the broker starts, before it listens.
+    let line = broker
+        .startup
+        .iter()
+        .find(|l| l.contains("the snapshot holds"))
+        .cloned()
+        .unwrap_or_else(|| broker.wait_log("the snapshot holds"));
+    assert!(line.contains("storage provider tight"), "{line}");
+    let held = |what: &str| -> u64 {
+        let at = line
+            .find(what)
+            .unwrap_or_else(|| panic!("{what:?} in {line}"));
+        line[at + what.len()..]
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a number after {what:?} in {line}"))
+    };
+    let (total, sessions) = (held("the snapshot holds "), held("the sessions hold "));
+    // All the provider holds is the session's: its record and the log it is owed.
+    assert!(
+        sessions == total && total > 3 * 1000,
+        "1000-byte messages owed: {line}"
+    );
+    let (_, present) = connected(&broker, persistent("away", false, 300));
+    assert!(present, "restored whole");
+}

@@ -37,7 +37,7 @@ use crate::storage::{
 use super::session::{Delivery, Message};
 
 /// The channel the log is kept under.
-pub const CHANNEL: &str = "$broadcast";
+pub const CHANNEL: &str = crate::storage::SESSION_LOG;
 /// The User Property a logged record keeps who it is owed to in (never delivered).
 const OWED: &str = "saguin-log";
 

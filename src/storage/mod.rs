@@ -96,6 +96,10 @@ pub mod settings;
 pub mod sqlite;
 
 pub use error::StorageError;
+
+/// The channel the broadcast log is kept under (`broker::broadcast_log`): a name no
+/// configuration can spell. A provider counts it with the sessions it serves.
+pub const SESSION_LOG: &str = "$broadcast";
 pub use memory::{MemoryProvider, SnapshotReport};
 pub use provider::{Provider, ProviderSettings};
 pub use record::{

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use super::SESSION_LOG;
 use super::error::StorageError;
 use super::lock::ProviderLock;
 use super::record::{
@@ -91,6 +92,21 @@ pub struct MemoryProvider {
     lock: Option<ProviderLock>,
 }
 
+impl State {
+    /// What the sessions hold: their records, their held QoS 2 publishes, and the
+    /// broadcast log when it is open here.
+    fn sessions_share(&self) -> u64 {
+        let records: u64 = self.sessions.values().map(|(_, charge)| charge).sum();
+        let held: u64 = self
+            .held
+            .iter()
+            .map(|((c, _), (_, d))| held_size(c, d))
+            .sum();
+        let log = self.channels.get(SESSION_LOG).map_or(0, |o| o.data.bytes);
+        records + held + log
+    }
+}
+
 impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
@@ -165,7 +181,7 @@ impl MemoryProvider {
                 .iter()
                 .map(|((c, _), (_, d))| held_size(c, d))
                 .sum::<u64>();
-        Ok(MemoryProvider {
+        let provider = MemoryProvider {
             settings: settings.clone(),
             state: Mutex::new(State {
                 sessions,
@@ -175,7 +191,12 @@ impl MemoryProvider {
             }),
             manifest,
             lock,
-        })
+        };
+        if used > provider.limit() {
+            // Over before any channel is loaded: the sessions alone are.
+            provider.warn_over(used, used);
+        }
+        Ok(provider)
     }
 
     /// The provider's name.
@@ -238,6 +259,17 @@ impl MemoryProvider {
         }
     }
 
+    /// B-468: a snapshot restored over `max_bytes` less the reserve, said once, with
+    /// how much of it the sessions hold.
+    fn warn_over(&self, holds: u64, sessions: u64) {
+        log::warn!(
+            "storage provider {}: the snapshot holds {holds} bytes, over max_bytes {} less the reserve {}; the sessions hold {sessions} of them (their records, held QoS 2 publishes and the broadcast log); publishes into its channels are refused (0x97) until retention or consumers make room, or max_bytes is raised",
+            self.settings.name,
+            self.settings.max_bytes,
+            self.settings.reserve_bytes
+        );
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves counts that are still consistent (every
         // mutation updates them before returning), so a poisoned lock is taken over.
@@ -277,13 +309,8 @@ impl MemoryProvider {
         let limit = self.limit();
         if st.used <= limit && st.used + data.bytes > limit {
             // B-467, B-468: loaded whole, said once.
-            log::warn!(
-                "storage provider {}: the snapshot holds {} bytes, over max_bytes {} less the reserve {}; publishes into its channels are refused (0x97) until retention or consumers make room, or max_bytes is raised",
-                self.settings.name,
-                st.used + data.bytes,
-                self.settings.max_bytes,
-                self.settings.reserve_bytes
-            );
+            let sessions = st.sessions_share() + if name == SESSION_LOG { data.bytes } else { 0 };
+            self.warn_over(st.used + data.bytes, sessions);
         }
         if settings.is_latest() {
             // The index is not in the file: rebuild it (offset order, so the last wins).
