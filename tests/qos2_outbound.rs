@@ -165,3 +165,71 @@ fn a254_a_pubrec_the_store_cannot_record_gets_disconnect_0x80_and_no_pubrel() {
     s.send(&Packet::PubComp(codec::Ack::new(id, 0)));
     nothing_more(&mut s, Duration::from_millis(600));
 }
+
+/// A-254 (memory provider): released exchanges of the broadcast log and of a channel
+/// of the memory provider survive a graceful stop through the snapshot; their PUBRELs
+/// come again and their PUBLISHes do not.
+#[test]
+fn a254_released_exchanges_survive_a_graceful_stop_on_memory() {
+    let broker = Broker::start_in(fresh_dir(), &config("volatile"));
+    let mut s = subscriber(&broker, "news/#");
+    assert_eq!(s.subscribe("memlog/#", opts(QoS::ExactlyOnce)), [2]);
+    publish(&broker, "news/a", b"once");
+    let news = published(&mut s, b"once").packet_id.expect("a packet id");
+    publish(&broker, "memlog/a", b"kept");
+    let memlog = published(&mut s, b"kept").packet_id.expect("a packet id");
+    pubrec(&mut s, news);
+    pubrec(&mut s, memlog);
+    let dir = broker.stop();
+    drop(s);
+    assert!(dir.join("snapshots/held.snap").exists(), "A-254: kept");
+
+    let broker = Broker::start_in(dir, &config("volatile"));
+    let (mut s, present) = connected(&broker, persistent("sub", false, 300));
+    assert!(present);
+    let mut ids = [0; 2];
+    for id in &mut ids {
+        match s.recv() {
+            Packet::PubRel(ack) => *id = ack.packet_id,
+            other => panic!("MQTT-4.4.0-1: expected PUBREL, got {other:?}"),
+        }
+    }
+    ids.sort_unstable();
+    let mut want = [news, memlog];
+    want.sort_unstable();
+    assert_eq!(ids, want, "the same packet identifiers");
+    s.expect_nothing(Duration::from_millis(600));
+    for id in ids {
+        s.send(&Packet::PubComp(codec::Ack::new(id, 0)));
+    }
+    s.expect_nothing(Duration::from_millis(300));
+    s.disconnect();
+    broker.wait_log("sub disconnected");
+    let dir = broker.stop();
+    assert!(!dir.join("snapshots/held.snap").exists(), "forgotten");
+}
+
+/// A-254 on MQTT 3.1.1, which has no DISCONNECT to send: a PUBREC the store cannot
+/// record closes the connection with no PUBREL, and the resumed session sends the
+/// PUBLISH again with DUP.
+#[test]
+fn a254_a_v311_pubrec_the_store_cannot_record_closes_with_no_pubrel() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let v311 = || common::connect(codec::ProtocolVersion::V311, "sub", false);
+    let (mut s, _) = connected(&broker, v311());
+    assert_eq!(s.subscribe("news/#", opts(QoS::ExactlyOnce)), [2]);
+    publish(&broker, "news/a", b"once");
+    let id = published(&mut s, b"once").packet_id.expect("a packet id");
+
+    let lock = WriteLock::take(&broker);
+    s.set_timeout(Duration::from_secs(20));
+    s.send(&Packet::PubRec(codec::Ack::new(id, 0)));
+    s.expect_closed_silently();
+    drop(lock);
+
+    let (mut s, present) = connected(&broker, v311());
+    assert!(present);
+    let again = published(&mut s, b"once");
+    assert!(again.dup, "MQTT-4.4.0-1: sent again with DUP");
+    assert_eq!(again.packet_id, Some(id));
+}
