@@ -624,4 +624,24 @@ mod tests {
         s.inflight.insert(1, Inflight::Released(None, None, None));
         assert_eq!(s.next_packet_id(), 2);
     }
+
+    #[test]
+    fn only_a_stored_session_keeps_a_logged_qos2_pubrec_a254() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
+        let mut delivery = owed(None);
+        delivery.qos = QoS::ExactlyOnce;
+        delivery.logged = Some(7);
+        s.inflight.insert(3, Inflight::Published(delivery.clone()));
+        assert_eq!(s.to_keep_released(3), None, "a clean session keeps nothing");
+        s.expiry = 300;
+        s.stored = true;
+        assert_eq!(s.to_keep_released(3), Some((None, 7)));
+        assert_eq!(s.to_keep_released(4), None, "no such exchange");
+        assert!(s.release(3, Some(11)));
+        assert_eq!(s.stored_release(3), Some(11));
+        assert_eq!(s.to_keep_released(3), None, "released already");
+        delivery.logged = None;
+        s.inflight.insert(5, Inflight::Published(delivery));
+        assert_eq!(s.to_keep_released(5), None, "no record to keep it by");
+    }
 }
