@@ -1542,18 +1542,18 @@ fn enqueue_counted(session: &mut Session, metrics: &Metrics, delivery: Delivery)
     session.wake();
 }
 
-/// Counts `released` log offsets off their records; a record no session holds any
-/// more is noted for deletion.
 /// Logs a held row (`what` it is) read back at startup that is damaged and dropped.
 fn damaged(provider: &crate::storage::Provider, what: &str, row: &crate::storage::Held, why: &str) {
     log::error!(
         "storage provider {}: the {what} {} of {:?} is damaged and dropped: {why}",
         provider.name(),
         row.packet_id,
-        row.client_id
+        shown(&row.client_id)
     );
 }
 
+/// Counts `released` log offsets off their records; a record no session holds any
+/// more is noted for deletion.
 fn release_logged(
     refs: &mut BTreeMap<u64, usize>,
     unneeded: &mut Vec<u64>,
