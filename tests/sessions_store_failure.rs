@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Broker, CHANNELS, Raw, WAIT, opts};
+use common::{Broker, CHANNELS, Raw, WAIT, WriteLock, opts};
 use saguin::codec::{
     self, Packet,
     ProtocolVersion::{V5, V311},
@@ -25,24 +25,6 @@ fn start() -> Broker {
         "  id: channels-test\n  session:\n    storage: local\n",
     );
     Broker::start_in(dir, &yaml)
-}
-
-/// Holds sqlite's write lock until dropped.
-struct WriteLock(rusqlite::Connection);
-
-impl WriteLock {
-    fn take(broker: &Broker) -> WriteLock {
-        let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
-        db.execute_batch("BEGIN IMMEDIATE")
-            .expect("take the write lock");
-        WriteLock(db)
-    }
-}
-
-impl Drop for WriteLock {
-    fn drop(&mut self) {
-        let _ = self.0.execute_batch("COMMIT");
-    }
 }
 
 fn persistent(protocol: codec::ProtocolVersion, client_id: &str) -> codec::Connect {

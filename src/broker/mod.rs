@@ -16,6 +16,7 @@ pub mod partition;
 pub mod queue;
 mod rate;
 pub mod records;
+pub mod released;
 pub mod retained;
 pub mod session;
 mod settings;
@@ -36,7 +37,7 @@ use channels::{ChannelId, Channels};
 use metrics::Metrics;
 use rate::PublishBudgets;
 use retained::RetainedStore;
-use session::{ArmedWill, Delivery, HeldQos2, Message, Session, Subscription};
+use session::{ArmedWill, Delivery, HeldQos2, Inflight, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
 /// The first character of every client id the broker holds sessions under for
@@ -217,10 +218,69 @@ impl Broker {
             held_forget: Vec::new(),
             next_held_token: records::now_ms().saturating_mul(1000),
         };
+        let (released, kept) = kept
+            .into_iter()
+            .partition(|(_, h)| released::client_of(&h.client_id).is_some());
         broker.restore(loaded, acl);
+        broker.restore_released(released);
         broker.restore_owed(logged);
         broker.restore_held(kept);
         broker
+    }
+
+    /// Hands each restored session the outbound QoS 2 exchanges its client had
+    /// answered with PUBREC and not yet completed (A-254): `Inflight::Released` under
+    /// the same packet identifier, its PUBREL sent again when the session resumes
+    /// (MQTT-4.4.0-1), its record settled rather than sent again (`restore_owed` for
+    /// the broadcast log, `Conn::reopen_restored_cursors` for a channel). One below
+    /// the session's stored log position was completed (the position passes a record
+    /// only once it is settled) and is forgotten, as is one whose session did not
+    /// come back.
+    fn restore_released(
+        &mut self,
+        rows: Vec<(Arc<crate::storage::Provider>, crate::storage::Held)>,
+    ) {
+        let (mut restored, mut dropped) = (0usize, 0usize);
+        for (provider, row) in rows {
+            let key = row.key();
+            let session = released::client_of(&row.client_id)
+                .and_then(|client| self.sessions.get_mut(client))
+                .filter(|s| !s.internal && !s.inflight.contains_key(&row.packet_id));
+            let back = session.map(|session| (session, released::decode(&row.data)));
+            let kept = match back {
+                Some((session, Ok((None, offset)))) => {
+                    let position = session.log.as_ref().map_or(0, |l| l.stored.unwrap_or(0));
+                    (offset >= position).then_some((session, None, Some(offset)))
+                }
+                Some((session, Ok((Some(channel), offset)))) => {
+                    let origin = self.channels.by_name(&channel).map(|id| (id, offset));
+                    Some((session, origin, None))
+                }
+                Some((_, Err(why))) => {
+                    damaged(&provider, "released QoS 2 exchange", &row, &why);
+                    None
+                }
+                None => None,
+            };
+            match kept {
+                Some((session, origin, logged)) => {
+                    let released = Inflight::Released(origin, logged, Some(row.token));
+                    session.inflight.insert(row.packet_id, released);
+                    restored += 1;
+                }
+                None => {
+                    dropped += 1;
+                    self.held_forget.push(held::HeldRef { provider, key });
+                }
+            }
+        }
+        if restored + dropped > 0 {
+            log::info!(
+                "released QoS 2 exchanges read back: {restored} handed to restored sessions \
+                 (their PUBREL goes again), {dropped} dropped (completed, or their session \
+                 did not come back)"
+            );
+        }
     }
 
     /// Hands each restored session the QoS 2 publishes it was holding in storage
@@ -257,13 +317,7 @@ impl Broker {
                 }
                 other => {
                     if let Some((_, Err(why))) = other {
-                        log::error!(
-                            "storage provider {}: the held QoS 2 publish {} of {:?} is \
-                             damaged and dropped: {why}",
-                            provider.name(),
-                            kept.packet_id,
-                            kept.client_id
-                        );
+                        damaged(&provider, "held QoS 2 publish", &kept, &why);
                     }
                     dropped += 1;
                     self.held_forget.push(held::HeldRef { provider, key });
@@ -294,6 +348,19 @@ impl Broker {
     /// Notes a held QoS 2 publish to forget in storage.
     pub fn forget_held(&mut self, forget: held::HeldRef) {
         self.held_forget.push(forget);
+    }
+
+    /// Notes the released outbound exchange `packet_id` of `client_id`, kept in
+    /// storage under `token`, to forget there (A-254): completed, or its session ended.
+    pub fn forget_released(&mut self, client_id: &str, packet_id: u16, token: u64) {
+        if let Some(provider) = self.session_store() {
+            let key = crate::storage::HeldKey {
+                client_id: released::stored_id(client_id),
+                packet_id,
+                token,
+            };
+            self.held_forget.push(held::HeldRef { provider, key });
+        }
     }
 
     /// The provider `broker.session.storage` names, when the broker runs with one.
@@ -550,6 +617,17 @@ impl Broker {
                     (l.stored.unwrap_or(0), l.unsettled.len() + l.released.len())
                 });
                 if entry.offset < position {
+                    continue;
+                }
+                // Released before the stop (A-254): its PUBREL goes again, the record
+                // is held until its PUBCOMP and never sent again as a PUBLISH.
+                if session
+                    .inflight
+                    .values()
+                    .any(|f| matches!(f, Inflight::Released(_, Some(o), _) if *o == entry.offset))
+                {
+                    session.hand_logged(entry.offset);
+                    holders += 1;
                     continue;
                 }
                 let Some(mut delivery) = target.delivery(&entry.message, entry.offset, clocks)
@@ -994,6 +1072,12 @@ impl Broker {
                     provider: stored.provider.clone(),
                     key: stored.key(client_id, *packet_id),
                 });
+            }
+        }
+        // Its released outbound exchanges too (A-254).
+        for (packet_id, inflight) in &session.inflight {
+            if let Inflight::Released(_, _, Some(token)) = inflight {
+                self.forget_released(client_id, *packet_id, *token);
             }
         }
         // What it held of the broadcast log, settled or not, it holds no more.
@@ -1456,6 +1540,16 @@ fn enqueue_counted(session: &mut Session, metrics: &Metrics, delivery: Delivery)
         .deliveries_refused
         .set(metrics.deliveries_refused.get() + u64::from(enqueued.refused));
     session.wake();
+}
+
+/// Logs a held row (`what` it is) read back at startup that is damaged and dropped.
+fn damaged(provider: &crate::storage::Provider, what: &str, row: &crate::storage::Held, why: &str) {
+    log::error!(
+        "storage provider {}: the {what} {} of {:?} is damaged and dropped: {why}",
+        provider.name(),
+        row.packet_id,
+        shown(&row.client_id)
+    );
 }
 
 /// Counts `released` log offsets off their records; a record no session holds any

@@ -122,8 +122,9 @@ pub enum Inflight {
     /// PUBLISH sent; waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
     Published(Delivery),
     /// PUBREL sent; waiting for PUBCOMP. Carries the channel record it was, if any,
-    /// and its broadcast log offset, if any.
-    Released(Option<(ChannelId, u64)>, Option<u64>),
+    /// its broadcast log offset, if any, and the token of its row in
+    /// `broker.session.storage` when it is kept there (`broker::released`, A-254).
+    Released(Option<(ChannelId, u64)>, Option<u64>, Option<u64>),
 }
 
 /// A subscription as the session remembers it.
@@ -389,7 +390,7 @@ impl Session {
                 self.settle_logged(d.logged);
                 true
             }
-            Some(Inflight::Released(origin, logged)) => {
+            Some(Inflight::Released(origin, logged, _)) => {
                 self.settle_origin(origin);
                 self.settle_logged(logged);
                 true
@@ -449,16 +450,44 @@ impl Session {
             .is_none_or(|log| log.window_open(self.receive_maximum))
     }
 
-    /// Moves a QoS 2 exchange from PUBLISH to PUBREL at PUBREC; returns whether it existed.
-    pub fn release(&mut self, packet_id: u16) -> bool {
+    /// The record a QoS 2 exchange published and answered by PUBREC is to be kept as
+    /// before its PUBREL: its channel record or broadcast log offset, for a
+    /// session that outlives its connection. `None` for every other exchange and
+    /// session, which is released in memory alone.
+    pub fn to_keep_released(&self, packet_id: u16) -> Option<(Option<(ChannelId, u64)>, u64)> {
+        if !self.stored || !self.keeps_owed_in_log() {
+            return None;
+        }
+        match self.inflight.get(&packet_id) {
+            Some(Inflight::Published(d)) if d.qos == QoS::ExactlyOnce => match (d.origin, d.logged)
+            {
+                (Some(origin), _) => Some((Some(origin), origin.1)),
+                (None, Some(offset)) => Some((None, offset)),
+                (None, None) => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The token of the stored row of the released exchange `packet_id`, if it has one.
+    pub fn stored_release(&self, packet_id: u16) -> Option<u64> {
+        match self.inflight.get(&packet_id) {
+            Some(Inflight::Released(_, _, token)) => *token,
+            _ => None,
+        }
+    }
+
+    /// Moves a QoS 2 exchange from PUBLISH to PUBREL at PUBREC, its row in storage
+    /// named by `stored` when it is kept there; returns whether it existed.
+    pub fn release(&mut self, packet_id: u16, stored: Option<u64>) -> bool {
         match self.inflight.get_mut(&packet_id) {
             Some(slot @ Inflight::Published(_)) => {
                 let (origin, logged) = match slot {
                     Inflight::Published(d) => (d.origin, d.logged),
-                    Inflight::Released(o, l) => (*o, *l),
+                    Inflight::Released(o, l, _) => (*o, *l),
                 };
                 if let Inflight::Published(d) =
-                    std::mem::replace(slot, Inflight::Released(origin, logged))
+                    std::mem::replace(slot, Inflight::Released(origin, logged, stored))
                 {
                     self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
                 }
@@ -592,7 +621,27 @@ mod tests {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         s.next_packet_id = u16::MAX;
         assert_eq!(s.next_packet_id(), u16::MAX);
-        s.inflight.insert(1, Inflight::Released(None, None));
+        s.inflight.insert(1, Inflight::Released(None, None, None));
         assert_eq!(s.next_packet_id(), 2);
+    }
+
+    #[test]
+    fn only_a_stored_session_keeps_a_logged_qos2_pubrec_a254() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
+        let mut delivery = owed(None);
+        delivery.qos = QoS::ExactlyOnce;
+        delivery.logged = Some(7);
+        s.inflight.insert(3, Inflight::Published(delivery.clone()));
+        assert_eq!(s.to_keep_released(3), None, "a clean session keeps nothing");
+        s.expiry = 300;
+        s.stored = true;
+        assert_eq!(s.to_keep_released(3), Some((None, 7)));
+        assert_eq!(s.to_keep_released(4), None, "no such exchange");
+        assert!(s.release(3, Some(11)));
+        assert_eq!(s.stored_release(3), Some(11));
+        assert_eq!(s.to_keep_released(3), None, "released already");
+        delivery.logged = None;
+        s.inflight.insert(5, Inflight::Published(delivery));
+        assert_eq!(s.to_keep_released(5), None, "no record to keep it by");
     }
 }

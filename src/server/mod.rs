@@ -452,7 +452,7 @@ pub(crate) async fn forget_held(shared: &Shared) {
                  removed: {e}",
                 held.provider.name(),
                 held.key.packet_id,
-                held.key.client_id
+                crate::broker::shown(&held.key.client_id)
             );
         }
     }

@@ -51,7 +51,9 @@ impl NewRecord {
 /// "Exactly-once publishes", B-441), kept under (client id, packet id) by the
 /// provider of the channel it is for, or of the broadcast log. `data` is opaque to
 /// the provider (`broker::held` encodes it); `token` tells one exchange from a later
-/// one reusing the packet identifier, so a late drop never removes the newer.
+/// one reusing the packet identifier, so a late drop never removes the newer. The
+/// broker keeps a released outbound QoS 2 exchange the same way, under an id no
+/// client carries (`broker::released`, A-254).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     /// The publishing client.

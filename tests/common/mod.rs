@@ -681,6 +681,27 @@ channels:
     filter: work/+/todo
 ";
 
+/// Holds the write lock of a broker's sqlite file (`saguin.db`) until dropped: past
+/// the broker's 5 s busy timeout every write it tries fails, which is how a disk
+/// that stops taking writes looks from the broker.
+pub struct WriteLock(rusqlite::Connection);
+
+impl WriteLock {
+    /// Takes the lock.
+    pub fn take(broker: &Broker) -> WriteLock {
+        let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
+        db.execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+        WriteLock(db)
+    }
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        let _ = self.0.execute_batch("COMMIT");
+    }
+}
+
 /// Starts a broker on [`CHANNELS`] in a fresh directory.
 pub fn start_with_channels() -> Broker {
     let dir = temp_dir("channels");

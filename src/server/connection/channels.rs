@@ -629,6 +629,9 @@ impl Reader<'_> {
                     continue;
                 }
                 cursor.next = record.offset + 1;
+                if cursor.unsettled.contains(&record.offset) {
+                    continue; // released before a restart, its PUBREL sent again
+                }
                 let own = records::origin(&record) == &*client;
                 let deletion = matches!(record.state, RecordState::Deleted);
                 let Some((qos, identifiers)) = select(&cursor.subs, &record.topic, own, deletion)

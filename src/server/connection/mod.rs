@@ -1032,9 +1032,16 @@ impl Conn {
                 Ok(())
             }
             Packet::PubRec(ack) => {
-                let known = self
-                    .with_session(|s| s.release(ack.packet_id))
-                    .unwrap_or(false);
+                let id = ack.packet_id;
+                let known = self.with_session(|s| match s.to_keep_released(id) {
+                    Some(record) if ack.code < 0x80 => Err(record),
+                    _ => Ok(s.release(id, None)),
+                });
+                let known = match known {
+                    Some(Err(record)) => return self.keep_released(id, record).await,
+                    Some(Ok(known)) => known,
+                    None => false,
+                };
                 if ack.code >= 0x80 {
                     self.settle_outbound(ack.packet_id);
                 } else {
@@ -1076,6 +1083,64 @@ impl Conn {
                 Err(self.refuse(reason::PROTOCOL_ERROR))
             }
         }
+    }
+
+    /// Writes the outbound QoS 2 exchange `packet_id` the client answered with PUBREC
+    /// to `broker.session.storage` (the `record` it is: a channel's, or the broadcast
+    /// log's offset), then releases it and sends its PUBREL (A-254). A store that
+    /// cannot write it ends the connection, DISCONNECT 0x80 on MQTT 5 and no PUBREL:
+    /// the exchange stays published, sent again with DUP when the session resumes
+    /// (MQTT-4.4.0-1).
+    async fn keep_released(
+        &mut self,
+        packet_id: u16,
+        record: (Option<(crate::broker::channels::ChannelId, u64)>, u64),
+    ) -> Result<(), End> {
+        let shared = self.shared.clone();
+        let (provider, held) = {
+            let mut broker = shared.broker.borrow_mut();
+            let channel = record.0.map(|(id, _)| broker.channels.get(id).name.clone());
+            let held = crate::storage::Held {
+                client_id: crate::broker::released::stored_id(&self.client_id),
+                packet_id,
+                token: broker.held_token(),
+                data: crate::broker::released::encode(channel.as_deref(), record.1),
+            };
+            (broker.session_store(), held)
+        };
+        let Some(provider) = provider else {
+            self.with_session(|s| s.release(packet_id, None));
+            self.queue_packet(&Packet::PubRel(Ack::new(packet_id, 0)));
+            return Ok(());
+        };
+        let put = || provider.put_held(held.clone());
+        let written = with_room(&shared, &provider, put).await;
+        let mut broker = shared.broker.borrow_mut();
+        if let Err(e) = written {
+            log::error!(
+                "{}: the PUBREC of {} for {packet_id} could not be kept; no PUBREL, the \
+                 delivery goes again when the session resumes: {e}",
+                self.peer,
+                self.client_id
+            );
+            broker.metrics.storage_failed(&e);
+            return Err(self.refuse(reason::UNSPECIFIED_ERROR));
+        }
+        let key = held.key();
+        match broker.session_of(&self.client_id, self.link.id) {
+            Some(session) => {
+                session.release(packet_id, Some(held.token));
+            }
+            None => {
+                // Taken over while it was written: the session the next connection
+                // holds still has the exchange published, and sends it again.
+                broker.forget_held(crate::broker::held::HeldRef { provider, key });
+                return Ok(());
+            }
+        }
+        drop(broker);
+        self.queue_packet(&Packet::PubRel(Ack::new(packet_id, 0)));
+        Ok(())
     }
 
     fn with_session<R>(
@@ -1763,6 +1828,44 @@ impl Conn {
                     self.client_id,
                     sub.filter
                 );
+            }
+        }
+        self.settle_restored_releases();
+    }
+
+    /// The channel records of released exchanges read back at startup (A-254), now
+    /// that their cursors are open: one at or past the cursor is held unsettled, so
+    /// it is not read again as a PUBLISH and the position stays below it until its
+    /// PUBCOMP; one below the stored position was completed before the stop (the
+    /// position passes a record only once it is settled) and is forgotten; any other
+    /// (its channel no longer read here) only waits for its PUBCOMP.
+    fn settle_restored_releases(&mut self) {
+        let mut broker = self.shared.broker.borrow_mut();
+        let Some(session) = broker.session(&self.client_id) else {
+            return;
+        };
+        let mut completed = Vec::new();
+        for (id, inflight) in &mut session.inflight {
+            let Inflight::Released(origin @ Some(_), _, token) = inflight else {
+                continue;
+            };
+            let Some((channel, offset)) = *origin else {
+                continue;
+            };
+            match session.cursors.get_mut(&channel) {
+                Some(c) if c.stored.is_some_and(|p| offset < p) => completed.push((*id, *token)),
+                Some(c) if offset >= c.next => {
+                    c.unsettled.insert(offset);
+                }
+                _ => *origin = None,
+            }
+        }
+        for (id, _) in &completed {
+            session.inflight.remove(id);
+        }
+        for (id, token) in completed {
+            if let Some(token) = token {
+                broker.forget_released(&self.client_id, id, token);
             }
         }
     }

@@ -233,17 +233,29 @@ impl Conn {
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
             return;
         };
+        // A released exchange kept in storage is forgotten there, with the
+        // next housekeeping: a restart that finds it still held sends its PUBREL only
+        // if the stored position has not passed its record.
+        let kept = session
+            .stored
+            .then(|| session.stored_release(packet_id))
+            .flatten();
         let was_full = !session.can_take(QoS::AtLeastOnce, 0);
         session.settle(packet_id);
-        if !was_full || !session.can_take(QoS::AtLeastOnce, 0) {
-            return;
+        let reopened = was_full && session.can_take(QoS::AtLeastOnce, 0);
+        let forms: Vec<String> = if reopened {
+            session
+                .subscriptions
+                .keys()
+                .filter(|filter| filter.starts_with(FORM_PREFIX))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if let Some(token) = kept {
+            broker.forget_released(&self.client_id, packet_id, token);
         }
-        let forms: Vec<String> = session
-            .subscriptions
-            .keys()
-            .filter(|filter| filter.starts_with(FORM_PREFIX))
-            .cloned()
-            .collect();
         for form in forms {
             let queue = form
                 .strip_prefix(FORM_PREFIX)
