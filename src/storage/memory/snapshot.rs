@@ -123,22 +123,39 @@ pub(crate) fn read_manifest(
     Ok(out)
 }
 
+/// Opens a file a snapshot may hold; `None` when it holds none.
+fn open_if_present(provider: &str, path: &Path) -> Result<Option<File>, StorageError> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StorageError::io(
+            provider,
+            &format!("open {}", path.display()),
+            e,
+        )),
+    }
+}
+
+/// Removes a file a previous snapshot left, if it did.
+fn remove_if_present(provider: &str, path: &Path) -> Result<(), StorageError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io(
+            provider,
+            &format!("remove {}", path.display()),
+            e,
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The session records the last graceful stop wrote; none when there is no file.
 pub(crate) fn read_sessions(
     provider: &str,
     dir: &Path,
 ) -> Result<BTreeMap<String, String>, StorageError> {
     let path = dir.join(SESSIONS);
-    let file = match File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => {
-            return Err(StorageError::io(
-                provider,
-                &format!("open {}", path.display()),
-                e,
-            ));
-        }
+    let Some(file) = open_if_present(provider, &path)? else {
+        return Ok(BTreeMap::new());
     };
     let reader = BufReader::new(file.take(SESSIONS_MAX));
     serde_json::from_reader(reader).map_err(|e| snap_err(&path, e.to_string()))
@@ -153,14 +170,7 @@ pub(crate) fn write_sessions(
 ) -> Result<(), StorageError> {
     let path = dir.join(SESSIONS);
     if sessions.is_empty() {
-        return match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io(
-                provider,
-                &format!("remove {}", path.display()),
-                e,
-            )),
-            _ => Ok(()),
-        };
+        return remove_if_present(provider, &path);
     }
     write_atomically(&path, |w| {
         serde_json::to_writer(&mut *w, sessions).map_err(std::io::Error::other)
@@ -171,16 +181,8 @@ pub(crate) fn write_sessions(
 /// The held QoS 2 publishes the last graceful stop wrote; none when there is no file.
 pub(crate) fn read_held(provider: &str, dir: &Path) -> Result<Vec<Held>, StorageError> {
     let path = dir.join(HELD);
-    let file = match File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(StorageError::io(
-                provider,
-                &format!("open {}", path.display()),
-                e,
-            ));
-        }
+    let Some(file) = open_if_present(provider, &path)? else {
+        return Ok(Vec::new());
     };
     let left = file
         .metadata()
@@ -222,14 +224,7 @@ pub(crate) fn write_held(
 ) -> Result<(), StorageError> {
     let path = dir.join(HELD);
     if held.is_empty() {
-        return match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StorageError::io(
-                provider,
-                &format!("remove {}", path.display()),
-                e,
-            )),
-            _ => Ok(()),
-        };
+        return remove_if_present(provider, &path);
     }
     write_atomically(&path, |w| {
         w.write_all(HELD_MAGIC)?;
