@@ -74,6 +74,20 @@ pub fn encode(message: &Message, received_ms: u64) -> Vec<u8> {
     out
 }
 
+/// A stored row as this module and `released` write it: its format byte, which must be
+/// `version`, then a big-endian u64; the number and what follows it.
+///
+/// # Errors
+/// An empty or truncated row, or another format.
+pub(super) fn unframe(version: u8, data: &[u8]) -> Result<(u64, &[u8]), String> {
+    let (&found, rest) = data.split_first().ok_or("empty")?;
+    if found != version {
+        return Err(format!("format {found}, this broker reads {version}"));
+    }
+    let (number, rest) = rest.split_first_chunk::<8>().ok_or("truncated")?;
+    Ok((u64::from_be_bytes(*number), rest))
+}
+
 /// A held publish read back: the message, published by `client_id`, and the moment
 /// it was received as this process's clock counts (no later than `now`).
 ///
@@ -85,14 +99,7 @@ pub fn decode(
     now: Instant,
     now_ms: u64,
 ) -> Result<(Message, Instant), String> {
-    let (&version, rest) = data.split_first().ok_or("empty")?;
-    if version != VERSION {
-        return Err(format!("format {version}, this broker reads {VERSION}"));
-    }
-    let (ms, packet) = rest.split_at_checked(8).ok_or("truncated")?;
-    let mut moment = [0; 8];
-    moment.copy_from_slice(ms);
-    let received_ms = u64::from_be_bytes(moment);
+    let (received_ms, packet) = unframe(VERSION, data)?;
     let header = codec::read_fixed_header(packet)
         .map_err(|e| format!("{e:?}"))?
         .ok_or("truncated packet")?;

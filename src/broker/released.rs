@@ -51,16 +51,10 @@ pub fn encode(channel: Option<&str>, offset: u64) -> Vec<u8> {
 /// # Errors
 /// What is wrong with data that does not read back (damaged, or a newer format).
 pub fn decode(data: &[u8]) -> Result<(Option<String>, u64), String> {
-    let (&version, rest) = data.split_first().ok_or("empty")?;
-    if version != VERSION {
-        return Err(format!("format {version}, this broker reads {VERSION}"));
-    }
-    let (at, name) = rest.split_at_checked(8).ok_or("truncated")?;
-    let mut offset = [0; 8];
-    offset.copy_from_slice(at);
+    let (offset, name) = super::held::unframe(VERSION, data)?;
     let name = std::str::from_utf8(name).map_err(|_| "a channel name that is not UTF-8")?;
     let channel = (!name.is_empty()).then(|| name.to_owned());
-    Ok((channel, u64::from_be_bytes(offset)))
+    Ok((channel, offset))
 }
 
 #[cfg(test)]

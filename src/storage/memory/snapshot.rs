@@ -184,18 +184,13 @@ pub(crate) fn read_held(provider: &str, dir: &Path) -> Result<Vec<Held>, Storage
     let Some(file) = open_if_present(provider, &path)? else {
         return Ok(Vec::new());
     };
-    let left = file
-        .metadata()
-        .map_err(|e| StorageError::io(provider, &format!("stat {}", path.display()), e))?
-        .len();
-    let mut r = Bounded {
-        inner: BufReader::new(file),
-        left,
-        path: path.clone(),
-    };
-    if &r.array::<16>("header")? != HELD_MAGIC {
-        return Err(snap_err(&path, "not a held-publishes file"));
-    }
+    let mut r = Bounded::open(
+        provider,
+        file,
+        &path,
+        HELD_MAGIC,
+        "not a held-publishes file",
+    )?;
     // Each at least: id length (8), packet id (4), token (8), data length (8).
     let n = r.count("held publishes", 28)?;
     let mut held = Vec::new();
@@ -415,6 +410,32 @@ struct Bounded<R> {
     path: PathBuf,
 }
 
+impl Bounded<BufReader<File>> {
+    /// Reads `file` no further than its length, after checking its 16-byte header is
+    /// `magic` (`not_it` says what the file is not, when it is not).
+    fn open(
+        provider: &str,
+        file: File,
+        path: &Path,
+        magic: &[u8; 16],
+        not_it: &str,
+    ) -> Result<Self, StorageError> {
+        let left = file
+            .metadata()
+            .map_err(|e| StorageError::io(provider, &format!("stat {}", path.display()), e))?
+            .len();
+        let mut r = Bounded {
+            inner: BufReader::new(file),
+            left,
+            path: path.to_owned(),
+        };
+        if &r.array::<16>("header")? != magic {
+            return Err(snap_err(path, not_it));
+        }
+        Ok(r)
+    }
+}
+
 impl<R: Read> Bounded<R> {
     fn take(&mut self, n: u64, what: &str) -> Result<Vec<u8>, StorageError> {
         if n > self.left {
@@ -491,18 +512,13 @@ pub(crate) fn read_group(
 ) -> Result<Vec<(String, MemChannel)>, StorageError> {
     let file = File::open(path)
         .map_err(|e| StorageError::io(provider, &format!("open {}", path.display()), e))?;
-    let left = file
-        .metadata()
-        .map_err(|e| StorageError::io(provider, &format!("stat {}", path.display()), e))?
-        .len();
-    let mut r = Bounded {
-        inner: BufReader::new(file),
-        left,
-        path: path.to_owned(),
-    };
-    if &r.array::<16>("header")? != MAGIC {
-        return Err(snap_err(path, "not a Sagüin snapshot (bad header)"));
-    }
+    let mut r = Bounded::open(
+        provider,
+        file,
+        path,
+        MAGIC,
+        "not a Sagüin snapshot (bad header)",
+    )?;
     let n = r.u32("channel count")?;
     let mut out = Vec::new();
     for _ in 0..n {
