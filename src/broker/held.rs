@@ -35,12 +35,15 @@ pub struct StoredHeld {
 }
 
 impl StoredHeld {
-    /// Its key under `client_id` and `packet_id`.
-    pub fn key(&self, client_id: &str, packet_id: u16) -> HeldKey {
-        HeldKey {
-            client_id: client_id.to_owned(),
-            packet_id,
-            token: self.token,
+    /// It, as the exchange `packet_id` of `client_id`: what a release or a forget names.
+    pub fn at(&self, client_id: &str, packet_id: u16) -> HeldRef {
+        HeldRef {
+            provider: self.provider.clone(),
+            key: HeldKey {
+                client_id: client_id.to_owned(),
+                packet_id,
+                token: self.token,
+            },
         }
     }
 }

@@ -941,10 +941,7 @@ impl Broker {
                 let keep = now.saturating_duration_since(held.since) < wait;
                 // Kept in storage: forgotten there too.
                 if !keep && let Some(stored) = &held.stored {
-                    forget.push(held::HeldRef {
-                        provider: stored.provider.clone(),
-                        key: stored.key(client_id, *packet_id),
-                    });
+                    forget.push(stored.at(client_id, *packet_id));
                 }
                 keep
             });
@@ -1068,10 +1065,7 @@ impl Broker {
         // Its held QoS 2 publishes go with it, from storage too.
         for (packet_id, held) in &session.incoming {
             if let Some(stored) = &held.stored {
-                self.held_forget.push(held::HeldRef {
-                    provider: stored.provider.clone(),
-                    key: stored.key(client_id, *packet_id),
-                });
+                self.held_forget.push(stored.at(client_id, *packet_id));
             }
         }
         // Its released outbound exchanges too.

@@ -1486,10 +1486,7 @@ impl Conn {
             }) => {
                 // Kept in storage: the record is written as one operation with the
                 // release (B-442).
-                let mut release = stored.as_ref().map(|s| crate::broker::held::HeldRef {
-                    provider: s.provider.clone(),
-                    key: s.key(&self.client_id, packet_id),
-                });
+                let mut release = stored.as_ref().map(|s| s.at(&self.client_id, packet_id));
                 let code = route_releasing(&self.shared, message.clone(), &mut release).await;
                 if code >= 0x80 {
                     // The message stays held, and a PUBREL on the next connection
