@@ -1,10 +1,13 @@
 //! Stock clients cannot tell Sagüin from a good broker: rumqttc (MQTT 3.1.1 and 5)
-//! and, where Debian's mosquitto-clients are installed, mosquitto_pub / mosquitto_sub.
+//! and, where Debian's mosquitto-clients are installed, mosquitto_pub / mosquitto_sub;
+//! where python3-paho-mqtt is installed, the Paho Python client as Home Assistant
+//! uses it (`tests/interop/paho_check.py`).
 
 mod common;
 
+use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::Broker;
 
@@ -182,4 +185,76 @@ fn mosquitto_pub_and_sub_interoperate_when_installed() {
             format!("{topic} retained-value\n{topic} live-value\n")
         );
     }
+}
+
+/// The first Python that imports paho-mqtt: `python3` on PATH, else Debian's
+/// `/usr/bin/python3`, where python3-paho-mqtt installs when PATH leads elsewhere
+/// (a pyenv, say).
+fn python_with_paho() -> Option<&'static str> {
+    ["python3", "/usr/bin/python3"].into_iter().find(|python| {
+        Command::new(python)
+            .args(["-c", "import paho.mqtt.client"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// Home Assistant's MQTT integration is built on paho-mqtt. The script checks, in
+/// MQTT 3.1.1 and 5, what it does: a retained QoS 1 Will on an availability topic,
+/// a retained birth message and retained discovery configs under `homeassistant/`
+/// that a later wildcard subscriber gets flagged retained (A-194, B-427; live to
+/// current subscribers, B-428), a zero-length retained publish clearing the value
+/// (B-426), the Will published when the connection drops without DISCONNECT (C-248,
+/// C-268) and not after a clean DISCONNECT (C-284), QoS 0/1/2 delivered in order at
+/// the granted QoS, UNSUBSCRIBE stopping delivery, a persistent session resuming
+/// with what was published while it was away (A-037, B-080); in MQTT 5 also User
+/// Properties, Response Topic, Correlation Data, Content Type and Message Expiry
+/// Interval end to end, and No Local.
+#[test]
+fn paho_python_client_works_as_home_assistant_uses_it() {
+    let Some(python) = python_with_paho() else {
+        eprintln!("python3-paho-mqtt not installed: skipped (CI installs it)");
+        return;
+    };
+    let broker = Broker::start("");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/paho_check.py");
+    let mut child = Command::new(python)
+        .args([script, "--port", &broker.addr.port().to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the script") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let output = format!(
+        "{}{}",
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default()
+    );
+    match status {
+        None => panic!("paho_check.py still running after 60 s, killed:\n{output}"),
+        Some(status) => assert!(status.success(), "paho_check.py exited {status}:\n{output}"),
+    }
+    eprint!("{output}");
 }
