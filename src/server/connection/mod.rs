@@ -1860,6 +1860,24 @@ impl Conn {
         for (id, _) in &completed {
             session.inflight.remove(id);
         }
+        // An identifier kept for a channel record below the stored position, or on a
+        // channel no longer read here, is free again (MQTT-4.4.0-1).
+        let cursors = &session.cursors;
+        let stale = |(channel, offset): crate::broker::session::KeptRecord| {
+            channel.is_some_and(|c| {
+                cursors
+                    .get(&c)
+                    .is_none_or(|cursor| cursor.stored.is_some_and(|p| offset < p))
+            })
+        };
+        let stale: Vec<_> = session
+            .kept_ids
+            .iter()
+            .flat_map(|k| k.iter())
+            .filter(|(_, record)| stale(*record))
+            .map(|(_, record)| record)
+            .collect();
+        session.forget_kept_ids(|record| stale.contains(&record));
         for (id, token) in completed {
             if let Some(token) = token {
                 broker.forget_released(&self.client_id, id, token);
@@ -2034,7 +2052,8 @@ impl Conn {
                 dropped.set(dropped.get() + 1);
                 continue;
             }
-            let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
+            let packet_id =
+                (delivery.qos != QoS::AtMostOnce).then(|| session.packet_id_for(&mut delivery));
             let publish = publish_packet(&delivery, packet_id, delivery.resent, now, self.protocol);
             if !self.out.publish(&publish, self.protocol, max_packet) {
                 if delivery.origin.is_some() {
