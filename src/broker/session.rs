@@ -428,6 +428,7 @@ impl Session {
     /// The next free packet identifier for an outbound exchange: neither on the wire
     /// nor kept for a record that goes out again (MQTT-4.4.0-1).
     pub fn next_packet_id(&mut self) -> u16 {
+        let mut tried = 0u32;
         loop {
             let id = self.next_packet_id;
             self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
@@ -437,6 +438,12 @@ impl Session {
                 .is_some_and(|k| k.ids.contains_key(&id));
             if !self.inflight.contains_key(&id) && !kept {
                 return id;
+            }
+            tried += 1;
+            if tried == u32::from(u16::MAX) {
+                // Every identifier is on the wire or kept: the kept ones give way, their
+                // records going again under new ones, as after a crash.
+                self.kept_ids = None;
             }
         }
     }
@@ -743,6 +750,62 @@ mod tests {
         assert_eq!(s.next_packet_id(), u16::MAX);
         s.inflight.insert(1, Inflight::Released(None, None, None));
         assert_eq!(s.next_packet_id(), 2);
+    }
+
+    #[test]
+    fn a_kept_packet_id_goes_to_its_record_alone_mqtt_4_4_0_1() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut kept = Box::<KeptIds>::default();
+        kept.keep((None, 7), 1);
+        kept.keep((Some(0), 3), 2);
+        kept.keep((None, 8), 2);
+        kept.keep((None, 9), 0);
+        assert_eq!(kept.iter().count(), 2, "an identifier kept once, never 0");
+        s.kept_ids = Some(kept);
+        let mut other = owed(None);
+        other.logged = Some(5);
+        assert_eq!(s.packet_id_for(&mut other), 3, "1 and 2 are kept");
+        assert!(!other.resent);
+        let mut record = owed(None);
+        record.origin = Some((0, 3));
+        assert_eq!(s.packet_id_for(&mut record), 2);
+        assert!(record.resent, "MQTT-4.4.0-1: DUP set");
+        s.forget_kept_ids(|(channel, _)| channel.is_none());
+        assert!(s.kept_ids.is_none(), "nothing left kept");
+        s.next_packet_id = 1;
+        assert_eq!(s.next_packet_id(), 1, "free again");
+    }
+
+    #[test]
+    fn a_graceful_stop_keeps_what_is_published_with_a_record_up_to_the_receive_maximum() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        for (id, origin, logged) in [(1, None, Some(4)), (2, Some((0, 9)), None), (3, None, None)] {
+            let mut d = owed(None);
+            (d.origin, d.logged) = (origin, logged);
+            s.inflight.insert(id, Inflight::Published(d));
+        }
+        s.inflight
+            .insert(4, Inflight::Released(None, Some(5), None));
+        assert!(s.to_keep_published(|_| false).is_empty(), "a clean session");
+        s.expiry = 300;
+        s.stored = true;
+        let all = s.to_keep_published(|_| false);
+        assert_eq!(all, [(1, (None, 4)), (2, (Some(0), 9))]);
+        assert_eq!(s.to_keep_published(|_| true), [(1, (None, 4))], "no offer");
+        s.receive_maximum = 1;
+        assert_eq!(s.to_keep_published(|_| false).len(), 1);
+    }
+
+    #[test]
+    fn packet_ids_all_taken_by_kept_ones_give_way() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut kept = Box::<KeptIds>::default();
+        for id in 1..=u16::MAX {
+            kept.keep((None, u64::from(id)), id);
+        }
+        s.kept_ids = Some(kept);
+        assert_eq!(s.next_packet_id(), 1);
+        assert!(s.kept_ids.is_none());
     }
 
     #[test]
