@@ -716,14 +716,8 @@ impl Broker {
         }
         // An identifier kept for a log record the session is no longer owed (settled
         // before the stop, or given up) is free again.
-        for session in self.sessions.values_mut().filter(|s| s.kept_ids.is_some()) {
-            let owed = session
-                .log
-                .as_ref()
-                .map(|l| l.unsettled.clone())
-                .unwrap_or_default();
-            session
-                .forget_kept_ids(|(channel, offset)| channel.is_none() && !owed.contains(&offset));
+        for session in self.sessions.values_mut() {
+            session.forget_kept_log_ids();
         }
         if records > 0 {
             log::info!(

@@ -479,6 +479,37 @@ impl Session {
         }
     }
 
+    /// Frees the identifiers kept for broadcast log records the session is no longer
+    /// owed (settled before the stop, or given up), once the log is read back.
+    pub fn forget_kept_log_ids(&mut self) {
+        let (Some(kept), log) = (&mut self.kept_ids, &self.log) else {
+            return;
+        };
+        let owed = |offset| log.as_ref().is_some_and(|l| l.unsettled.contains(&offset));
+        kept.forget(|(channel, offset)| channel.is_none() && !owed(offset));
+        if kept.is_empty() {
+            self.kept_ids = None;
+        }
+    }
+
+    /// Frees the identifiers kept for channel records below their cursor's stored
+    /// position (settled before the stop) or on a channel no longer read, once a
+    /// resumed session's cursors are open.
+    pub fn forget_kept_channel_ids(&mut self) {
+        let (Some(kept), cursors) = (&mut self.kept_ids, &self.cursors) else {
+            return;
+        };
+        let stale = |channel, offset| {
+            cursors
+                .get(&channel)
+                .is_none_or(|c: &Cursor| c.stored.is_some_and(|p| offset < p))
+        };
+        kept.forget(|(channel, offset)| channel.is_some_and(|c| stale(c, offset)));
+        if kept.is_empty() {
+            self.kept_ids = None;
+        }
+    }
+
     /// The exchanges to keep at a graceful stop (MQTT-4.4.0-1): for a session that
     /// outlives its connection, each still published whose delivery has a record
     /// (`offer` says which channel records are a queue's offer, never kept: a
@@ -794,6 +825,33 @@ mod tests {
         assert_eq!(s.to_keep_published(|_| true), [(1, (None, 4))], "no offer");
         s.receive_maximum = 1;
         assert_eq!(s.to_keep_published(|_| false).len(), 1);
+    }
+
+    #[test]
+    fn an_id_kept_for_a_record_no_longer_owed_is_freed() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut kept = Box::<KeptIds>::default();
+        for (record, id) in [((None, 4), 1), ((None, 5), 2), ((Some(0), 1), 3)] {
+            kept.keep(record, id);
+        }
+        kept.keep((Some(0), 9), 4);
+        kept.keep((Some(1), 9), 5);
+        s.kept_ids = Some(kept);
+        let mut log = super::super::broadcast_log::LogCursor::restored(4);
+        log.hand(5);
+        s.log = Some(Box::new(log));
+        s.forget_kept_log_ids();
+        let left = |s: &Session| {
+            s.kept_ids
+                .iter()
+                .flat_map(|k| k.iter())
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(left(&s), [2, 3, 4, 5], "offset 4 is not owed");
+        s.cursors.insert(0, Cursor::new(2, 0, Some(2)));
+        s.forget_kept_channel_ids();
+        assert_eq!(left(&s), [2, 4], "below the stored position, or no cursor");
     }
 
     #[test]

@@ -1862,22 +1862,7 @@ impl Conn {
         }
         // An identifier kept for a channel record below the stored position, or on a
         // channel no longer read here, is free again (MQTT-4.4.0-1).
-        let cursors = &session.cursors;
-        let stale = |(channel, offset): crate::broker::session::KeptRecord| {
-            channel.is_some_and(|c| {
-                cursors
-                    .get(&c)
-                    .is_none_or(|cursor| cursor.stored.is_some_and(|p| offset < p))
-            })
-        };
-        let stale: Vec<_> = session
-            .kept_ids
-            .iter()
-            .flat_map(|k| k.iter())
-            .filter(|(_, record)| stale(*record))
-            .map(|(_, record)| record)
-            .collect();
-        session.forget_kept_ids(|record| stale.contains(&record));
+        session.forget_kept_channel_ids();
         for (id, token) in completed {
             if let Some(token) = token {
                 broker.forget_released(&self.client_id, id, token);
