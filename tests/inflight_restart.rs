@@ -93,6 +93,19 @@ fn same_ids_after_a_graceful_stop(
     protocol: ProtocolVersion,
     qos: QoS,
 ) {
+    same_ids_after_graceful_stops(provider, channel, protocol, qos, 1);
+}
+
+/// [`same_ids_after_a_graceful_stop`], stopped `stops` times before the subscriber
+/// comes back: a start the client does not come back to keeps the identifiers for
+/// the next.
+fn same_ids_after_graceful_stops(
+    provider: &str,
+    channel: &str,
+    protocol: ProtocolVersion,
+    qos: QoS,
+    stops: usize,
+) {
     let broker = Broker::start_in(fresh_dir(), &config(provider));
     let (mut s, _) = connected(&broker, sub_connect(protocol, true));
     assert_eq!(s.subscribe("news/#", opts(qos)), [qos as u8]);
@@ -105,7 +118,7 @@ fn same_ids_after_a_graceful_stop(
     let record = unanswered(&mut s, qos);
     let ids = [broadcast.packet_id, record.packet_id].map(|id| id.expect("a packet id"));
     assert!(ids.iter().all(|id| *id > 2), "{ids:?}: after the warm-up's");
-    let dir = broker.stop();
+    let mut dir = broker.stop();
     drop(s);
     if provider == "local" {
         assert_eq!(
@@ -113,6 +126,9 @@ fn same_ids_after_a_graceful_stop(
             1,
             "one row for the session's exchanges"
         );
+    }
+    for _ in 1..stops {
+        dir = Broker::start_in(dir, &config(provider)).stop();
     }
 
     let broker = Broker::start_in(dir, &config(provider));
@@ -183,6 +199,11 @@ fn mqtt_4_4_0_1_v311_qos1_keeps_its_packet_ids_across_a_graceful_stop_memory() {
         ProtocolVersion::V311,
         QoS::AtLeastOnce,
     );
+}
+
+#[test]
+fn mqtt_4_4_0_1_packet_ids_kept_across_two_graceful_stops_the_client_away_between() {
+    same_ids_after_graceful_stops("local", "events", ProtocolVersion::V5, QoS::ExactlyOnce, 2);
 }
 
 /// C-219, MQTT-4.4.0-1: the retained value a SUBSCRIBE at QoS 1 sent a persistent
