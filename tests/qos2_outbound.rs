@@ -8,23 +8,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::sessions::{config, connected, fresh_dir, kill, nothing_more, persistent};
+use common::sessions::{
+    config, connected, fresh_dir, kill, nothing_more, persistent, released_rows,
+};
 use common::{Broker, Raw, WriteLock, opts};
 use saguin::codec::{self, Packet, ProtocolVersion::V5, QoS};
-
-/// Released exchanges kept in the sqlite file, read once the broker is gone.
-fn released_rows(dir: &Path) -> i64 {
-    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the file");
-    db.query_row(
-        "SELECT count(*) FROM held WHERE substr(client_id, 1, 10) = char(1) || 'released/'",
-        [],
-        |row| row.get(0),
-    )
-    .expect("count")
-}
 
 /// Publishes `payload` to `topic` at QoS 2, completed 0x00.
 fn publish(broker: &Broker, topic: &str, payload: &[u8]) {

@@ -21,7 +21,9 @@
 //! at or above the stored position; a full window has the position written before
 //! more go, so an unclean stop sends at most that many again. At startup the
 //! deliveries at or above a restored session's position are handed back, the first
-//! Receive Maximum of them with DUP set, since any of them may have been sent.
+//! Receive Maximum of them with DUP set, since any of them may have been sent. After
+//! a graceful stop those that were on the wire go under the packet identifiers they
+//! had (`broker::released`, MQTT-4.4.0-1); after a crash under new ones.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

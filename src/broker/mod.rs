@@ -235,32 +235,66 @@ impl Broker {
     /// the broadcast log, `Conn::reopen_restored_cursors` for a channel). One below
     /// the session's stored log position was completed (the position passes a record
     /// only once it is settled) and is forgotten, as is one whose session did not
-    /// come back.
+    /// come back. Then the identifiers of the exchanges still published at a graceful
+    /// stop ([`released::Row::Published`]): each is kept for its record
+    /// (`Session::kept_ids`), which goes out again under it (MQTT-4.4.0-1); the row is
+    /// forgotten in storage now, read once.
     fn restore_released(
         &mut self,
         rows: Vec<(Arc<crate::storage::Provider>, crate::storage::Held)>,
     ) {
-        let (mut restored, mut dropped) = (0usize, 0usize);
-        for (provider, row) in rows {
+        let (mut restored, mut dropped, mut published) = (0usize, 0usize, 0usize);
+        let mut rows: Vec<_> = rows
+            .into_iter()
+            .map(|(provider, row)| {
+                let read = released::decode(&row.data);
+                (provider, row, read)
+            })
+            .collect();
+        // Released ones first: an identifier released is never kept for a publish.
+        rows.sort_by_key(|(_, _, read)| matches!(read, Ok(released::Row::Published(_))));
+        for (provider, row, read) in rows {
             let key = row.key();
             let session = released::client_of(&row.client_id)
                 .and_then(|client| self.sessions.get_mut(client))
                 .filter(|s| !s.internal && !s.inflight.contains_key(&row.packet_id));
-            let back = session.map(|session| (session, released::decode(&row.data)));
-            let kept = match back {
-                Some((session, Ok((None, offset)))) => {
+            let kept = match (session, read) {
+                (Some(session), Ok(released::Row::Released(None, offset))) => {
                     let position = session.log.as_ref().map_or(0, |l| l.stored.unwrap_or(0));
                     (offset >= position).then_some((session, None, Some(offset)))
                 }
-                Some((session, Ok((Some(channel), offset)))) => {
+                (Some(session), Ok(released::Row::Released(Some(channel), offset))) => {
                     let origin = self.channels.by_name(&channel).map(|id| (id, offset));
                     Some((session, origin, None))
                 }
-                Some((_, Err(why))) => {
+                (Some(session), Ok(released::Row::Published(exchanges))) => {
+                    let position = session.log.as_ref().map_or(0, |l| l.stored.unwrap_or(0));
+                    let mut ids = Box::<session::KeptIds>::default();
+                    for (packet_id, channel, offset) in exchanges {
+                        let record = match channel {
+                            None if offset >= position => (None, offset),
+                            None => continue,
+                            Some(name) => match self.channels.by_name(&name) {
+                                Some(id) => (Some(id), offset),
+                                None => continue,
+                            },
+                        };
+                        if !session.inflight.contains_key(&packet_id) {
+                            ids.keep(record, packet_id);
+                        }
+                    }
+                    if !ids.is_empty() {
+                        published += 1;
+                        session.kept_ids = Some(ids);
+                    }
+                    self.held_forget.push(held::HeldRef { provider, key });
+                    continue;
+                }
+                (Some(_), Err(why)) => {
                     damaged(&provider, "released QoS 2 exchange", &row, &why);
                     None
                 }
-                None => None,
+                (None, _) => None,
             };
             match kept {
                 Some((session, origin, logged)) => {
@@ -279,6 +313,12 @@ impl Broker {
                 "released QoS 2 exchanges read back: {restored} handed to restored sessions \
                  (their PUBREL goes again), {dropped} dropped (completed, or their session \
                  did not come back)"
+            );
+        }
+        if published > 0 {
+            log::info!(
+                "{published} restored sessions keep the packet identifiers of what was on \
+                 the wire at the last stop: it goes again under them (MQTT-4.4.0-1)"
             );
         }
     }
@@ -361,6 +401,34 @@ impl Broker {
             };
             self.held_forget.push(held::HeldRef { provider, key });
         }
+    }
+
+    /// What a graceful stop keeps of each session's exchanges still published
+    /// (`broker::released`, MQTT-4.4.0-1): the row of each session that has any, as
+    /// `Provider::put_held` takes it, one per session. A queue's offer is never kept.
+    pub fn published_to_keep(&mut self) -> Vec<crate::storage::Held> {
+        let channels = &self.channels;
+        let offer = |id: ChannelId| channels.get(id).kind == channels::Kind::Queue;
+        let mut rows = Vec::new();
+        for session in self.sessions.values() {
+            let exchanges = session.to_keep_published(offer);
+            if exchanges.is_empty() {
+                continue;
+            }
+            let named = exchanges.iter().map(|(id, (channel, offset))| {
+                let name = channel.map(|c| &*channels.get(c).name);
+                (*id, name, *offset)
+            });
+            let data = released::encode_published(named);
+            self.next_held_token += 1;
+            rows.push(crate::storage::Held {
+                client_id: released::stored_id(&session.client_id),
+                packet_id: released::PUBLISHED_ROW,
+                token: self.next_held_token,
+                data,
+            });
+        }
+        rows
     }
 
     /// The provider `broker.session.storage` names, when the broker runs with one.
@@ -645,6 +713,11 @@ impl Broker {
             } else {
                 self.log_refs.insert(entry.offset, holders);
             }
+        }
+        // An identifier kept for a log record the session is no longer owed (settled
+        // before the stop, or given up) is free again.
+        for session in self.sessions.values_mut() {
+            session.forget_kept_log_ids();
         }
         if records > 0 {
             log::info!(

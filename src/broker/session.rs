@@ -223,7 +223,61 @@ pub struct Session {
     /// Its place in the broadcast log, once it has been owed a logged broadcast or
     /// was restored with one (B-456); boxed, so a session that never is pays a word.
     pub log: Option<Box<super::broadcast_log::LogCursor>>,
+    /// Packet identifiers its exchanges still published had when the broker last
+    /// stopped gracefully, by record (`broker::released`, MQTT-4.4.0-1): read back at
+    /// the start, each is taken by its record when it goes out again, and no other
+    /// delivery is given one meanwhile. `None` for every other session, so a
+    /// delivery pays one test of it.
+    pub kept_ids: Option<Box<KeptIds>>,
     next_packet_id: u16,
+}
+
+/// A record an exchange carried: its channel (`None`: the broadcast log) and offset.
+pub type KeptRecord = (Option<ChannelId>, u64);
+
+/// The packet identifiers of a restored session's exchanges that were still
+/// published at a graceful stop, by the record each carried (MQTT-4.4.0-1).
+#[derive(Debug, Default)]
+pub struct KeptIds {
+    by_record: BTreeMap<KeptRecord, u16>,
+    ids: BTreeMap<u16, KeptRecord>,
+}
+
+impl KeptIds {
+    /// Keeps `packet_id` for `record`; an identifier or a record kept already keeps
+    /// what it had.
+    pub fn keep(&mut self, record: KeptRecord, packet_id: u16) {
+        if packet_id == 0 || self.ids.contains_key(&packet_id) {
+            return;
+        }
+        if let std::collections::btree_map::Entry::Vacant(v) = self.by_record.entry(record) {
+            v.insert(packet_id);
+            self.ids.insert(packet_id, record);
+        }
+    }
+
+    /// Takes the identifier kept for `record`, if one is.
+    fn take(&mut self, record: KeptRecord) -> Option<u16> {
+        let id = self.by_record.remove(&record)?;
+        self.ids.remove(&id);
+        Some(id)
+    }
+
+    /// Forgets every identifier whose record `stale` says is no longer owed.
+    pub fn forget(&mut self, mut stale: impl FnMut(KeptRecord) -> bool) {
+        self.by_record.retain(|record, _| !stale(*record));
+        self.ids.retain(|_, record| !stale(*record));
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Every identifier kept and its record.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, KeptRecord)> + '_ {
+        self.ids.iter().map(|(id, record)| (*id, *record))
+    }
 }
 
 /// What queueing one delivery cost.
@@ -262,6 +316,7 @@ impl Session {
             user: None,
             listener: None,
             log: None,
+            kept_ids: None,
             next_packet_id: 1,
         }
     }
@@ -370,15 +425,118 @@ impl Session {
             && size <= self.max_packet_size as usize
     }
 
-    /// The next free packet identifier for an outbound exchange.
+    /// The next free packet identifier for an outbound exchange: neither on the wire
+    /// nor kept for a record that goes out again (MQTT-4.4.0-1).
     pub fn next_packet_id(&mut self) -> u16 {
+        let mut tried = 0u32;
         loop {
             let id = self.next_packet_id;
             self.next_packet_id = self.next_packet_id.checked_add(1).unwrap_or(1);
-            if !self.inflight.contains_key(&id) {
+            let kept = self
+                .kept_ids
+                .as_ref()
+                .is_some_and(|k| k.ids.contains_key(&id));
+            if !self.inflight.contains_key(&id) && !kept {
+                return id;
+            }
+            tried += 1;
+            if tried == u32::from(u16::MAX) {
+                // Every identifier is on the wire or kept: the kept ones give way, their
+                // records going again under new ones, as after a crash.
+                self.kept_ids = None;
+            }
+        }
+    }
+
+    /// The packet identifier `delivery` goes out under: the one its record had when
+    /// the broker stopped gracefully, if one was kept - the delivery then goes with
+    /// DUP set (MQTT-4.4.0-1) - else the next free one.
+    pub fn packet_id_for(&mut self, delivery: &mut Delivery) -> u16 {
+        if let Some(kept) = &mut self.kept_ids {
+            let record = match (delivery.origin, delivery.logged) {
+                (Some((channel, offset)), _) => Some((Some(channel), offset)),
+                (None, Some(offset)) => Some((None, offset)),
+                (None, None) => None,
+            };
+            if let Some(id) = record.and_then(|r| kept.take(r)) {
+                if kept.is_empty() {
+                    self.kept_ids = None;
+                }
+                delivery.resent = true;
                 return id;
             }
         }
+        self.next_packet_id()
+    }
+
+    /// Forgets the kept identifiers whose record `stale` says is no longer owed.
+    pub fn forget_kept_ids(&mut self, stale: impl FnMut(KeptRecord) -> bool) {
+        if let Some(kept) = &mut self.kept_ids {
+            kept.forget(stale);
+            if kept.is_empty() {
+                self.kept_ids = None;
+            }
+        }
+    }
+
+    /// Frees the identifiers kept for broadcast log records the session is no longer
+    /// owed (settled before the stop, or given up), once the log is read back.
+    pub fn forget_kept_log_ids(&mut self) {
+        let (Some(kept), log) = (&mut self.kept_ids, &self.log) else {
+            return;
+        };
+        let owed = |offset| log.as_ref().is_some_and(|l| l.unsettled.contains(&offset));
+        kept.forget(|(channel, offset)| channel.is_none() && !owed(offset));
+        if kept.is_empty() {
+            self.kept_ids = None;
+        }
+    }
+
+    /// Frees the identifiers kept for channel records below their cursor's stored
+    /// position (settled before the stop) or on a channel no longer read, once a
+    /// resumed session's cursors are open.
+    pub fn forget_kept_channel_ids(&mut self) {
+        let (Some(kept), cursors) = (&mut self.kept_ids, &self.cursors) else {
+            return;
+        };
+        let stale = |channel, offset| {
+            cursors
+                .get(&channel)
+                .is_none_or(|c: &Cursor| c.stored.is_some_and(|p| offset < p))
+        };
+        kept.forget(|(channel, offset)| channel.is_some_and(|c| stale(c, offset)));
+        if kept.is_empty() {
+            self.kept_ids = None;
+        }
+    }
+
+    /// The exchanges to keep at a graceful stop (MQTT-4.4.0-1): for a session that
+    /// outlives its connection, each still published whose delivery has a record
+    /// (`offer` says which channel records are a queue's offer, never kept: a
+    /// resumed session is sent no stale offer), and each identifier kept since the
+    /// start and not yet taken, at most its Receive Maximum of them. Empty for
+    /// every other session.
+    pub fn to_keep_published(&self, offer: impl Fn(ChannelId) -> bool) -> Vec<(u16, KeptRecord)> {
+        if !self.stored || !self.keeps_owed_in_log() {
+            return Vec::new();
+        }
+        let published = self
+            .inflight
+            .iter()
+            .filter_map(|(id, inflight)| match inflight {
+                Inflight::Published(d) => match (d.origin, d.logged) {
+                    (Some((channel, _)), _) if offer(channel) => None,
+                    (Some((channel, offset)), _) => Some((*id, (Some(channel), offset))),
+                    (None, Some(offset)) => Some((*id, (None, offset))),
+                    (None, None) => None,
+                },
+                Inflight::Released(..) => None,
+            });
+        let kept = self.kept_ids.iter().flat_map(|k| k.iter());
+        published
+            .chain(kept)
+            .take(usize::from(self.receive_maximum))
+            .collect()
     }
 
     /// Settles an outbound exchange at PUBACK or PUBCOMP; returns whether it existed.
@@ -623,6 +781,89 @@ mod tests {
         assert_eq!(s.next_packet_id(), u16::MAX);
         s.inflight.insert(1, Inflight::Released(None, None, None));
         assert_eq!(s.next_packet_id(), 2);
+    }
+
+    #[test]
+    fn a_kept_packet_id_goes_to_its_record_alone_mqtt_4_4_0_1() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut kept = Box::<KeptIds>::default();
+        kept.keep((None, 7), 1);
+        kept.keep((Some(0), 3), 2);
+        kept.keep((None, 8), 2);
+        kept.keep((None, 9), 0);
+        assert_eq!(kept.iter().count(), 2, "an identifier kept once, never 0");
+        s.kept_ids = Some(kept);
+        let mut other = owed(None);
+        other.logged = Some(5);
+        assert_eq!(s.packet_id_for(&mut other), 3, "1 and 2 are kept");
+        assert!(!other.resent);
+        let mut record = owed(None);
+        record.origin = Some((0, 3));
+        assert_eq!(s.packet_id_for(&mut record), 2);
+        assert!(record.resent, "MQTT-4.4.0-1: DUP set");
+        s.forget_kept_ids(|(channel, _)| channel.is_none());
+        assert!(s.kept_ids.is_none(), "nothing left kept");
+        s.next_packet_id = 1;
+        assert_eq!(s.next_packet_id(), 1, "free again");
+    }
+
+    #[test]
+    fn a_graceful_stop_keeps_what_is_published_with_a_record_up_to_the_receive_maximum() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        for (id, origin, logged) in [(1, None, Some(4)), (2, Some((0, 9)), None), (3, None, None)] {
+            let mut d = owed(None);
+            (d.origin, d.logged) = (origin, logged);
+            s.inflight.insert(id, Inflight::Published(d));
+        }
+        s.inflight
+            .insert(4, Inflight::Released(None, Some(5), None));
+        assert!(s.to_keep_published(|_| false).is_empty(), "a clean session");
+        s.expiry = 300;
+        s.stored = true;
+        let all = s.to_keep_published(|_| false);
+        assert_eq!(all, [(1, (None, 4)), (2, (Some(0), 9))]);
+        assert_eq!(s.to_keep_published(|_| true), [(1, (None, 4))], "no offer");
+        s.receive_maximum = 1;
+        assert_eq!(s.to_keep_published(|_| false).len(), 1);
+    }
+
+    #[test]
+    fn an_id_kept_for_a_record_no_longer_owed_is_freed() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut kept = Box::<KeptIds>::default();
+        for (record, id) in [((None, 4), 1), ((None, 5), 2), ((Some(0), 1), 3)] {
+            kept.keep(record, id);
+        }
+        kept.keep((Some(0), 9), 4);
+        kept.keep((Some(1), 9), 5);
+        s.kept_ids = Some(kept);
+        let mut log = super::super::broadcast_log::LogCursor::restored(4);
+        log.hand(5);
+        s.log = Some(Box::new(log));
+        s.forget_kept_log_ids();
+        let left = |s: &Session| {
+            s.kept_ids
+                .iter()
+                .flat_map(|k| k.iter())
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(left(&s), [2, 3, 4, 5], "offset 4 is not owed");
+        s.cursors.insert(0, Cursor::new(2, 0, Some(2)));
+        s.forget_kept_channel_ids();
+        assert_eq!(left(&s), [2, 4], "below the stored position, or no cursor");
+    }
+
+    #[test]
+    fn packet_ids_all_taken_by_kept_ones_give_way() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut kept = Box::<KeptIds>::default();
+        for id in 1..=u16::MAX {
+            kept.keep((None, u64::from(id)), id);
+        }
+        s.kept_ids = Some(kept);
+        assert_eq!(s.next_packet_id(), 1);
+        assert!(s.kept_ids.is_none());
     }
 
     #[test]

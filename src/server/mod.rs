@@ -233,6 +233,7 @@ pub fn serve(
         // Once more for records the provider refused (C-285).
         sync_records(&shared).await;
         forget_held(&shared).await;
+        keep_published(&shared).await;
         settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();
         for provider in providers {
@@ -453,6 +454,30 @@ pub(crate) async fn forget_held(shared: &Shared) {
                 held.provider.name(),
                 held.key.packet_id,
                 crate::broker::shown(&held.key.client_id)
+            );
+        }
+    }
+}
+
+/// Keeps, at a graceful stop, the packet identifiers of the exchanges still published
+/// for sessions that outlive their connection (`broker::released`, MQTT-4.4.0-1):
+/// one row per session, written after every connection ended and wrote its
+/// positions, so the records sent again from those positions (B-459) go under the
+/// same identifiers. A row the provider refuses is logged: that session's records
+/// go again under new identifiers, as after a crash.
+async fn keep_published(shared: &Shared) {
+    let Some(provider) = shared.broker.borrow().session_store() else {
+        return;
+    };
+    let rows = shared.broker.borrow_mut().published_to_keep();
+    for row in rows {
+        let client = row.client_id.clone();
+        if let Err(e) = provider.put_held(row).await {
+            log::error!(
+                "storage provider {}: the packet identifiers on the wire to {:?} not kept, \
+                 sent again under new ones: {e}",
+                provider.name(),
+                crate::broker::shown(&client)
             );
         }
     }

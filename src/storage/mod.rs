@@ -15,8 +15,9 @@
 //! packet id) ([`Held`], B-441); [`Provider::append_releasing`] writes a record and
 //! removes the held publish it becomes in one transaction (sqlite) or under one lock
 //! (memory), B-442. The broker keeps its released outbound QoS 2 exchanges as held
-//! rows too, under an id of its own (`broker::released`, A-254): the data is opaque
-//! here.
+//! rows too, under an id of its own (`broker::released`, A-254), and at a graceful
+//! stop the packet identifiers of its exchanges still published (MQTT-4.4.0-1): the
+//! data is opaque here.
 //!
 //! **Sizes.** A record counts as payload + topic + message id + each User Property's
 //! key and value ([`record_size`], `store.RecordSize`). A channel's `max_bytes` and

@@ -43,6 +43,19 @@ pub fn connected(broker: &Broker, c: codec::Connect) -> (Raw, bool) {
     (raw, ack.session_present)
 }
 
+/// The broker's own exchange rows in the sqlite file of `dir` (`broker::released`:
+/// released ones, A-254, and the packet identifiers a graceful stop kept,
+/// MQTT-4.4.0-1), read once the broker is gone.
+pub fn released_rows(dir: &std::path::Path) -> i64 {
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the file");
+    db.query_row(
+        "SELECT count(*) FROM held WHERE substr(client_id, 1, 10) = char(1) || 'released/'",
+        [],
+        |row| row.get(0),
+    )
+    .expect("count")
+}
+
 /// SIGKILLs the broker and keeps its directory for a restart.
 pub fn kill(mut broker: Broker) -> PathBuf {
     broker.signal("KILL");

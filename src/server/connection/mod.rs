@@ -1860,6 +1860,9 @@ impl Conn {
         for (id, _) in &completed {
             session.inflight.remove(id);
         }
+        // An identifier kept for a channel record below the stored position, or on a
+        // channel no longer read here, is free again (MQTT-4.4.0-1).
+        session.forget_kept_channel_ids();
         for (id, token) in completed {
             if let Some(token) = token {
                 broker.forget_released(&self.client_id, id, token);
@@ -2034,7 +2037,8 @@ impl Conn {
                 dropped.set(dropped.get() + 1);
                 continue;
             }
-            let packet_id = (delivery.qos != QoS::AtMostOnce).then(|| session.next_packet_id());
+            let packet_id =
+                (delivery.qos != QoS::AtMostOnce).then(|| session.packet_id_for(&mut delivery));
             let publish = publish_packet(&delivery, packet_id, delivery.resent, now, self.protocol);
             if !self.out.publish(&publish, self.protocol, max_packet) {
                 if delivery.origin.is_some() {
