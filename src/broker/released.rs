@@ -26,19 +26,19 @@
 //! [`PREFIX`] before it - a control character no client's id may carry - so it can
 //! never be taken for an inbound publish of the client. A released exchange's row is
 //! under its packet identifier; a session's published row under [`PUBLISHED_ROW`],
-//! which no exchange uses. Its data is a version byte, then a kind byte: released,
-//! the record's offset and the channel's name (none: the broadcast log); published,
-//! a count and for each exchange its packet identifier, record offset and channel
-//! name (length-prefixed). Version 1 rows (no kind byte) are released ones.
+//! which no exchange uses. A released row's data is a version byte (1), the record's
+//! offset and the channel's name (none: the broadcast log), as before published rows
+//! were kept, so a broker of that time still reads it; a published row's is a version
+//! byte (2), a kind byte, a count and for each exchange its packet identifier, record
+//! offset and channel name (length-prefixed).
 
 use super::INTERNAL;
 
-/// The format of what is stored.
+/// The format of a released exchange's row.
+const RELEASED_VERSION: u8 = 1;
+/// The format of a session's published exchanges' row: a kind byte follows, so a
+/// later kind needs no new version.
 const VERSION: u8 = 2;
-/// The format before exchanges still published were kept: released ones alone.
-const VERSION_1: u8 = 1;
-/// The kind byte of a released exchange.
-const RELEASED: u8 = 0;
 /// The kind byte of a session's published exchanges.
 const PUBLISHED: u8 = 1;
 
@@ -77,8 +77,8 @@ pub enum Row {
 /// What is stored for the record at `offset` of `channel` (`None`: the broadcast log).
 pub fn encode(channel: Option<&str>, offset: u64) -> Vec<u8> {
     let name = channel.unwrap_or_default();
-    let mut out = Vec::with_capacity(10 + name.len());
-    out.extend_from_slice(&[VERSION, RELEASED]);
+    let mut out = Vec::with_capacity(9 + name.len());
+    out.push(RELEASED_VERSION);
     out.extend_from_slice(&offset.to_be_bytes());
     out.extend_from_slice(name.as_bytes());
     out
@@ -110,38 +110,26 @@ pub fn encode_published<'a>(
     out
 }
 
-/// A row read back; a version 1 row is a released exchange.
+/// A row read back: version 1 is a released exchange, version 2 published ones.
 ///
 /// # Errors
 /// What is wrong with data that does not read back (damaged, or a newer format).
 pub fn decode(data: &[u8]) -> Result<Row, String> {
     match data.first() {
-        Some(&VERSION_1) => {
-            let (offset, name) = super::held::unframe(VERSION_1, data)?;
+        Some(&RELEASED_VERSION) => {
+            let (offset, name) = super::held::unframe(RELEASED_VERSION, data)?;
             Ok(Row::Released(channel(name)?, offset))
         }
         Some(&VERSION) => match data.get(1) {
-            Some(&RELEASED) => {
-                let framed = without_kind(data);
-                let (offset, name) = super::held::unframe(VERSION, &framed)?;
-                Ok(Row::Released(channel(name)?, offset))
-            }
             Some(&PUBLISHED) => decode_published(data.get(2..).unwrap_or_default()),
-            Some(kind) => Err(format!("kind {kind}, this broker reads 0 and 1")),
+            Some(kind) => Err(format!("kind {kind}, this broker reads {PUBLISHED}")),
             None => Err("truncated".to_string()),
         },
-        Some(found) => Err(format!("format {found}, this broker reads 1 and {VERSION}")),
+        Some(found) => Err(format!(
+            "format {found}, this broker reads {RELEASED_VERSION} and {VERSION}"
+        )),
         None => Err("empty".to_string()),
     }
-}
-
-/// A version 2 row less its kind byte, for `held::unframe`.
-fn without_kind(data: &[u8]) -> Vec<u8> {
-    data.iter()
-        .take(1)
-        .chain(data.iter().skip(2))
-        .copied()
-        .collect()
 }
 
 /// The channel a stored name says: none when empty (the broadcast log).
@@ -188,6 +176,10 @@ mod tests {
         assert_eq!(decode(&encode(None, 7)), Ok(Row::Released(None, 7)));
         assert!(decode(&data[..5]).is_err());
         assert!(decode(&[3, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        assert!(
+            decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err(),
+            "no kind 0"
+        );
         assert!(decode(&[]).is_err());
         assert_eq!(client_of(&stored_id("c/1")), Some("c/1"));
         assert_eq!(client_of("c/1"), None);
