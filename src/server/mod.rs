@@ -29,7 +29,6 @@ use smol::LocalExecutor;
 use crate::broker::{Broker, Settings};
 use crate::codec::reason;
 
-/// What every connection task shares.
 /// What every connection task shares: the broker's state and the settings.
 #[derive(Debug)]
 pub struct Shared {
