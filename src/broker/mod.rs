@@ -258,9 +258,13 @@ impl Broker {
             let session = released::client_of(&row.client_id)
                 .and_then(|client| self.sessions.get_mut(client))
                 .filter(|s| !s.internal && !s.inflight.contains_key(&row.packet_id));
+            // Its stored place in the broadcast log: a log record below it was settled.
+            let position = session
+                .as_ref()
+                .and_then(|s| s.log.as_ref())
+                .map_or(0, |l| l.stored.unwrap_or(0));
             let kept = match (session, read) {
                 (Some(session), Ok(released::Row::Released(None, offset))) => {
-                    let position = session.log.as_ref().map_or(0, |l| l.stored.unwrap_or(0));
                     (offset >= position).then_some((session, None, Some(offset)))
                 }
                 (Some(session), Ok(released::Row::Released(Some(channel), offset))) => {
@@ -268,7 +272,6 @@ impl Broker {
                     Some((session, origin, None))
                 }
                 (Some(session), Ok(released::Row::Published(exchanges))) => {
-                    let position = session.log.as_ref().map_or(0, |l| l.stored.unwrap_or(0));
                     let mut ids = Box::<session::KeptIds>::default();
                     for (packet_id, channel, offset) in exchanges {
                         let record = match channel {

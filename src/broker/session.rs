@@ -109,6 +109,16 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// The record it carries, if it has one: its channel (`None`: the broadcast log)
+    /// and offset.
+    pub fn record(&self) -> Option<KeptRecord> {
+        match (self.origin, self.logged) {
+            (Some((channel, offset)), _) => Some((Some(channel), offset)),
+            (None, Some(offset)) => Some((None, offset)),
+            (None, None) => None,
+        }
+    }
+
     /// Whether this is a shared group's backlog that waited out
     /// `broker.share.expires_after` (B-446).
     pub fn backlog_expired(&self, now: Instant) -> bool {
@@ -452,30 +462,19 @@ impl Session {
     /// the broker stopped gracefully, if one was kept - the delivery then goes with
     /// DUP set (MQTT-4.4.0-1) - else the next free one.
     pub fn packet_id_for(&mut self, delivery: &mut Delivery) -> u16 {
-        if let Some(kept) = &mut self.kept_ids {
-            let record = match (delivery.origin, delivery.logged) {
-                (Some((channel, offset)), _) => Some((Some(channel), offset)),
-                (None, Some(offset)) => Some((None, offset)),
-                (None, None) => None,
-            };
-            if let Some(id) = record.and_then(|r| kept.take(r)) {
-                if kept.is_empty() {
-                    self.kept_ids = None;
-                }
-                delivery.resent = true;
-                return id;
-            }
+        let kept = self.kept_ids.as_mut();
+        if let Some(id) = kept.and_then(|k| k.take(delivery.record()?)) {
+            self.drop_kept_if_empty();
+            delivery.resent = true;
+            return id;
         }
         self.next_packet_id()
     }
 
-    /// Forgets the kept identifiers whose record `stale` says is no longer owed.
-    pub fn forget_kept_ids(&mut self, stale: impl FnMut(KeptRecord) -> bool) {
-        if let Some(kept) = &mut self.kept_ids {
-            kept.forget(stale);
-            if kept.is_empty() {
-                self.kept_ids = None;
-            }
+    /// `kept_ids` back to `None` once nothing is kept, so a delivery pays one test.
+    fn drop_kept_if_empty(&mut self) {
+        if self.kept_ids.as_ref().is_some_and(|k| k.is_empty()) {
+            self.kept_ids = None;
         }
     }
 
@@ -487,9 +486,7 @@ impl Session {
         };
         let owed = |offset| log.as_ref().is_some_and(|l| l.unsettled.contains(&offset));
         kept.forget(|(channel, offset)| channel.is_none() && !owed(offset));
-        if kept.is_empty() {
-            self.kept_ids = None;
-        }
+        self.drop_kept_if_empty();
     }
 
     /// Frees the identifiers kept for channel records below their cursor's stored
@@ -505,9 +502,7 @@ impl Session {
                 .is_none_or(|c: &Cursor| c.stored.is_some_and(|p| offset < p))
         };
         kept.forget(|(channel, offset)| channel.is_some_and(|c| stale(c, offset)));
-        if kept.is_empty() {
-            self.kept_ids = None;
-        }
+        self.drop_kept_if_empty();
     }
 
     /// The exchanges to keep at a graceful stop (MQTT-4.4.0-1): for a session that
@@ -524,12 +519,10 @@ impl Session {
             .inflight
             .iter()
             .filter_map(|(id, inflight)| match inflight {
-                Inflight::Published(d) => match (d.origin, d.logged) {
-                    (Some((channel, _)), _) if offer(channel) => None,
-                    (Some((channel, offset)), _) => Some((*id, (Some(channel), offset))),
-                    (None, Some(offset)) => Some((*id, (None, offset))),
-                    (None, None) => None,
-                },
+                Inflight::Published(d) => d
+                    .record()
+                    .filter(|(channel, _)| !channel.is_some_and(&offer))
+                    .map(|record| (*id, record)),
                 Inflight::Released(..) => None,
             });
         let kept = self.kept_ids.iter().flat_map(|k| k.iter());
@@ -801,8 +794,11 @@ mod tests {
         record.origin = Some((0, 3));
         assert_eq!(s.packet_id_for(&mut record), 2);
         assert!(record.resent, "MQTT-4.4.0-1: DUP set");
-        s.forget_kept_ids(|(channel, _)| channel.is_none());
-        assert!(s.kept_ids.is_none(), "nothing left kept");
+        s.forget_kept_log_ids();
+        assert!(
+            s.kept_ids.is_none(),
+            "no log record is owed: nothing left kept"
+        );
         s.next_packet_id = 1;
         assert_eq!(s.next_packet_id(), 1, "free again");
     }
