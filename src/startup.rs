@@ -308,15 +308,6 @@ pub fn refuse_unserved(config: &Config) -> Result<(), String> {
 pub fn mqtt_doors(config: &Config, gates: &crate::auth::Gates) -> std::io::Result<Vec<Door>> {
     let mqtt = &config.broker.mqtt;
     let listen = &mqtt.listen;
-    // Read, validated, and not yet applied: said once, so nobody believes otherwise.
-    log::info!(
-        "broker.session.storage keeps each persistent session's record - subscriptions, \
-         granted expiry, Will and when its connection ended - so it survives a restart; what \
-         a session is owed or has in flight, held QoS 2 publishes and shared groups' backlogs \
-         are kept in memory only by this build, and a restored session is owed nothing \
-         (broker.qos2's bounds apply to the publishes held in memory, \
-         broker.share.expires_after to the backlogs)"
-    );
     let tcp = tcp_doors("broker.mqtt.listen.tcp", &listen.tcp, &gates.tcp)?;
     let mut ws = Vec::new();
     for (door, (gate, policy)) in listen.ws.iter().zip(&gates.ws) {

@@ -325,15 +325,7 @@ fn a_groups_backlog_is_dropped_after_share_expires_after() {
     );
     // Past the period and the housekeeping second that sweeps it.
     std::thread::sleep(Duration::from_millis(2600));
-    let ops =
-        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
-    let (status, body) = common::http_get(ops, "/metrics");
-    assert_eq!(status, 200);
-    assert!(
-        body.lines()
-            .any(|l| l == "saguin_shares_dropped_total{cause=\"expired\"} 1"),
-        "{body}"
-    );
+    broker.assert_metric("saguin_shares_dropped_total{cause=\"expired\"} 1");
     assert_eq!(
         publisher.publish("jobs/2", b"fresh", QoS::AtLeastOnce, false),
         Some(0)

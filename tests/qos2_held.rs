@@ -201,14 +201,7 @@ fn b443_held_publish_of_a_session_that_does_not_return_is_dropped_and_counted() 
         "the start says what it dropped: {:#?}",
         broker.startup
     );
-    let ops =
-        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
-    let (status, body) = common::http_get(ops, "/metrics");
-    assert_eq!(status, 200);
-    assert!(
-        body.lines().any(|l| l == "saguin_qos2_abandoned_total 1"),
-        "counted: {body}"
-    );
+    broker.assert_metric("saguin_qos2_abandoned_total 1");
     let (mut p, present) = connected(&broker, persistent("brief", false, 2));
     assert!(!present);
     assert_eq!(pubrel(&mut p, 5), NOT_FOUND);

@@ -36,7 +36,7 @@ use crate::storage::{
     ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, Retention,
 };
 
-use super::session::{Delivery, Message};
+use super::session::{Delivery, Held, Message};
 
 /// The channel the log is kept under.
 pub const CHANNEL: &str = crate::storage::SESSION_LOG;
@@ -82,6 +82,12 @@ pub struct Target {
     /// `broker.share.expires_after` gives it up (ms since the epoch; B-446, B-447).
     #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
     pub held_until_ms: Option<u64>,
+    /// For a shared group's delivery held for a member, the group
+    /// (`<ShareName>/<filter>`), whose other members may collect it (B-447). A
+    /// record written before groups were named has none: its delivery stays with
+    /// the member it was held for, and still expires.
+    #[serde(rename = "g", default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A logged message read back at startup.
@@ -110,9 +116,16 @@ impl Target {
             retain: self.retain,
             identifiers: self.identifiers.clone(),
             origin: None,
-            held_until: self
-                .held_until_ms
-                .map(|at| now + Duration::from_millis(at.saturating_sub(now_ms))),
+            held: (self.group.as_deref())
+                .or(self.held_until_ms.map(|_| ""))
+                .map(|group| {
+                    Box::new(Held {
+                        group: Arc::from(group),
+                        until: self
+                            .held_until_ms
+                            .map(|at| now + Duration::from_millis(at.saturating_sub(now_ms))),
+                    })
+                }),
             logged: Some(offset),
             resent: false,
         })
@@ -136,10 +149,11 @@ pub fn record(pending: &Pending, now_ms: u64) -> NewRecord {
                 qos: d.qos as u8,
                 retain: d.retain,
                 identifiers: d.identifiers.clone(),
-                held_until_ms: d.held_until.map(|at| {
+                held_until_ms: d.held.as_ref().and_then(|h| h.until).map(|at| {
                     let left = at.saturating_duration_since(now).as_millis();
                     now_ms.saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
                 }),
+                group: d.held.as_ref().map(|h| h.group.to_string()),
             })
             .collect(),
     };
@@ -389,6 +403,7 @@ mod tests {
             retain: false,
             identifiers: vec![7],
             held_until_ms: Some(61_000),
+            group: Some("g/a/+".into()),
         }
         .delivery(&message, 0, (Instant::now(), 1000))
         .expect("QoS 1");
@@ -421,8 +436,10 @@ mod tests {
         let d = entry.targets[0]
             .delivery(&entry.message, 4, (now, 1000))
             .expect("QoS 1");
-        let held = d.held_until.map(|at| at.duration_since(now).as_secs());
-        assert!(matches!(held, Some(59 | 60)), "{held:?}");
+        let held = d.held.as_ref().expect("held for a group");
+        assert_eq!(&*held.group, "g/a/+");
+        let left = held.until.map(|at| at.duration_since(now).as_secs());
+        assert!(matches!(left, Some(59 | 60)), "{left:?}");
         assert_eq!(
             (d.qos, d.identifiers, d.logged),
             (QoS::AtLeastOnce, vec![7], Some(4))

@@ -20,10 +20,11 @@ pub mod released;
 pub mod retained;
 pub mod session;
 mod settings;
+mod share;
 pub mod stored;
 pub mod topic;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +38,7 @@ use channels::{ChannelId, Channels};
 use metrics::Metrics;
 use rate::PublishBudgets;
 use retained::RetainedStore;
-use session::{ArmedWill, Delivery, HeldQos2, Inflight, Message, Session, Subscription};
+use session::{ArmedWill, Delivery, Held, HeldQos2, Inflight, Message, Session, Subscription};
 use topic::{SubEntry, Target, TopicTree};
 
 /// The first character of every client id the broker holds sessions under for
@@ -121,6 +122,10 @@ pub struct Broker {
     budgets: PublishBudgets,
     /// When the next sweep of groups' backlogs held by away members is due.
     next_backlog_sweep: Instant,
+    /// Shared groups (`<ShareName>/<filter>`) that may have deliveries held for them
+    /// in a member's queue, for their other members to collect (B-447): one entry per
+    /// group, forgotten when a look finds none.
+    backlogged: BTreeSet<Arc<str>>,
     /// Wills that fired and must be stored before they are handed out (bound for a
     /// channel, or retained on a broadcast topic), waiting for the server.
     unstored: Vec<Arc<Message>>,
@@ -200,6 +205,7 @@ impl Broker {
             tree: TopicTree::default(),
             expiring: HashMap::new(),
             next_backlog_sweep: Instant::now(),
+            backlogged: BTreeSet::new(),
             wills: HashMap::new(),
             budgets,
             unstored: Vec::new(),
@@ -706,6 +712,10 @@ impl Broker {
                     continue;
                 };
                 delivery.resent = handed < usize::from(session.receive_maximum);
+                // Held for a group: any member may collect it (B-447).
+                if let Some(held) = delivery.held.as_ref().filter(|h| !h.group.is_empty()) {
+                    self.backlogged.insert(held.group.clone());
+                }
                 session.hand_logged(entry.offset);
                 session.enqueue(delivery);
                 holders += 1;
@@ -1123,7 +1133,7 @@ impl Broker {
 
     /// Ends a session: its subscriptions leave the index and it is forgotten.
     fn end_session(&mut self, client_id: &str) {
-        let Some(session) = self.sessions.remove(client_id) else {
+        let Some(mut session) = self.sessions.remove(client_id) else {
             return;
         };
         if session.stored {
@@ -1149,6 +1159,11 @@ impl Broker {
             if let Inflight::Released(_, _, Some(token)) = inflight {
                 self.forget_released(client_id, *packet_id, *token);
             }
+        }
+        // What its groups had handed it and it had not settled goes back to them.
+        let held = session.take_all_held();
+        if !held.is_empty() {
+            self.give_back_held(client_id, held);
         }
         // What it held of the broadcast log, settled or not, it holds no more.
         if let Some(log) = session.log {
@@ -1384,7 +1399,7 @@ impl Broker {
 
     /// Counts what sessions settled or gave up of the broadcast log since the last
     /// count: a record none of its sessions holds any more is to be deleted.
-    fn count_released(&mut self) {
+    pub fn count_released(&mut self) {
         if self.log_refs.is_empty() {
             return;
         }
@@ -1401,14 +1416,15 @@ impl Broker {
     /// Hands `message` to every subscription matching its topic (only the shared
     /// groups when `shared_only`, for a channel's record).
     fn fan_out(&mut self, message: Arc<Message>, shared_only: bool) {
-        // (client, options, identifier, held for a group because no member could take
-        // it now)
-        let mut targets: Vec<(Arc<str>, SubscriptionOptions, Option<u32>, bool)> = Vec::new();
+        // (client, options, identifier, the group it is held for because no member
+        // could take it now)
+        type Placed = (Arc<str>, SubscriptionOptions, Option<u32>, Option<Arc<str>>);
+        let mut targets: Vec<Placed> = Vec::new();
         let sessions = &self.sessions;
         let publisher = &message.publisher;
         let topic = &*message.topic;
         let mut unplaced = 0u64;
-        let mut any_held = false;
+        let backlogged = &mut self.backlogged;
         let mut size = None;
         self.tree
             .for_each_match(&message.topic, |target| match target {
@@ -1417,7 +1433,7 @@ impl Broker {
                     // A subscription outside its declared slice is not owed it; another
                     // of the client's that is still is (C-154, C-163).
                     if !shared_only && !own && partition::admits(entry.slice.as_ref(), topic) {
-                        targets.push((client.clone(), entry.options, entry.identifier, false));
+                        targets.push((client.clone(), entry.options, entry.identifier, None));
                     }
                 }
                 Target::Group(group) => {
@@ -1428,21 +1444,25 @@ impl Broker {
                             .get(*c)
                             .is_some_and(|s| s.can_take(qos, size) && s.may_read(topic))
                     });
-                    let held = taker.is_none();
-                    any_held |= held;
-                    let chosen = taker
-                        .or_else(|| {
-                            group.turn_order().find(|(c, _)| {
-                                sessions
-                                    .get(*c)
-                                    .is_some_and(|s| s.outlives_connection() && s.may_read(topic))
-                            })
-                        })
-                        .map(|(c, e)| (c.clone(), e.options, e.identifier));
-                    match chosen {
-                        Some((client, options, identifier)) => {
-                            group.last = Some(client.clone());
-                            targets.push((client, options, identifier, held));
+                    let taken = taker.map(|(c, e)| (c.clone(), e.options, e.identifier));
+                    if let Some((client, options, identifier)) = taken {
+                        group.last = Some(client.clone());
+                        targets.push((client, options, identifier, None));
+                        return;
+                    }
+                    // No member can take it: the group's backlog is kept in one member's
+                    // queue, the first in client-id order whose session outlives its
+                    // connection, so that it is collected in the order it came (B-447).
+                    let holder = group.members.iter().find(|(c, _)| {
+                        sessions
+                            .get(*c)
+                            .is_some_and(|s| s.outlives_connection() && s.may_read(topic))
+                    });
+                    match holder {
+                        Some((client, entry)) => {
+                            backlogged.insert(group.key.clone());
+                            let held = Some(group.key.clone());
+                            targets.push((client.clone(), entry.options, entry.identifier, held));
                         }
                         None => unplaced += 1,
                     }
@@ -1458,34 +1478,41 @@ impl Broker {
         targets.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut i = 0;
         // The clock is read only when a group's message is held: not on every publish.
-        let held_until = self
-            .settings
-            .share_expires_after
-            .filter(|_| any_held)
-            .map(|d| Instant::now() + d);
+        let mut held_until = None;
         while i < targets.len() {
             let client = targets[i].0.clone();
             let mut qos = QoS::AtMostOnce;
             let mut retain_as_published = false;
             let mut identifiers = Vec::new();
-            // Only a group's backlog expires: a subscription of the client's own that
-            // matched too is owed the message for as long as the session lives.
+            // Only a group's backlog is held for the group: a subscription of the
+            // client's own that matched too is owed the message for as long as the
+            // session lives.
+            let mut held: Option<Arc<str>> = None;
             let mut only_held = true;
             while i < targets.len() && targets[i].0 == client {
-                let (_, options, identifier, held) = targets[i];
+                let (_, options, identifier, group) = &targets[i];
                 qos = qos.max(options.qos);
                 retain_as_published |= options.retain_as_published;
-                identifiers.extend(identifier);
-                only_held &= held;
+                identifiers.extend(*identifier);
+                only_held &= group.is_some();
+                held = held.or_else(|| group.clone());
                 i += 1;
             }
+            let held = held.filter(|_| only_held).map(|group| {
+                let until = *held_until.get_or_insert_with(|| {
+                    self.settings
+                        .share_expires_after
+                        .map(|d| Instant::now() + d)
+                });
+                Box::new(Held { group, until })
+            });
             let delivery = Delivery {
                 qos: qos.min(message.qos),
                 retain: message.retain && retain_as_published,
                 identifiers,
                 message: message.clone(),
                 origin: None,
-                held_until: held_until.filter(|_| only_held),
+                held,
                 logged: None,
                 resent: false,
             };
@@ -1540,7 +1567,7 @@ impl Broker {
     /// offer rides on consume instead, asked when its worker is chosen. A `loggable`
     /// (broadcast) delivery at QoS 1 or 2 to a session that outlives its connection
     /// waits for the broadcast log instead (`owed_now`, B-456), a group's held
-    /// delivery with its `held_until` (B-447).
+    /// delivery with what it is held for (B-447).
     fn deliver_as(&mut self, client_id: &str, delivery: Delivery, as_read: bool, loggable: bool) {
         let Some(session) = self.sessions.get_mut(client_id) else {
             return;

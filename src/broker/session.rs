@@ -96,9 +96,10 @@ pub struct Delivery {
     pub identifiers: Vec<u32>,
     /// The channel record it is, for a channel delivery: settling it moves the cursor.
     pub origin: Option<(ChannelId, u64)>,
-    /// For a shared group's delivery no member could take when it came, the moment
-    /// `broker.share.expires_after` gives it up (B-446).
-    pub held_until: Option<Instant>,
+    /// For a shared group's delivery no member could take when it came: the group it
+    /// is held for, which any member that can take it collects (B-447). Boxed: every
+    /// other delivery pays a word.
+    pub held: Option<Box<Held>>,
     /// Its offset in the broadcast log, for a broadcast owed to a session that
     /// outlives its connection (B-456): settling or giving it up moves the session's
     /// log cursor.
@@ -122,8 +123,27 @@ impl Delivery {
     /// Whether this is a shared group's backlog that waited out
     /// `broker.share.expires_after` (B-446).
     pub fn backlog_expired(&self, now: Instant) -> bool {
-        self.held_until.is_some_and(|at| at <= now)
+        self.held
+            .as_ref()
+            .and_then(|h| h.until)
+            .is_some_and(|at| at <= now)
     }
+
+    /// Whether it is held for the shared group `group`.
+    fn held_for(&self, group: &str) -> bool {
+        self.held.as_ref().is_some_and(|h| *h.group == *group)
+    }
+}
+
+/// A shared group's delivery no member could take when it came (B-447): held in the
+/// queue of a member whose session outlives its connection - in the broadcast log
+/// under that member's cursor - until a member that can take it collects it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The group, `<ShareName>/<filter>`.
+    pub group: Arc<str>,
+    /// When `broker.share.expires_after` gives it up (B-446).
+    pub until: Option<Instant>,
 }
 
 /// An outbound QoS 1 or 2 exchange on the wire.
@@ -331,7 +351,7 @@ impl Session {
         }
     }
 
-    /// Gives up the groups' deliveries held past their `held_until`; how many.
+    /// Gives up the groups' deliveries held past their expiry; how many.
     pub fn drop_expired_backlog(&mut self, now: Instant) -> usize {
         let before = self.queue.len();
         let mut freed = 0;
@@ -561,10 +581,16 @@ impl Session {
 
     /// Moves the session's log cursor past a logged delivery settled or given up.
     pub fn settle_logged(&mut self, logged: Option<u64>) {
+        let positioned = self.keeps_owed_in_log();
         if let Some(offset) = logged
             && let Some(log) = &mut self.log
         {
             log.settle(offset);
+            // A session that ends with its connection stores no position, so what it
+            // sent is never sent again: it leaves the window as it settles.
+            if !positioned {
+                log.sent.remove(&offset);
+            }
         }
     }
 
@@ -585,7 +611,91 @@ impl Session {
         if let Some(gone) = &gone {
             self.queued_bytes -= gone.message.charge();
         }
-        Some(gone.is_some_and(|d| d.held_until.is_some()))
+        Some(gone.is_some_and(|d| d.held.is_some()))
+    }
+
+    /// Takes up to `most` of the deliveries queued here for shared group `group` that
+    /// `fits` accepts, oldest first, for another member to collect (B-447). A logged
+    /// one leaves this session's log cursor without being settled: its record stays
+    /// until the member collecting it settles it.
+    pub fn take_held(
+        &mut self,
+        group: &str,
+        most: usize,
+        mut fits: impl FnMut(&Delivery) -> bool,
+    ) -> Vec<Delivery> {
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < self.queue.len() && taken.len() < most {
+            if !(self.queue[i].held_for(group) && fits(&self.queue[i])) {
+                i += 1;
+                continue;
+            }
+            let Some(delivery) = self.queue.remove(i) else {
+                break;
+            };
+            self.queued_bytes -= delivery.message.charge();
+            if let (Some(offset), Some(log)) = (delivery.logged, &mut self.log) {
+                log.unsettled.remove(&offset);
+            }
+            taken.push(delivery);
+        }
+        taken
+    }
+
+    /// Whether a delivery held for shared group `group` is queued here.
+    pub fn holds_for(&self, group: &str) -> bool {
+        self.queue.iter().any(|d| d.held_for(group))
+    }
+
+    /// Takes every delivery a shared group had handed this session and it has not
+    /// settled - queued, or published and not acknowledged - as the session ends, for
+    /// the group to give to another member (RFC 0002 "Shared subscriptions"). A logged
+    /// one leaves the log cursor unsettled, as in [`Session::take_held`].
+    pub fn take_all_held(&mut self) -> Vec<Delivery> {
+        let on_wire: Vec<u16> = self
+            .inflight
+            .iter()
+            .filter(|(_, f)| matches!(f, Inflight::Published(d) if d.held.is_some()))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut taken: Vec<Delivery> = on_wire
+            .into_iter()
+            .filter_map(|id| match self.inflight.remove(&id) {
+                Some(Inflight::Published(mut d)) => {
+                    d.resent = true;
+                    self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                    Some(d)
+                }
+                _ => None,
+            })
+            .collect();
+        let (held, kept): (VecDeque<Delivery>, VecDeque<Delivery>) =
+            std::mem::take(&mut self.queue)
+                .into_iter()
+                .partition(|d| d.held.is_some());
+        self.queue = kept;
+        for d in &held {
+            self.queued_bytes -= d.message.charge();
+        }
+        taken.extend(held);
+        if let Some(log) = &mut self.log {
+            for offset in taken.iter().filter_map(|d| d.logged) {
+                log.unsettled.remove(&offset);
+                log.sent.remove(&offset);
+            }
+        }
+        taken
+    }
+
+    /// How many more QoS 1/2 deliveries it could put on the wire now: what a member
+    /// collects of its groups' backlog at a time, so a member that goes away holds
+    /// no more of it than it was sent.
+    pub fn window_room(&self) -> usize {
+        if self.link.is_none() || !self.window_open() {
+            return 0;
+        }
+        usize::from(self.receive_maximum).saturating_sub(self.inflight.len())
     }
 
     /// Notes that the logged broadcast at `offset` is owed to this session.
@@ -594,11 +704,13 @@ impl Session {
     }
 
     /// Whether one more logged delivery may go on the wire: at most the Receive
-    /// Maximum of them at or above the stored log position (B-459).
+    /// Maximum of them at or above the stored log position (B-459). A session that
+    /// ends with its connection - a member that collected a group's backlog - stores
+    /// no position and has no such window.
     pub fn log_window_open(&self) -> bool {
         self.log
             .as_ref()
-            .is_none_or(|log| log.window_open(self.receive_maximum))
+            .is_none_or(|log| log.window_open(self.receive_maximum) || !self.keeps_owed_in_log())
     }
 
     /// The record a QoS 2 exchange published and answered by PUBREC is to be kept as
@@ -693,7 +805,12 @@ mod tests {
             retain: false,
             identifiers: vec![],
             origin: None,
-            held_until,
+            held: held_until.map(|until| {
+                Box::new(Held {
+                    group: Arc::from("g/t"),
+                    until: Some(until),
+                })
+            }),
             logged: None,
             resent: false,
         }
@@ -741,6 +858,55 @@ mod tests {
         assert_eq!(s.drop_expired_backlog(now), 1);
         assert_eq!(s.queue.len(), 2);
         assert_eq!(s.queued_bytes, 2 * message(100).charge());
+    }
+
+    /// A held delivery for group `g/t` at log `offset`, handed to `s`.
+    fn hold(s: &mut Session, offset: u64) {
+        let mut d = owed(Some(Instant::now() + std::time::Duration::from_secs(60)));
+        d.logged = Some(offset);
+        s.hand_logged(offset);
+        assert!(!s.enqueue(d).refused);
+    }
+
+    #[test]
+    fn a_groups_held_deliveries_are_taken_oldest_first_their_records_kept_b447() {
+        let mut s = Session::new(Arc::from("holder"), ProtocolVersion::V5, 10_000);
+        for offset in [1, 2, 3] {
+            hold(&mut s, offset);
+        }
+        s.enqueue(owed(None)); // its own, not the group's
+        let taken = s.take_held("g/t", 2, |_| true);
+        let offsets: Vec<Option<u64>> = taken.iter().map(|d| d.logged).collect();
+        assert_eq!(offsets, [Some(1), Some(2)]);
+        assert!(s.holds_for("g/t") && !s.holds_for("h/t"));
+        assert!(s.take_held("h/t", 9, |_| true).is_empty());
+        assert!(s.take_held("g/t", 9, |_| false).is_empty(), "none fits");
+        let log = s.log.as_ref().expect("a log cursor");
+        // Moved, not settled: the record stays for whoever collects it.
+        assert_eq!(log.unsettled.iter().copied().collect::<Vec<_>>(), [3]);
+        assert!(log.released.is_empty());
+        assert_eq!(s.queue.len(), 2);
+        assert_eq!(s.queued_bytes, 2 * message(100).charge());
+    }
+
+    #[test]
+    fn an_ending_member_gives_back_what_it_held_queued_or_on_the_wire() {
+        let mut s = Session::new(Arc::from("member"), ProtocolVersion::V5, 10_000);
+        s.link = None;
+        hold(&mut s, 5);
+        hold(&mut s, 6);
+        s.enqueue(owed(None));
+        // The first went out and was not acknowledged.
+        let sent = s.queue.pop_front().expect("queued");
+        s.inflight.insert(1, Inflight::Published(sent));
+        let back = s.take_all_held();
+        let got: Vec<(Option<u64>, bool)> = back.iter().map(|d| (d.logged, d.resent)).collect();
+        assert_eq!(got, [(Some(5), true), (Some(6), false)]);
+        assert!(s.inflight.is_empty());
+        assert_eq!(s.queue.len(), 1);
+        assert_eq!(s.queued_bytes, message(100).charge());
+        let log = s.log.as_ref().expect("a log cursor");
+        assert!(log.unsettled.is_empty() && log.released.is_empty());
     }
 
     #[test]

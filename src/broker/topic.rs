@@ -34,6 +34,8 @@ pub struct SubEntry {
 /// came last, so turns rotate in client-id order (RFC 0002 "Shared subscriptions").
 #[derive(Debug, Default)]
 pub struct SharedGroup {
+    /// `<ShareName>/<filter>`: what a delivery held for the group names it by (B-447).
+    pub key: Arc<str>,
     /// Members by client id.
     pub members: BTreeMap<Arc<str>, SubEntry>,
     /// The member that took the previous message.
@@ -105,7 +107,10 @@ impl TopicTree {
                 let existed = node
                     .groups
                     .entry(name.into())
-                    .or_default()
+                    .or_insert_with(|| SharedGroup {
+                        key: Arc::from(format!("{name}/{filter}")),
+                        ..SharedGroup::default()
+                    })
                     .members
                     .insert(client.clone(), entry)
                     .is_some();
@@ -142,6 +147,25 @@ impl TopicTree {
             let theirs = entry.slice.as_ref()?.partitions();
             (&**other != client && theirs != partitions).then(|| (other.clone(), theirs))
         })
+    }
+
+    /// The members of group `$share/<name>/<filter>` and their subscriptions, if it
+    /// has any.
+    pub fn group_members(&self, filter: &str, name: &str) -> Vec<(Arc<str>, SubEntry)> {
+        let mut node = &self.root;
+        for level in filter.split('/') {
+            let Some(child) = node.children.get(level) else {
+                return Vec::new();
+            };
+            node = child;
+        }
+        node.groups
+            .get(name)
+            .map(|g| {
+                let members = g.members.iter();
+                members.map(|(c, e)| (c.clone(), e.clone())).collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Whether any shared group has a member.

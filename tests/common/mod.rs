@@ -195,6 +195,16 @@ impl Broker {
             .to_string()
     }
 
+    /// Whether `/metrics` on the operations listener's Unix socket `ops.sock` in the
+    /// broker's directory has the exact line `line`; panics showing the body if not.
+    pub fn assert_metric(&self, line: &str) {
+        let ops = std::os::unix::net::UnixStream::connect(self.dir.join("ops.sock"))
+            .expect("the ops socket");
+        let (status, body) = http_get(ops, "/metrics");
+        assert_eq!(status, 200);
+        assert!(body.lines().any(|l| l == line), "no {line:?} in {body}");
+    }
+
     /// Sends a signal to the broker process.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")

@@ -685,7 +685,7 @@ impl Owner {
             retain: false,
             identifiers: identifier.into_iter().collect(),
             origin: Some((self.id, offset)),
-            held_until: None,
+            held: None,
             logged: None,
             resent: false,
         };

@@ -669,7 +669,7 @@ impl Reader<'_> {
                     retain,
                     identifiers,
                     origin,
-                    held_until: None,
+                    held: None,
                     logged: None,
                     resent: false,
                 });
@@ -972,7 +972,7 @@ fn current_state(
             retain: true,
             identifiers,
             origin: None,
-            held_until: None,
+            held: None,
             logged: None,
             resent: false,
         });

@@ -1685,7 +1685,7 @@ impl Conn {
                     identifiers: identifier.into_iter().collect(),
                     message,
                     origin: None,
-                    held_until: None,
+                    held: None,
                     logged: None,
                     resent: false,
                 };
@@ -1990,8 +1990,25 @@ impl Conn {
     }
 
     /// Moves what the session is owed into the write buffer, as far as the client's
-    /// Receive Maximum and the session bound allow.
+    /// Receive Maximum and the session bound allow; with room left, what its shared
+    /// groups hold for a member that can take it comes next (B-447).
     fn write_owed(&mut self) -> Result<(), End> {
+        loop {
+            self.write_queued()?;
+            let collected = self
+                .shared
+                .broker
+                .borrow_mut()
+                .collect_backlog(&self.client_id);
+            if collected == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Moves the session's queue into the write buffer, as far as the client's
+    /// Receive Maximum and the session bound allow.
+    fn write_queued(&mut self) -> Result<(), End> {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some((session, metrics)) = broker.session_and_metrics(&self.client_id, self.link.id)
@@ -2063,6 +2080,8 @@ impl Conn {
                 None => {
                     session.queued_bytes -= charge;
                     session.settle_origin(delivery.origin);
+                    // A group's logged delivery collected by a member granted QoS 0.
+                    session.settle_logged(delivery.logged);
                 }
             }
         }
