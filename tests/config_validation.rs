@@ -1048,6 +1048,48 @@ fn b492_b496_storage_is_required_whole() {
 }
 
 #[test]
+fn b492_a_refused_provider_is_reported_once_where_it_is_defined() {
+    // A memory provider without snapshot_dir is refused; neither the providers
+    // block, the default naming it nor a channel naming it is reported beside it.
+    let text = "broker:
+  id: edge-1
+  storage:
+    default: volatile
+    default_retention_period: 3d
+    default_retention_bytes: none
+    providers:
+      volatile:
+        type: memory
+        max_bytes: 16MiB
+channels:
+  state:
+    type: latest
+    filter: a/#
+    storage: volatile
+  other:
+    type: append
+    filter: b/#
+    storage: elsewhere
+";
+    let err = config::from_str(text, Path::new("saguin.yaml")).unwrap_err();
+    let found: Vec<(&str, u32)> = err
+        .findings()
+        .iter()
+        .map(|f| (f.key.as_str(), f.line))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("broker.storage.providers.volatile.snapshot_dir", 8),
+            ("channels.other.storage", 19),
+        ],
+        "{err}"
+    );
+    let other = &err.findings()[1];
+    assert!(other.text.contains("write one of volatile"), "{err}");
+}
+
+#[test]
 fn b498_names_both_figures_and_which_limit_to_lower() {
     let (_, r) = load(
         "      mem:\n        type: memory\n        max_bytes: 1MiB\n        snapshot_dir: none\n",

@@ -68,16 +68,7 @@ fn storage_name(ctx: &mut Ctx, f: &mut Fields, storage: &Storage) -> String {
     match f.take("storage") {
         Some(n) => match walk::string(ctx, n, &f.path("storage")) {
             Some(s) => {
-                if !storage.providers.contains_key(&s) && !storage.providers.is_empty() {
-                    ctx.bad(
-                        n,
-                        &f.path("storage"),
-                        format!(
-                            "names no provider; write one of {}",
-                            storage::names(&storage.providers)
-                        ),
-                    );
-                }
+                storage.check_reference(ctx, n, &f.path("storage"), &s);
                 s
             }
             None => storage.default.clone(),

@@ -384,18 +384,8 @@ fn read_channel(
     }
     let (filter_text, filters) = read_filter(ctx, &mut f, name, kind, limits, origin.line);
     let storage_name = match f.take("storage") {
-        Some(n) => walk::string(ctx, n, &f.path("storage")).inspect(|s| {
-            if !storage.providers.contains_key(s) && !storage.providers.is_empty() {
-                ctx.bad(
-                    n,
-                    &f.path("storage"),
-                    format!(
-                        "names no provider; write one of {}",
-                        storage::names(&storage.providers)
-                    ),
-                );
-            }
-        }),
+        Some(n) => walk::string(ctx, n, &f.path("storage"))
+            .inspect(|s| storage.check_reference(ctx, n, &f.path("storage"), s)),
         None => None,
     }
     .unwrap_or_else(|| storage.default.clone());

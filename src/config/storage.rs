@@ -1,6 +1,6 @@
 //! `broker.storage`: providers, the default provider and default retention.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -22,6 +22,9 @@ pub struct Storage {
     pub default_retention_bytes: Option<u64>,
     /// Every provider, by name (the order of the file decides nothing).
     pub providers: BTreeMap<String, Provider>,
+    /// Providers written but refused, each already reported where it is defined: a
+    /// reference to one is not reported again. Empty in a valid configuration.
+    pub(crate) refused: BTreeSet<String>,
 }
 
 /// A storage provider.
@@ -36,6 +39,29 @@ pub struct Provider {
 }
 
 impl Storage {
+    /// Reports `name`, written at `node` under `path`, when no provider has it; a
+    /// provider that was written but refused is already reported at its definition,
+    /// and with no provider at all so is the missing block.
+    pub(crate) fn check_reference(&self, ctx: &mut Ctx, node: &Node, path: &str, name: &str) {
+        if self.providers.contains_key(name) || self.refused.contains(name) {
+            return;
+        }
+        let written: Vec<&str> = self
+            .providers
+            .keys()
+            .chain(&self.refused)
+            .map(String::as_str)
+            .collect();
+        if !written.is_empty() {
+            let list = walk::list_or(&written, "or");
+            ctx.bad(
+                node,
+                path,
+                format!("names no provider; write one of {list}"),
+            );
+        }
+    }
+
     /// The `max_bytes` declared across every memory provider, for the startup
     /// line (Sagüin cannot know what the machine has; the operator adds it up).
     pub fn memory_total(&self) -> u64 {
@@ -172,25 +198,20 @@ pub(crate) fn read(
         default_retention_period: None,
         default_retention_bytes: None,
         providers: BTreeMap::new(),
+        refused: BTreeSet::new(),
     };
     match f.take("providers") {
-        Some(n) => read_providers(ctx, n, base, limits, &mut out.providers),
+        Some(n) => read_providers(ctx, n, base, limits, &mut out),
         None => ctx.say(block_line, "broker.storage.providers", None, "is missing; define at least one provider, such as local: {type: sqlite, file_path: /var/lib/saguin/saguin.db}"),
     }
-    if out.providers.is_empty() && f.has("providers") {
+    if out.providers.is_empty() && out.refused.is_empty() && f.has("providers") {
         let line = f.key_line("providers").unwrap_or(block_line);
         ctx.say(line, "broker.storage.providers", None, "defines no provider; Sagüin keeps nothing in a store the operator did not name - define at least one");
     }
     match f.take("default") {
         Some(n) => {
             if let Some(name) = walk::string(ctx, n, "broker.storage.default") {
-                if !out.providers.contains_key(&name) && !out.providers.is_empty() {
-                    ctx.bad(
-                        n,
-                        "broker.storage.default",
-                        format!("names no provider; write one of {}", names(&out.providers)),
-                    );
-                }
+                out.check_reference(ctx, n, "broker.storage.default", &name);
                 out.default = name;
             }
         }
@@ -221,20 +242,9 @@ pub(crate) fn read(
     out
 }
 
-/// `a, b or c`, for a finding.
-pub(crate) fn names<T>(map: &BTreeMap<String, T>) -> String {
-    let v: Vec<&str> = map.keys().map(String::as_str).collect();
-    walk::list_or(&v, "or")
-}
-
-fn read_providers(
-    ctx: &mut Ctx,
-    node: &Node,
-    base: &Path,
-    limits: &Limits,
-    out: &mut BTreeMap<String, Provider>,
-) {
+fn read_providers(ctx: &mut Ctx, node: &Node, base: &Path, limits: &Limits, storage: &mut Storage) {
     let path = "broker.storage.providers";
+    let out = &mut storage.providers;
     let mut stores: Vec<(PathBuf, String, Origin)> = Vec::new();
     for group in include::groups(ctx, node, path, base, "providers") {
         let saved = std::mem::replace(&mut ctx.file, group.file.clone());
@@ -273,36 +283,38 @@ fn read_providers(
                     "is not a provider name; use only a-z, A-Z, 0-9, -, _ and .",
                 );
             }
-            if let Some(kind) = read_provider(ctx, value, &ppath, limits, origin.line) {
-                let store = match &kind {
-                    ProviderKind::Sqlite(s) => Some(("file_path", s.file_path.clone())),
-                    ProviderKind::Memory(m) => m.snapshot_dir.clone().map(|d| ("snapshot_dir", d)),
-                };
-                if let Some((k, p)) = store {
-                    let cleaned = clean(&p);
-                    if let Some((_, other, o)) = stores.iter().find(|(q, _, _)| *q == cleaned) {
-                        ctx.say(
-                            key.line,
-                            &walk::join(&ppath, k),
-                            Some(format!("{:?}", p.display().to_string())),
-                            format!(
-                                "is the store provider {other} ({} line {}) already names; two names on one store are two writers on it - give each provider its own",
-                                o.file, o.line
-                            ),
-                        );
-                    } else {
-                        stores.push((cleaned, key.name.clone(), origin.clone()));
-                    }
+            let Some(kind) = read_provider(ctx, value, &ppath, limits, origin.line) else {
+                storage.refused.insert(key.name.clone());
+                continue;
+            };
+            let store = match &kind {
+                ProviderKind::Sqlite(s) => Some(("file_path", s.file_path.clone())),
+                ProviderKind::Memory(m) => m.snapshot_dir.clone().map(|d| ("snapshot_dir", d)),
+            };
+            if let Some((k, p)) = store {
+                let cleaned = clean(&p);
+                if let Some((_, other, o)) = stores.iter().find(|(q, _, _)| *q == cleaned) {
+                    ctx.say(
+                        key.line,
+                        &walk::join(&ppath, k),
+                        Some(format!("{:?}", p.display().to_string())),
+                        format!(
+                            "is the store provider {other} ({} line {}) already names; two names on one store are two writers on it - give each provider its own",
+                            o.file, o.line
+                        ),
+                    );
+                } else {
+                    stores.push((cleaned, key.name.clone(), origin.clone()));
                 }
-                out.insert(
-                    key.name.clone(),
-                    Provider {
-                        name: key.name.clone(),
-                        kind,
-                        origin,
-                    },
-                );
             }
+            out.insert(
+                key.name.clone(),
+                Provider {
+                    name: key.name.clone(),
+                    kind,
+                    origin,
+                },
+            );
         }
         // Keys written twice in one group.
         let fields = Fields::open(ctx, &group.node, path, &[]);
