@@ -4,7 +4,9 @@
 //! whether a filter matches a topic (MQTT 5 section 4.7), for channels and
 //! subscriptions alike.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::Map;
 use std::sync::Arc;
 
 use super::partition::Slice;
@@ -60,9 +62,9 @@ impl SharedGroup {
 
 #[derive(Debug, Default)]
 struct Node {
-    children: HashMap<Box<str>, Node>,
-    subscribers: HashMap<Arc<str>, SubEntry>,
-    groups: HashMap<Box<str>, SharedGroup>,
+    children: Map<Box<str>, Node>,
+    subscribers: Map<Arc<str>, SubEntry>,
+    groups: Map<Box<str>, SharedGroup>,
 }
 
 impl Node {
