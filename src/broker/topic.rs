@@ -201,11 +201,13 @@ impl TopicTree {
         removed
     }
 
-    /// Calls `visit` for every subscription and group whose filter matches `topic`.
-    pub fn for_each_match(&mut self, topic: &str, mut visit: impl FnMut(Target<'_>)) {
+    /// Calls `visit` for every subscription and group whose filter matches `topic`;
+    /// returns how many places they came from (a node's subscriptions, each group).
+    /// From one place, no client is visited twice.
+    pub fn for_each_match(&mut self, topic: &str, mut visit: impl FnMut(Target<'_>)) -> usize {
         let levels: Vec<&str> = topic.split('/').collect();
         let dollar = topic.starts_with('$');
-        Self::walk(&mut self.root, &levels, dollar, &mut visit);
+        Self::walk(&mut self.root, &levels, dollar, &mut visit)
     }
 
     fn walk(
@@ -213,30 +215,32 @@ impl TopicTree {
         levels: &[&str],
         dollar_root: bool,
         visit: &mut impl FnMut(Target<'_>),
-    ) {
+    ) -> usize {
         let wildcards_allowed = !dollar_root;
+        let mut places = 0;
         if wildcards_allowed && let Some(hash) = node.children.get_mut("#") {
-            Self::visit_node(hash, visit);
+            places += Self::visit_node(hash, visit);
         }
         let Some((first, rest)) = levels.split_first() else {
-            Self::visit_node(node, visit);
-            return;
+            return places + Self::visit_node(node, visit);
         };
         if wildcards_allowed && let Some(plus) = node.children.get_mut("+") {
-            Self::walk(plus, rest, false, visit);
+            places += Self::walk(plus, rest, false, visit);
         }
         if let Some(exact) = node.children.get_mut(*first) {
-            Self::walk(exact, rest, false, visit);
+            places += Self::walk(exact, rest, false, visit);
         }
+        places
     }
 
-    fn visit_node(node: &mut Node, visit: &mut impl FnMut(Target<'_>)) {
+    fn visit_node(node: &mut Node, visit: &mut impl FnMut(Target<'_>)) -> usize {
         for (client, entry) in &node.subscribers {
             visit(Target::Client(client, entry));
         }
         for group in node.groups.values_mut() {
             visit(Target::Group(group));
         }
+        usize::from(!node.subscribers.is_empty()) + node.groups.len()
     }
 }
 

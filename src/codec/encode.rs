@@ -284,7 +284,10 @@ pub(crate) mod wire {
     pub(crate) fn insert_length_counting(out: &mut Vec<u8>, start: usize, more: usize) -> bool {
         let len = (out.len() - start).saturating_add(more);
         let (bytes, n) = varint(u32::try_from(len).unwrap_or(u32::MAX));
-        out.splice(start..start, bytes[..n].iter().copied());
+        // Appended and rotated into place: what follows `start` is a header's few
+        // bytes, and `splice` costs more than moving them (every delivery pays it).
+        out.extend_from_slice(&bytes[..n]);
+        out[start..].rotate_right(n);
         len <= VARINT_MAX
     }
 }

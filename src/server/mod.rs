@@ -44,6 +44,8 @@ pub struct Shared {
     /// Closed when the broker starts stopping; every wait that must end then races it.
     stop_signal: (smol::channel::Sender<()>, smol::channel::Receiver<()>),
     stopping: Cell<bool>,
+    /// Every connection's keep-alive watch, looked at by one ticker.
+    keep_alive: connection::keep_alive::Watches,
 }
 
 impl Shared {
@@ -61,6 +63,7 @@ impl Shared {
             active: Cell::new(0),
             slots: slots::Slots::new(settings.max_connections),
             stop_signal: smol::channel::bounded(1),
+            keep_alive: connection::keep_alive::Watches::default(),
             settings,
             stopping: Cell::new(false),
         })
@@ -199,6 +202,10 @@ pub fn serve(
             crate::ops::spawn(&executor, &shared, ops)?;
         }
         executor.spawn(housekeeping(shared.clone())).detach();
+        let watching = shared.clone();
+        executor
+            .spawn(async move { watching.keep_alive.tick().await })
+            .detach();
         let (stop_sweeps, sweeps_stopped) = smol::channel::bounded(1);
         let providers = shared.broker.borrow().channels.providers();
         let sweeping = executor.spawn(crate::storage::run_sweeps(

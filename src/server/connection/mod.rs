@@ -13,7 +13,7 @@ use smol::io::AsyncWriteExt;
 
 mod acl;
 pub(crate) mod channels;
-mod keep_alive;
+pub(crate) mod keep_alive;
 mod outbox;
 mod queue;
 mod verbs;
@@ -64,7 +64,7 @@ struct Conn {
     client_id: Arc<str>,
     link: Rc<ConnLink>,
     woken: crate::broker::Woken,
-    keep_alive: Option<keep_alive::KeepAlive>,
+    keep_alive: Option<Rc<keep_alive::KeepAlive>>,
     /// Topic aliases the client registered, allocated at its first alias.
     aliases: Option<Box<[Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
     /// The client asked for Reason Strings (Request Problem Information, default 1).
@@ -303,7 +303,7 @@ async fn establish(
     }
     conn.keep_alive = conn
         .send_connack(&connect, &accepted)
-        .map(keep_alive::KeepAlive::new);
+        .map(|grace| conn.shared.keep_alive.watch(grace));
     conn.bind_acl_to_session();
     // Who holds the session, and on which door, for /v1/operations/users (B-175).
     conn.with_session(|s| {
@@ -967,7 +967,7 @@ impl Conn {
             match event {
                 Event::Read(Ok(0)) | Event::Read(Err(_)) => return End::Close,
                 Event::Read(Ok(_)) => {
-                    if let Some(watch) = &mut self.keep_alive {
+                    if let Some(watch) = &self.keep_alive {
                         watch.heard();
                     }
                 }
