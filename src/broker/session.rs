@@ -417,8 +417,12 @@ impl Session {
 
     /// Whether a QoS > 0 delivery may be put on the wire now.
     pub fn window_open(&self) -> bool {
+        let half = self.queue_bound / 2;
+        // What is on the wire is counted in `queued_bytes` until it is settled, so
+        // below half the bound it is not summed: a sum per delivery is quadratic in a
+        // full window.
         self.inflight.len() < usize::from(self.receive_maximum)
-            && self.queued_bytes_on_wire() <= self.queue_bound / 2
+            && (self.queued_bytes <= half || self.queued_bytes_on_wire() <= half)
             || self.inflight.is_empty()
     }
 
