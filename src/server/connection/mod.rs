@@ -1027,8 +1027,7 @@ impl Conn {
         match packet {
             Packet::Publish(publish) => self.on_publish(publish).await,
             Packet::PubAck(ack) => {
-                self.queue_puback(ack.packet_id);
-                self.settle_outbound(ack.packet_id);
+                self.settle_outbound(ack.packet_id, true);
                 Ok(())
             }
             Packet::PubRec(ack) => {
@@ -1043,7 +1042,7 @@ impl Conn {
                     None => false,
                 };
                 if ack.code >= 0x80 {
-                    self.settle_outbound(ack.packet_id);
+                    self.settle_outbound(ack.packet_id, false);
                 } else {
                     let code = if known {
                         0
@@ -1055,7 +1054,7 @@ impl Conn {
                 Ok(())
             }
             Packet::PubComp(ack) => {
-                self.settle_outbound(ack.packet_id);
+                self.settle_outbound(ack.packet_id, false);
                 Ok(())
             }
             Packet::PubRel(ack) => self.on_pubrel(ack.packet_id).await,

@@ -197,41 +197,23 @@ impl Conn {
         Some(self.answer_publish(publish, reason::SUCCESS))
     }
 
-    /// Tells a queue's owner that the worker acknowledged the PUBLISH of an offer (call
-    /// before the exchange is settled).
-    pub(super) fn queue_puback(&self, packet_id: u16) {
+    /// Settles an outbound exchange (PUBACK, PUBCOMP, or a PUBREC refusing it). A
+    /// PUBACK (`puback`) of a queue's offer tells the queue's owner the worker has it.
+    /// When settling reopens the session's full window, the owner of every queue whose
+    /// form the session holds is told, so a job waiting for room is offered now rather
+    /// than at the owner's next tick - whatever the acknowledged delivery was: a
+    /// broadcast, a channel record, or another queue's offer (C-066).
+    pub(super) fn settle_outbound(&self, packet_id: u16, puback: bool) {
         let mut broker = self.shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
             return;
         };
-        let Some(Inflight::Published(delivery)) = session.inflight.get(&packet_id) else {
-            return;
-        };
-        let Some((channel, _)) = delivery.origin else {
-            return;
-        };
-        let correlation = delivery
-            .message
-            .properties
-            .correlation_data
-            .clone()
-            .unwrap_or_default();
-        if broker.channels.get(channel).kind == Kind::Queue {
-            broker
-                .queues
-                .tell(channel, Event::Puback(self.worker(), correlation));
-        }
-    }
-
-    /// Settles an outbound exchange (PUBACK, PUBCOMP, or a PUBREC refusing it). When
-    /// that reopens the session's full window, the owner of every queue whose form the
-    /// session holds is told, so a job waiting for room is offered now rather than at
-    /// the owner's next tick - whatever the acknowledged delivery was: a broadcast, a
-    /// channel record, or another queue's offer (C-066).
-    pub(super) fn settle_outbound(&self, packet_id: u16) {
-        let mut broker = self.shared.broker.borrow_mut();
-        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
-            return;
+        let offer = match session.inflight.get(&packet_id) {
+            Some(Inflight::Published(delivery)) if puback => delivery.origin.map(|(channel, _)| {
+                let correlation = delivery.message.properties.correlation_data.clone();
+                (channel, correlation.unwrap_or_default())
+            }),
+            _ => None,
         };
         // A released exchange kept in storage is forgotten there, with the
         // next housekeeping: a restart that finds it still held sends its PUBREL only
@@ -255,6 +237,13 @@ impl Conn {
         };
         if let Some(token) = kept {
             broker.forget_released(&self.client_id, packet_id, token);
+        }
+        if let Some((channel, correlation)) = offer
+            && broker.channels.get(channel).kind == Kind::Queue
+        {
+            broker
+                .queues
+                .tell(channel, Event::Puback(self.worker(), correlation));
         }
         for form in forms {
             let queue = form
