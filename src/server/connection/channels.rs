@@ -800,7 +800,8 @@ impl Conn {
     /// beside the read loop, which goes on handling the client's packets meanwhile
     /// (B-457). One write at a time; the loop hears of its end as an event.
     pub(super) fn start_storing_positions(&mut self) {
-        if self.positions_writing.is_some()
+        if !self.durable
+            || self.positions_writing.is_some()
             || !(self.positions_due() || self.log_window_full)
             || !self.positions_moved()
         {

@@ -73,6 +73,10 @@ struct Conn {
     connected_with_zero_expiry: bool,
     /// When the positions of this consumer were last written.
     positions_stored_at: Option<Instant>,
+    /// The session outlives this connection, so it has positions to write: its expiry
+    /// is fixed from the CONNECT to the connection's end. A session that does not is
+    /// not asked on every turn.
+    durable: bool,
     /// Its positions being written, beside the read loop (B-457).
     positions_writing: Option<channels::PositionsWrite>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
@@ -290,6 +294,7 @@ async fn establish(
         problem_info: connect.properties.request_problem_information != Some(0),
         connected_with_zero_expiry: asked_zero_expiry,
         positions_stored_at: None,
+        durable: false,
         positions_writing: None,
         suback_reason: None,
         puback_reason: None,
@@ -305,6 +310,9 @@ async fn establish(
         .send_connack(&connect, &accepted)
         .map(|grace| conn.shared.keep_alive.watch(grace));
     conn.bind_acl_to_session();
+    conn.durable = conn
+        .with_session(|s| s.outlives_connection())
+        .unwrap_or(false);
     // Who holds the session, and on which door, for /v1/operations/users (B-175).
     conn.with_session(|s| {
         s.user = Some(Arc::from(admitted.user.as_str()));
