@@ -43,7 +43,7 @@ use topic::{SubEntry, Target, TopicTree};
 
 /// A map keyed by what clients name - client ids, topic levels - and looked up for
 /// every delivery: foldhash, seeded per process, hashes such a key in a fraction of
-/// SipHash's instructions (a QoS 1 fan-out delivery looks its session up seven times).
+/// SipHash's instructions (a QoS 1 fan-out delivery looks its session up six times).
 pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The first character of every client id the broker holds sessions under for

@@ -5,10 +5,9 @@
 //! subscriptions alike.
 
 use std::collections::BTreeMap;
-
-use super::Map;
 use std::sync::Arc;
 
+use super::Map;
 use super::partition::Slice;
 use crate::codec::SubscriptionOptions;
 
