@@ -334,3 +334,41 @@ fn large_and_small_publishes_in_any_split_arrive_whole_and_in_order() {
         }
     }
 }
+
+/// A subscriber that reads only after its socket is full still gets every byte, in
+/// order: what the socket did not take at once is written when it can, from where
+/// the last write stopped — with the small payloads copied into the connection's
+/// buffer and the large ones written from the message.
+#[test]
+fn a_subscriber_that_reads_late_gets_every_publish_whole_and_in_order() {
+    let broker = Broker::start(
+        "  limits:\n    session_queue_bytes: 64MiB\n    max_message_size: 256KiB\n    write_timeout: 30s\n",
+    );
+    let mut late = Raw::connected(broker.addr, V5, "late");
+    assert_eq!(late.subscribe("late/#", opts(QoS::AtMostOnce)), [0]);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    // Far more than the kernel holds for a socket nobody reads (a few MiB).
+    const COUNT: u32 = 480;
+    let payload = |i: u32| {
+        let len = if i.is_multiple_of(2) { 40 * 1024 } else { 700 };
+        (0..len).map(|b| (b as u32 ^ i) as u8).collect::<Vec<u8>>()
+    };
+    for i in 0..COUNT {
+        let mut p = payload(i);
+        p[..4].copy_from_slice(&i.to_be_bytes());
+        assert_eq!(
+            publisher.publish("late/x", &p, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    for i in 0..COUNT {
+        let got = late.recv_publish();
+        let mut want = payload(i);
+        want[..4].copy_from_slice(&i.to_be_bytes());
+        assert!(
+            *got.payload == *want,
+            "publish {i} arrived damaged or out of order"
+        );
+    }
+    late.expect_nothing(Duration::from_millis(200));
+}

@@ -55,6 +55,18 @@ impl Socket {
         };
     }
 
+    /// Writes what the kernel takes at once, without waiting. `None` for a socket
+    /// whose writes go through TLS or WebSocket framing: only an awaited write does
+    /// those.
+    pub fn write_now(&self, bufs: &[std::io::IoSlice<'_>]) -> Option<io::Result<usize>> {
+        use std::io::Write;
+        match self {
+            Socket::Tcp(s) => Some((&mut s.get_ref()).write_vectored(bufs)),
+            Socket::Unix(s) => Some((&mut s.get_ref()).write_vectored(bufs)),
+            Socket::Tls(_) | Socket::Ws(_) | Socket::TlsClient(_) => None,
+        }
+    }
+
     /// Waits until there is something to read, holding no buffer meanwhile: this is
     /// how an idle connection costs nothing but its task.
     pub async fn readable(&mut self) -> io::Result<()> {

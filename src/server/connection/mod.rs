@@ -40,6 +40,16 @@ const DELETIONS: &str = "saguin-deletions";
 /// before it knew (B-299).
 const DRAIN_AFTER_KICK: usize = 64 * 1024;
 
+/// A packet whose handling may wait (for storage, a cursor, a write): what
+/// `Conn::handle_now` leaves to `Conn::handle`.
+enum Waiting {
+    Publish(Publish),
+    PubRec(Ack),
+    PubRel(Ack),
+    Subscribe(Subscribe),
+    Unsubscribe(Unsubscribe),
+}
+
 /// Why a connection ends.
 #[derive(Debug)]
 enum End {
@@ -841,15 +851,37 @@ impl Conn {
         self.out.packet(packet, self.protocol);
     }
 
+    /// Writes what is owed.
     async fn flush(&mut self) -> Result<(), End> {
-        if self.out.is_empty() {
-            return Ok(());
+        if !self.flush_now()? {
+            self.flush_waiting().await?;
         }
+        Ok(())
+    }
+
+    /// Writes what is owed as far as the socket takes it at once; whether all of it
+    /// went.
+    fn flush_now(&mut self) -> Result<bool, End> {
+        if self.out.is_empty() {
+            return Ok(true);
+        }
+        match self.out.write_now(&self.stream) {
+            Ok(false) => Ok(false),
+            done => self.flushed(done.map(drop)).map(|()| true),
+        }
+    }
+
+    /// Writes the rest of what is owed, waiting for the socket up to `write_timeout`.
+    async fn flush_waiting(&mut self) -> Result<(), End> {
         let result = with_write_timeout(
             self.out.write_to(&mut self.stream),
             self.shared.settings.write_timeout,
         )
         .await;
+        self.flushed(result)
+    }
+
+    fn flushed(&mut self, result: std::io::Result<()>) -> Result<(), End> {
         self.out.clear();
         result.map_err(|e| {
             log::debug!("{}: write failed: {e}", self.peer);
@@ -879,11 +911,20 @@ impl Conn {
             let handed_before = self.shared.broker.borrow().handed();
             // Boxed: what handling a packet awaits (storage, cursors) is large, and
             // inline it would be paid by every idle connection's task. Each boxed
-            // step below runs only when it has work, so a turn allocates no more.
-            if !self.reader.is_empty()
-                && let Err(end) = Box::pin(self.handle_buffered()).await
-            {
-                return end;
+            // step below runs only when it has work, so a turn allocates no more; the
+            // packets that need no waiting (acknowledgements, PINGREQ) none at all.
+            match self.handle_ready() {
+                Ok(None) => {}
+                Ok(Some(packet)) => {
+                    let handling = async {
+                        self.handle(packet).await?;
+                        self.handle_buffered().await
+                    };
+                    if let Err(end) = Box::pin(handling).await {
+                        return end;
+                    }
+                }
+                Err(end) => return end,
             }
             let handed = self.shared.broker.borrow().handed() - handed_before;
             if self.waited && (1..=DELIVER_FIRST_UP_TO).contains(&handed) && !self.out.is_empty() {
@@ -907,11 +948,16 @@ impl Conn {
                 return end;
             }
             // Boxed: a write's state (slices, its timeout) is the largest this loop
-            // awaits, and inline every idle connection would keep room for it.
-            if !self.out.is_empty()
-                && let Err(end) = Box::pin(self.flush()).await
-            {
-                return end;
+            // awaits, and inline every idle connection would keep room for it. Only a
+            // write the socket does not take at once waits.
+            match self.flush_now() {
+                Ok(true) => {}
+                Ok(false) => {
+                    if let Err(end) = Box::pin(self.flush_waiting()).await {
+                        return end;
+                    }
+                }
+                Err(end) => return end,
             }
             // A full log window is written at once: what waits behind it goes when
             // the write has moved the position (B-459).
@@ -990,31 +1036,46 @@ impl Conn {
     }
 
     /// Handles every whole packet in the buffer.
+    /// Handles every whole packet read.
     async fn handle_buffered(&mut self) -> Result<(), End> {
-        loop {
-            let frame = match self
-                .reader
-                .next_frame(self.shared.settings.max_message_size)
-            {
-                Ok(Some(frame)) => frame,
-                Ok(None) => return Ok(()),
-                Err(FrameError::TooLarge { declared, .. }) => {
-                    log::info!(
-                        "{}: {} sent a {declared}-byte packet",
-                        self.peer,
-                        self.client_id
-                    );
-                    return Err(self.refuse(reason::PACKET_TOO_LARGE));
-                }
-                Err(FrameError::Decode(e)) => return Err(self.decode_failed(&e)),
-            };
-            let decoded = codec::decode(frame.first_byte, self.reader.body(&frame), self.protocol);
-            self.reader.consume(frame);
-            match decoded {
-                Ok(packet) => self.handle(packet).await?,
-                Err(e) => return Err(self.decode_failed(&e)),
+        while let Some(packet) = self.handle_ready()? {
+            self.handle(packet).await?;
+        }
+        Ok(())
+    }
+
+    /// Handles the whole packets read for as long as none needs waiting for, and
+    /// returns the first that does, for `handle`.
+    fn handle_ready(&mut self) -> Result<Option<Waiting>, End> {
+        while let Some(packet) = self.next_packet()? {
+            if let Some(waiting) = self.handle_now(packet)? {
+                return Ok(Some(waiting));
             }
         }
+        Ok(None)
+    }
+
+    /// The next whole packet read, decoded.
+    fn next_packet(&mut self) -> Result<Option<Packet>, End> {
+        let frame = match self
+            .reader
+            .next_frame(self.shared.settings.max_message_size)
+        {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(None),
+            Err(FrameError::TooLarge { declared, .. }) => {
+                log::info!(
+                    "{}: {} sent a {declared}-byte packet",
+                    self.peer,
+                    self.client_id
+                );
+                return Err(self.refuse(reason::PACKET_TOO_LARGE));
+            }
+            Err(FrameError::Decode(e)) => return Err(self.decode_failed(&e)),
+        };
+        let decoded = codec::decode(frame.first_byte, self.reader.body(&frame), self.protocol);
+        self.reader.consume(frame);
+        decoded.map(Some).map_err(|e| self.decode_failed(&e))
     }
 
     fn decode_failed(&self, error: &DecodeError) -> End {
@@ -1031,14 +1092,42 @@ impl Conn {
         refusal(self.protocol, code)
     }
 
-    async fn handle(&mut self, packet: Packet) -> Result<(), End> {
+    /// Handles `packet` when that needs no waiting for; otherwise hands it back.
+    fn handle_now(&mut self, packet: Packet) -> Result<Option<Waiting>, End> {
         match packet {
-            Packet::Publish(publish) => self.on_publish(publish).await,
-            Packet::PubAck(ack) => {
-                self.settle_outbound(ack.packet_id, true);
-                Ok(())
+            Packet::PubAck(ack) => self.settle_outbound(ack.packet_id, true),
+            Packet::PubComp(ack) => self.settle_outbound(ack.packet_id, false),
+            Packet::PingReq => self.queue_packet(&Packet::PingResp),
+            Packet::Disconnect(disconnect) => return Err(self.on_disconnect(disconnect)),
+            Packet::Auth(_) => return Err(self.refuse(reason::PROTOCOL_ERROR)),
+            Packet::Connect(_)
+            | Packet::ConnAck(_)
+            | Packet::SubAck(_)
+            | Packet::UnsubAck(_)
+            | Packet::PingResp => {
+                log::info!(
+                    "{}: {} sent a packet only a server sends",
+                    self.peer,
+                    self.client_id
+                );
+                return Err(self.refuse(reason::PROTOCOL_ERROR));
             }
-            Packet::PubRec(ack) => {
+            Packet::Publish(publish) => return Ok(Some(Waiting::Publish(publish))),
+            Packet::PubRec(ack) => return Ok(Some(Waiting::PubRec(ack))),
+            Packet::PubRel(ack) => return Ok(Some(Waiting::PubRel(ack))),
+            Packet::Subscribe(subscribe) => return Ok(Some(Waiting::Subscribe(subscribe))),
+            Packet::Unsubscribe(unsubscribe) => {
+                return Ok(Some(Waiting::Unsubscribe(unsubscribe)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Handles a packet whose handling may wait.
+    async fn handle(&mut self, packet: Waiting) -> Result<(), End> {
+        match packet {
+            Waiting::Publish(publish) => self.on_publish(publish).await,
+            Waiting::PubRec(ack) => {
                 let id = ack.packet_id;
                 let known = self.with_session(|s| match s.to_keep_released(id) {
                     Some(record) if ack.code < 0x80 => Err(record),
@@ -1061,33 +1150,11 @@ impl Conn {
                 }
                 Ok(())
             }
-            Packet::PubComp(ack) => {
-                self.settle_outbound(ack.packet_id, false);
-                Ok(())
-            }
-            Packet::PubRel(ack) => self.on_pubrel(ack.packet_id).await,
-            Packet::Subscribe(subscribe) => self.on_subscribe(subscribe).await,
-            Packet::Unsubscribe(unsubscribe) => {
+            Waiting::PubRel(ack) => self.on_pubrel(ack.packet_id).await,
+            Waiting::Subscribe(subscribe) => self.on_subscribe(subscribe).await,
+            Waiting::Unsubscribe(unsubscribe) => {
                 Box::pin(self.on_unsubscribe(unsubscribe)).await?;
                 Ok(())
-            }
-            Packet::PingReq => {
-                self.queue_packet(&Packet::PingResp);
-                Ok(())
-            }
-            Packet::Disconnect(disconnect) => Err(self.on_disconnect(disconnect)),
-            Packet::Auth(_) => Err(self.refuse(reason::PROTOCOL_ERROR)),
-            Packet::Connect(_)
-            | Packet::ConnAck(_)
-            | Packet::SubAck(_)
-            | Packet::UnsubAck(_)
-            | Packet::PingResp => {
-                log::info!(
-                    "{}: {} sent a packet only a server sends",
-                    self.peer,
-                    self.client_id
-                );
-                Err(self.refuse(reason::PROTOCOL_ERROR))
             }
         }
     }

@@ -24,6 +24,8 @@ const KEEP_CAPACITY: usize = 1024;
 pub(super) struct Outbox {
     bytes: Vec<u8>,
     payloads: Vec<(usize, Arc<[u8]>)>,
+    /// How much of the whole a write that could not finish has written.
+    written: usize,
 }
 
 impl Outbox {
@@ -68,9 +70,14 @@ impl Outbox {
     }
 
     /// The slices still to write once `skip` bytes of the whole have been written, at
-    /// most `MAX_SLICES` of them.
-    fn slices(&self, mut skip: usize) -> Vec<IoSlice<'_>> {
-        let mut slices = Vec::with_capacity(MAX_SLICES.min(2 * self.payloads.len() + 1));
+    /// most `MAX_SLICES` of them: on the stack, as every write takes them afresh.
+    fn slices(&self, mut skip: usize) -> Slices<'_> {
+        if self.payloads.is_empty() {
+            // The usual case: no room for more to be made ready.
+            return Slices::One([IoSlice::new(&self.bytes[skip.min(self.bytes.len())..])]);
+        }
+        let mut all = [IoSlice::new(&[]); MAX_SLICES];
+        let mut len = 0;
         let mut from = 0;
         let ends = self.payloads.iter().map(|(at, p)| (*at, Some(p)));
         for (at, payload) in ends.chain([(self.bytes.len(), None)]) {
@@ -78,14 +85,15 @@ impl Outbox {
             for part in parts {
                 if skip >= part.len() {
                     skip -= part.len();
-                } else if slices.len() < MAX_SLICES {
-                    slices.push(IoSlice::new(&part[skip..]));
+                } else if len < MAX_SLICES {
+                    all[len] = IoSlice::new(&part[skip..]);
+                    len += 1;
                     skip = 0;
                 }
             }
             from = at;
         }
-        slices
+        Slices::Many { all, len }
     }
 
     /// Total bytes waiting.
@@ -93,26 +101,51 @@ impl Outbox {
         self.bytes.len() + self.payloads.iter().map(|(_, p)| p.len()).sum::<usize>()
     }
 
-    /// Writes everything and flushes. Safe to drop part-way only when the connection
-    /// is abandoned with it (a write timeout), as every caller does.
+    /// Writes what the socket takes at once, as a broker writing in place would: most
+    /// writes finish here, and no future is made for them. Returns whether everything
+    /// is written; what is not, `write_to` writes by waiting.
     ///
     /// # Errors
     /// The socket's, or `WriteZero` when it takes nothing.
-    pub(super) async fn write_to(&self, stream: &mut Socket) -> io::Result<()> {
+    pub(super) fn write_now(&mut self, stream: &Socket) -> io::Result<bool> {
         let total = self.len();
-        let mut written = 0;
-        while written < total {
-            let n = stream.write_vectored(&self.slices(written)).await?;
+        while self.written < total {
+            let n = match stream.write_now(self.slices(self.written).as_slice()) {
+                None => return Ok(false),
+                Some(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Some(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Some(written) => written?,
+            };
             if n == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
-            written += n;
+            self.written += n;
+        }
+        Ok(true)
+    }
+
+    /// Writes the rest and flushes. Safe to drop part-way only when the connection is
+    /// abandoned with it (a write timeout), as every caller does.
+    ///
+    /// # Errors
+    /// The socket's, or `WriteZero` when it takes nothing.
+    pub(super) async fn write_to(&mut self, stream: &mut Socket) -> io::Result<()> {
+        let total = self.len();
+        while self.written < total {
+            let n = stream
+                .write_vectored(self.slices(self.written).as_slice())
+                .await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            self.written += n;
         }
         stream.flush().await
     }
 
     /// Empties the outbox after a write, releasing a large buffer.
     pub(super) fn clear(&mut self) {
+        self.written = 0;
         self.bytes.clear();
         self.payloads.clear();
         if self.bytes.capacity() > KEEP_CAPACITY {
@@ -120,6 +153,27 @@ impl Outbox {
         }
         if self.payloads.capacity() > MAX_SLICES {
             self.payloads = Vec::new();
+        }
+    }
+}
+
+/// The slices one vectored write is handed.
+#[allow(clippy::large_enum_variant)] // a transient value on the writer's stack
+enum Slices<'a> {
+    /// The bytes alone, with no shared payload among them.
+    One([IoSlice<'a>; 1]),
+    /// The first `len` of `all`.
+    Many {
+        all: [IoSlice<'a>; MAX_SLICES],
+        len: usize,
+    },
+}
+
+impl<'a> Slices<'a> {
+    fn as_slice(&self) -> &[IoSlice<'a>] {
+        match self {
+            Slices::One(one) => one,
+            Slices::Many { all, len } => &all[..*len],
         }
     }
 }
@@ -142,7 +196,11 @@ mod tests {
     }
 
     fn joined(o: &Outbox, skip: usize) -> Vec<u8> {
-        o.slices(skip).iter().flat_map(|s| s.to_vec()).collect()
+        o.slices(skip)
+            .as_slice()
+            .iter()
+            .flat_map(|s| s.to_vec())
+            .collect()
     }
 
     #[test]
@@ -153,7 +211,12 @@ mod tests {
         for skip in 0..=all.len() {
             assert_eq!(joined(&o, skip), &all[skip..]);
         }
-        assert!(o.slices(0).iter().all(|s| !s.is_empty()));
+        assert!(o.slices(0).as_slice().iter().all(|s| !s.is_empty()));
+        let bytes_only = outbox(&[b"abc"]);
+        for skip in 0..3 {
+            assert_eq!(joined(&bytes_only, skip), &b"abc"[skip..]);
+            assert_eq!(bytes_only.slices(skip).as_slice().len(), 1);
+        }
     }
 
     #[test]
@@ -162,8 +225,8 @@ mod tests {
             .map(|i| if i % 2 == 0 { &b"h"[..] } else { &b"pp"[..] })
             .collect();
         let o = outbox(&parts);
-        assert_eq!(o.slices(0).len(), MAX_SLICES);
-        assert_eq!(o.slices(o.len() - 1).len(), 1);
+        assert_eq!(o.slices(0).as_slice().len(), MAX_SLICES);
+        assert_eq!(o.slices(o.len() - 1).as_slice().len(), 1);
     }
 
     #[test]
