@@ -867,7 +867,8 @@ impl Conn {
         }
         match self.out.write_now(&self.stream) {
             Ok(false) => Ok(false),
-            done => self.flushed(done.map(drop)).map(|()| true),
+            Ok(true) => self.flushed(Ok(())).map(|()| true),
+            Err(e) => self.flushed(Err(e)).map(|()| true),
         }
     }
 
@@ -881,6 +882,7 @@ impl Conn {
         self.flushed(result)
     }
 
+    /// Empties the outbox once a write has ended, well or not.
     fn flushed(&mut self, result: std::io::Result<()>) -> Result<(), End> {
         self.out.clear();
         result.map_err(|e| {
@@ -1035,7 +1037,6 @@ impl Conn {
         }
     }
 
-    /// Handles every whole packet in the buffer.
     /// Handles every whole packet read.
     async fn handle_buffered(&mut self) -> Result<(), End> {
         while let Some(packet) = self.handle_ready()? {
