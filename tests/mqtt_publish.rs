@@ -351,20 +351,19 @@ fn a_subscriber_that_reads_late_gets_every_publish_whole_and_in_order() {
     const COUNT: u32 = 480;
     let payload = |i: u32| {
         let len = if i.is_multiple_of(2) { 40 * 1024 } else { 700 };
-        (0..len).map(|b| (b as u32 ^ i) as u8).collect::<Vec<u8>>()
+        let mut p = (0..len).map(|b| (b as u32 ^ i) as u8).collect::<Vec<u8>>();
+        p[..4].copy_from_slice(&i.to_be_bytes());
+        p
     };
     for i in 0..COUNT {
-        let mut p = payload(i);
-        p[..4].copy_from_slice(&i.to_be_bytes());
         assert_eq!(
-            publisher.publish("late/x", &p, QoS::AtLeastOnce, false),
+            publisher.publish("late/x", &payload(i), QoS::AtLeastOnce, false),
             Some(0)
         );
     }
     for i in 0..COUNT {
         let got = late.recv_publish();
-        let mut want = payload(i);
-        want[..4].copy_from_slice(&i.to_be_bytes());
+        let want = payload(i);
         assert!(
             *got.payload == *want,
             "publish {i} arrived damaged or out of order"
