@@ -414,6 +414,13 @@ pub(crate) async fn refuse_busy(
         if let Some(level) = connect_level(head) {
             break level;
         }
+        // What is already in the socket first: a task that first runs past the
+        // deadline would otherwise see the timer win and reset an unread CONNECT.
+        match reader.try_fill(&mut stream).await {
+            Ok(0) => {}
+            Ok(_) => continue,
+            Err(_) => return,
+        }
         let read = future::or(async { Some(reader.fill(&mut stream).await) }, async {
             smol::Timer::at(deadline).await;
             None
