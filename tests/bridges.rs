@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Broker, Raw, WAIT, temp_dir, user_property};
 use saguin::codec::{
-    ConnAck, Packet, Properties, ProtocolVersion::V5, Publish, QoS, SubscriptionOptions,
+    ConnAck, Packet, Properties, PropertyValues, ProtocolVersion::V5, Publish, QoS,
+    SubscriptionOptions,
 };
 
 /// A loopback port nothing listens on now.
@@ -1362,10 +1363,10 @@ fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
         ),
     );
     let broker = Broker::start_with(&yaml);
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         retain_available: Some(0),
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     let (mut peer, _) = accept_bridge_with(&listener, false, properties);
     broker.wait_log("keeps no retained messages");
     let mut local = Raw::connected(broker.addr, V5, "local");

@@ -551,10 +551,10 @@ fn a_subscription_asking_saguin_deletions_is_told_of_a_deletion_and_others_are_n
     publisher.publish("state/gone-before", b"x", QoS::AtLeastOnce, false);
     publisher.publish("state/gone-before", b"", QoS::AtLeastOnce, false);
     let mut asks = Raw::connected(broker.addr, V5, "asks");
-    let props = saguin::codec::Properties {
+    let props = saguin::codec::Properties::from(saguin::codec::PropertyValues {
         user_properties: vec![("saguin-deletions".into(), "true".into())],
-        ..saguin::codec::Properties::default()
-    };
+        ..saguin::codec::PropertyValues::default()
+    });
     assert_eq!(
         asks.subscribe_with("state/#", opts(QoS::AtLeastOnce), props),
         [1]
@@ -569,10 +569,10 @@ fn a_subscription_asking_saguin_deletions_is_told_of_a_deletion_and_others_are_n
     assert_eq!((&*deletion.topic, deletion.payload.len()), ("state/x", 0));
     assert_eq!(&*plain.recv_publish().payload, b"on");
     plain.expect_nothing(Duration::from_millis(300));
-    let bad = saguin::codec::Properties {
+    let bad = saguin::codec::Properties::from(saguin::codec::PropertyValues {
         user_properties: vec![("saguin-deletions".into(), "yes".into())],
-        ..saguin::codec::Properties::default()
-    };
+        ..saguin::codec::PropertyValues::default()
+    });
     assert_eq!(
         plain.subscribe_with("state/y", opts(QoS::AtLeastOnce), bad),
         [0x83]
@@ -653,9 +653,11 @@ channels:
 fn a_resumed_session_is_told_of_deletions_only_once_it_asks_again_g19() {
     let broker = start();
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
-    let asking = || saguin::codec::Properties {
-        user_properties: vec![("saguin-deletions".into(), "true".into())],
-        ..saguin::codec::Properties::default()
+    let asking = || {
+        saguin::codec::Properties::from(saguin::codec::PropertyValues {
+            user_properties: vec![("saguin-deletions".into(), "true".into())],
+            ..saguin::codec::PropertyValues::default()
+        })
     };
     let mut c = connect(V5, "resumes", false);
     c.properties.session_expiry_interval = Some(600);

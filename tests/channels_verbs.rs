@@ -103,7 +103,11 @@ fn a_seek_naming_no_append_channel_says_which_it_names_a207() {
             panic!("expected PUBACK")
         };
         assert_eq!(ack.code, 0x90, "{channel}");
-        let why = ack.properties.reason_string.expect("a Reason String");
+        let why = ack
+            .properties
+            .reason_string
+            .clone()
+            .expect("a Reason String");
         assert!(why.contains(channel), "{why}");
         reasons.push(why);
     }

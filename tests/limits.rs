@@ -44,7 +44,11 @@ fn a_channel_filter_past_max_subscriptions_is_never_served_and_the_suback_says_w
         panic!("expected SUBACK")
     };
     assert_eq!(ack.codes, [0x97]);
-    let why = ack.properties.reason_string.expect("a Reason String");
+    let why = ack
+        .properties
+        .reason_string
+        .clone()
+        .expect("a Reason String");
     assert!(why.contains("limits.max_subscriptions"), "{why}");
     let mut publisher = Raw::connected(broker.addr, V5, "pub");
     assert_eq!(
@@ -117,7 +121,7 @@ fn a_client_over_its_publish_rate_is_refused_0x97_and_the_budget_survives_a_reco
         panic!("expected PUBACK")
     };
     assert_eq!(ack.code, 0x97, "a reconnect does not refill it");
-    let why = ack.properties.reason_string.unwrap_or_default();
+    let why = ack.properties.reason_string.clone().unwrap_or_default();
     assert!(why.contains("publish rate exceeded"), "A-187: {why}");
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(

@@ -102,6 +102,7 @@ fn an_empty_client_id_with_clean_start_is_assigned_one() {
     let assigned = ack
         .properties
         .assigned_client_identifier
+        .clone()
         .expect("Assigned Client Identifier");
     assert!(!assigned.is_empty());
     let (_raw, ack) = Raw::handshake(broker.addr, connect(V311, "", true));

@@ -139,10 +139,10 @@ fn saguin_properties_a_client_sets_never_reach_broadcast_subscribers_c017_c249()
         payload: b"gone".to_vec(),
         qos: QoS::AtLeastOnce,
         retain: false,
-        properties: saguin::codec::Properties {
+        properties: saguin::codec::Properties::from(saguin::codec::PropertyValues {
             user_properties: props,
             ..Default::default()
-        },
+        }),
     });
     let (raw, _) = Raw::handshake(broker.addr, c);
     drop(raw);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::{Broker, Raw, connect, opts};
 use saguin::codec::{
-    Disconnect, Packet, Properties,
+    Disconnect, Packet, Properties, PropertyValues,
     ProtocolVersion::{V5, V311},
     QoS, Will,
 };
@@ -131,10 +131,10 @@ fn with_will(
 ) -> saguin::codec::Connect {
     let mut c = connect(protocol, id, expiry == 0);
     c.properties.session_expiry_interval = Some(expiry);
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         will_delay_interval: delay,
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     c.will = Some(Will {
         topic: topic.into(),
         payload: b"gone".to_vec(),

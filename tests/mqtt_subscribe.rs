@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{Broker, Raw, connect, opts};
 use saguin::codec::{
-    Packet, Properties,
+    Packet, Properties, PropertyValues,
     ProtocolVersion::{V5, V311},
     QoS, RetainHandling, Subscribe, SubscriptionOptions, Unsubscribe,
 };
@@ -168,19 +168,23 @@ fn shared_subscriptions_get_no_retained_messages() {
 fn subscription_identifiers_come_back_on_deliveries() {
     let broker = Broker::start("");
     let mut sub = Raw::connected(broker.addr, V5, "ids");
-    let props = Properties {
+    let props = Properties::from(PropertyValues {
         subscription_identifiers: vec![7],
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     sub.subscribe_with("ids/+", opts(QoS::AtMostOnce), props);
-    let props = Properties {
+    let props = Properties::from(PropertyValues {
         subscription_identifiers: vec![9],
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     sub.subscribe_with("ids/#", opts(QoS::AtMostOnce), props);
     let mut publisher = Raw::connected(broker.addr, V5, "p");
     publisher.publish("ids/x", b"x", QoS::AtMostOnce, false);
-    let mut got = sub.recv_publish().properties.subscription_identifiers;
+    let mut got = sub
+        .recv_publish()
+        .properties
+        .subscription_identifiers
+        .clone();
     got.sort_unstable();
     assert_eq!(
         got,

@@ -262,14 +262,14 @@ fn ops_broker(name: &str) -> (Broker, String) {
 fn the_operations_listener_reports_each_subscriptions_partition_space_c197() {
     let (broker, addr) = ops_broker("ops-subscriptions");
     let mut c = Raw::connected(broker.addr, V5, "dev/7 a");
-    let sliced = saguin::codec::Properties {
+    let sliced = saguin::codec::Properties::from(saguin::codec::PropertyValues {
         user_properties: vec![
             ("saguin-filter".into(), "topic_hash(4, 1)".into()),
             ("saguin-filter".into(), "topic_hash(4, 3)".into()),
         ],
         subscription_identifiers: vec![9],
         ..Default::default()
-    };
+    });
     assert_eq!(
         c.subscribe_with("fleet/+/temp", common::opts(QoS::AtLeastOnce), sliced),
         [1]

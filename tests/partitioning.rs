@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use common::{Broker, Raw, connect, opts, start_with_channels};
 use saguin::broker::partition::topic_hash;
-use saguin::codec::{Packet, Properties, ProtocolVersion::V5, QoS, SubAck, Subscribe};
+use saguin::codec::{
+    Packet, Properties, PropertyValues, ProtocolVersion::V5, QoS, SubAck, Subscribe,
+};
 
 /// The four vector topics of RFC 0003 "The hash, in full" (C-174..C-177).
 const VECTORS: [&str; 4] = [
@@ -30,14 +32,14 @@ fn subscribe(
     declared: &[&str],
     identifier: Option<u32>,
 ) -> SubAck {
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         user_properties: declared
             .iter()
             .map(|v| ("saguin-filter".to_string(), v.to_string()))
             .collect(),
         subscription_identifiers: identifier.into_iter().collect(),
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     raw.send(&Packet::Subscribe(Subscribe {
         packet_id: 7,
         properties,
@@ -135,7 +137,11 @@ fn c161_c187_a_malformed_declaration_refuses_every_filter_with_a_reason_string()
         None,
     );
     assert_eq!(ack.codes, [0x83, 0x83, 0x83]);
-    let why = ack.properties.reason_string.expect("a Reason String");
+    let why = ack
+        .properties
+        .reason_string
+        .clone()
+        .expect("a Reason String");
     assert!(why.contains("saguin-filter"), "{why}");
     assert!(why.contains("topic_hash(<partitions>, <index>)"), "{why}");
     assert!(why.contains("not a number"), "{why}");
@@ -148,7 +154,11 @@ fn c161_c187_a_malformed_declaration_refuses_every_filter_with_a_reason_string()
         None,
     );
     assert_eq!(ack.codes, [0x83]);
-    let large = ack.properties.reason_string.expect("a Reason String");
+    let large = ack
+        .properties
+        .reason_string
+        .clone()
+        .expect("a Reason String");
     assert!(large.contains("too large"), "{large}");
     assert_ne!(large, why);
 
@@ -194,7 +204,11 @@ fn c167_c168_shared_and_queue_forms_are_refused_alone_and_the_rest_sliced() {
         None,
     );
     assert_eq!(ack.codes, [0x83, 0x83, 1]);
-    let why = ack.properties.reason_string.expect("a Reason String");
+    let why = ack
+        .properties
+        .reason_string
+        .clone()
+        .expect("a Reason String");
     assert!(why.contains("saguin-filter"), "{why}");
     assert!(why.contains("topic_hash(<partitions>, <index>)"), "{why}");
     // The shared refusal has its own sentence.
@@ -205,7 +219,11 @@ fn c167_c168_shared_and_queue_forms_are_refused_alone_and_the_rest_sliced() {
         None,
     );
     assert_eq!(ack.codes, [0x83]);
-    let shared = ack.properties.reason_string.expect("a Reason String");
+    let shared = ack
+        .properties
+        .reason_string
+        .clone()
+        .expect("a Reason String");
     assert!(shared.contains("$share/"), "{shared}");
     assert_ne!(shared, why);
 

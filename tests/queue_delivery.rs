@@ -375,10 +375,10 @@ fn an_offer_carries_the_forms_subscription_identifier() {
     let broker = start();
     put(&broker, "jobs/1", b"j");
     let mut w = Raw::connected(broker.addr, V5, "w");
-    let props = saguin::codec::Properties {
+    let props = saguin::codec::Properties::from(saguin::codec::PropertyValues {
         subscription_identifiers: vec![7],
         ..Default::default()
-    };
+    });
     assert_eq!(w.subscribe_with(FORM, opts(QoS::AtLeastOnce), props), [1]);
     let offer = w.recv_offer();
     assert_eq!(offer.properties.subscription_identifiers, [7]);

@@ -64,7 +64,7 @@ fn no_local_is_refused_0x8f_and_the_connection_stands() {
         Packet::SubAck(ack) => {
             assert_eq!(ack.codes, [0x8F]);
             // C-044: the Reason String names the filter to change.
-            let why = ack.properties.reason_string.unwrap_or_default();
+            let why = ack.properties.reason_string.clone().unwrap_or_default();
             assert!(
                 why.contains("$saguin/queue/jobs") && why.contains("No Local"),
                 "{why}"

@@ -264,7 +264,7 @@ fn b461_a_will_the_store_has_no_room_for_is_refused_0x97() {
     });
     let (_, ack) = Raw::handshake(broker.addr, c);
     assert_eq!(ack.code, 0x97);
-    let why = ack.properties.reason_string.unwrap_or_default();
+    let why = ack.properties.reason_string.clone().unwrap_or_default();
     assert!(why.contains("tight") && why.contains("Will"), "{why}");
     assert_eq!(
         metric(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::sessions::{config, connected, fresh_dir, kill, persistent};
 use common::{Broker, Raw, WAIT, connect, opts};
 use saguin::codec::{
-    self, Packet, Properties,
+    self, Packet, Properties, PropertyValues,
     ProtocolVersion::{V5, V311},
     QoS,
 };
@@ -144,10 +144,10 @@ fn a_delayed_will_fires_after_a_crash_when_its_delay_runs_out() {
     const DELAY: u64 = 3;
     let broker = Broker::start_in(fresh_dir(), &config("local"));
     let mut c = persistent("mortal", true, 300);
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         will_delay_interval: Some(DELAY as u32),
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     c.will = Some(codec::Will {
         topic: "gone/mortal".into(),
         payload: b"bye".to_vec(),
@@ -239,6 +239,7 @@ fn an_assigned_client_id_never_takes_a_restored_sessions_id() {
     let assigned = ack
         .properties
         .assigned_client_identifier
+        .clone()
         .expect("an assigned id");
     assert_eq!(first.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
     drop(first);
@@ -248,6 +249,7 @@ fn an_assigned_client_id_never_takes_a_restored_sessions_id() {
     let other = ack
         .properties
         .assigned_client_identifier
+        .clone()
         .expect("an assigned id");
     assert_ne!(other, assigned);
     resumes_and_receives(&broker, persistent(&assigned, false, 300), "news/x");

@@ -136,10 +136,10 @@ fn b447_a_collected_delivery_goes_as_the_collector_subscribed() {
     subscribe_and_leave(&broker, "away", GROUP, QoS::ExactlyOnce);
     publish_n(&broker, "jobs/1", "job", 1, QoS::ExactlyOnce);
     let (mut other, _) = connected(&broker, persistent("other", true, 0));
-    let properties = saguin::codec::Properties {
+    let properties = saguin::codec::Properties::from(saguin::codec::PropertyValues {
         subscription_identifiers: vec![7],
         ..Default::default()
-    };
+    });
     assert_eq!(
         other.subscribe_with(GROUP, opts(QoS::AtLeastOnce), properties),
         [1]

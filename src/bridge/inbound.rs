@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::template::{self, Unmappable};
-use crate::broker::records::strip_reserved;
 use crate::broker::session::Message;
 use crate::codec::{Publish, QoS, reason};
 use crate::config::{Bridge, Direction};
@@ -180,22 +179,14 @@ fn never_accepted(shared: &Shared, topic: &str, publish: &Publish) -> Option<Str
 /// (its `saguin-id` kept, B-370, B-371), RETAIN as sent (B-372), and the bridge's
 /// mark as publisher (B-399).
 fn message(publish: Publish, topic: String, publisher: &Arc<str>) -> Message {
-    let mut properties = publish.properties;
-    properties.topic_alias = None;
-    properties.subscription_identifiers.clear();
-    strip_reserved(&mut properties.user_properties);
-    let expires_at = properties
-        .message_expiry_interval
-        .map(|s| Instant::now() + Duration::from_secs(u64::from(s)));
-    Message {
-        topic: Arc::from(topic),
-        payload: publish.payload,
-        qos: publish.qos,
-        retain: publish.retain,
-        properties,
-        publisher: publisher.clone(),
-        expires_at,
-    }
+    Message::published(
+        Arc::from(topic),
+        publish.payload,
+        (publish.qos, publish.retain),
+        publish.properties,
+        publisher.clone(),
+        Instant::now(),
+    )
 }
 
 /// The worker: takes arrivals in order, stores each through the publish path and

@@ -22,7 +22,7 @@ use smol::Async;
 use smol::io::AsyncWriteExt;
 
 use crate::broker::Settings;
-use crate::codec::{self, Connect, Packet, Properties, ProtocolVersion, QoS};
+use crate::codec::{self, Connect, Packet, Properties, PropertyValues, ProtocolVersion, QoS};
 use crate::config::{Bridge, PeerScheme};
 use crate::server::frame::{FrameError, FrameReader};
 use crate::server::socket::Socket;
@@ -228,7 +228,7 @@ impl Link {
             other => return Err(format!("answered CONNECT with {}", name_of(&other))),
         };
         if ack.code != codec::reason::SUCCESS {
-            let why = ack.properties.reason_string.unwrap_or_default();
+            let why = ack.properties.reason_string.as_deref().unwrap_or_default();
             return Err(format!("refused the CONNECT 0x{:02X} {why}", ack.code));
         }
         let p = &ack.properties;
@@ -346,14 +346,14 @@ fn ws_url(peer: &crate::config::Peer) -> String {
 }
 
 fn connect(bridge: &Bridge, settings: &Settings) -> Connect {
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         session_expiry_interval: Some(
             u32::try_from(bridge.session_expiry.as_secs()).unwrap_or(u32::MAX),
         ),
         receive_maximum: Some(bridge.receive_maximum),
         maximum_packet_size: Some(settings.max_message_size),
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     Connect {
         protocol: ProtocolVersion::V5,
         clean_start: false,

@@ -389,7 +389,7 @@ async fn serve(
                 );
             }
             Packet::Disconnect(d) => {
-                let why = d.properties.reason_string.unwrap_or_default();
+                let why = d.properties.reason_string.as_deref().unwrap_or_default();
                 return Ended::Lost(format!("the peer disconnected 0x{:02X} {why}", d.code));
             }
             other => {

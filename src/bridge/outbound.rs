@@ -417,11 +417,12 @@ fn publish_of(
     publish.qos = publish.qos.min(granted.max_qos);
     // A peer keeping no retained messages is sent the value with the flag down.
     publish.retain &= granted.retain_available;
-    publish.properties.subscription_identifiers.clear();
-    publish
-        .properties
-        .user_properties
-        .retain(|(k, _)| !LOCAL_ONLY.contains(&k.as_str()));
+    if let Some(properties) = publish.properties.present_mut() {
+        properties.subscription_identifiers.clear();
+        properties
+            .user_properties
+            .retain(|(k, _)| !LOCAL_ONLY.contains(&k.as_str()));
+    }
     if message.wire_size_bound() > granted.max_packet as usize {
         log::warn!(
             "bridge {bridge}: {:?} not carried out: larger than the peer's Maximum Packet Size {}",

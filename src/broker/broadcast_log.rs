@@ -376,7 +376,7 @@ impl LogCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Properties;
+    use crate::codec::{Properties, PropertyValues};
 
     fn message() -> Arc<Message> {
         Arc::new(Message {
@@ -384,11 +384,11 @@ mod tests {
             payload: vec![1, 2, 3].into(),
             qos: QoS::ExactlyOnce,
             retain: true,
-            properties: Properties {
+            properties: Properties::from(PropertyValues {
                 user_properties: vec![("k".into(), "v".into())],
                 correlation_data: Some(vec![9]),
-                ..Properties::default()
-            },
+                ..PropertyValues::default()
+            }),
             publisher: Arc::from("pub"),
             expires_at: None,
         })

@@ -670,7 +670,7 @@ impl Broker {
         // stopped; each is published before the write that removes it (C-281).
         for (client_id, will) in due_now {
             wills_fired += 1;
-            self.publish_will(&client_id, will);
+            self.publish_will(&client_id, *will);
         }
         if restored + ended > 0 {
             log::info!(
@@ -861,7 +861,7 @@ impl Broker {
                     || (waiting && connect.clean_start))
             {
                 let publisher = old.client_id.clone();
-                self.publish_will(&publisher, will);
+                self.publish_will(&publisher, *will);
             }
         }
         self.expiring.remove(&client_id);
@@ -941,7 +941,7 @@ impl Broker {
         let expiry = session.expiry;
         if let Some(will) = armed.filter(|_| will == WillAtEnd::Publish) {
             if will.delay == 0 || expiry == 0 {
-                self.publish_will(client_id, will);
+                self.publish_will(client_id, *will);
             } else {
                 let delay = will.delay.min(expiry);
                 if let Some(session) = self.sessions.get_mut(client_id) {
@@ -986,7 +986,7 @@ impl Broker {
                 && session.link.is_none()
                 && let Some(will) = session.will.take()
             {
-                self.publish_will(&client_id, will);
+                self.publish_will(&client_id, *will);
             }
             self.lapse_session(&client_id);
         }
@@ -1080,11 +1080,11 @@ impl Broker {
             && session.link.is_none()
             && let Some(will) = session.will.take()
         {
-            self.publish_will(client_id, will);
+            self.publish_will(client_id, *will);
         }
     }
 
-    fn publish_will(&mut self, client_id: &Arc<str>, armed: Box<ArmedWill>) {
+    fn publish_will(&mut self, client_id: &Arc<str>, armed: ArmedWill) {
         if let Some(asker) = &armed.asker
             && !asker.may_publish(&armed.will.topic, armed.will.payload.is_empty())
         {
@@ -1679,20 +1679,13 @@ fn release_logged(
 impl Message {
     /// The message a Will becomes when it fires.
     pub fn from_will(publisher: Arc<str>, will: crate::codec::Will, now: Instant) -> Message {
-        let mut properties = will.properties;
-        properties.will_delay_interval = None;
-        records::strip_reserved(&mut properties.user_properties);
-        let expires_at = properties
-            .message_expiry_interval
-            .map(|s| now + Duration::from_secs(s.into()));
-        Message {
-            topic: Arc::from(will.topic),
-            payload: will.payload.into(),
-            qos: will.qos,
-            retain: will.retain,
-            properties,
+        Message::published(
+            Arc::from(will.topic),
+            will.payload.into(),
+            (will.qos, will.retain),
+            will.properties,
             publisher,
-            expires_at,
-        }
+            now,
+        )
     }
 }

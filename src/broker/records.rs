@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::codec::{Properties, QoS};
+use crate::codec::{Properties, PropertyValues, QoS};
 use crate::storage::{NewRecord, Record, RecordProperties};
 
 use super::session::Message;
@@ -109,14 +109,14 @@ pub fn from_record(record: Record, qos: QoS, now_ms: u64) -> Message {
         payload: record.payload.into(),
         qos,
         retain: false,
-        properties: Properties {
+        properties: Properties::from(PropertyValues {
             payload_format_indicator: p.payload_format_indicator,
             content_type: p.content_type,
             response_topic: p.response_topic,
             correlation_data: p.correlation_data,
             user_properties,
-            ..Properties::default()
-        },
+            ..PropertyValues::default()
+        }),
         publisher: Arc::from(publisher),
         expires_at,
     }
@@ -139,15 +139,15 @@ pub fn stored_message(
         payload: payload.into(),
         qos,
         retain,
-        properties: Properties {
+        properties: Properties::from(PropertyValues {
             payload_format_indicator: p.payload_format_indicator,
             message_expiry_interval: p.message_expiry_interval,
             content_type: p.content_type,
             response_topic: p.response_topic,
             correlation_data: p.correlation_data,
             user_properties: p.user_properties,
-            ..Properties::default()
-        },
+            ..PropertyValues::default()
+        }),
         publisher,
         expires_at,
     }

@@ -40,6 +40,38 @@ pub struct Message {
 }
 
 impl Message {
+    /// What a client, a bridge's peer or a Will published, as it is routed: without
+    /// the properties that belong to one hop (Topic Alias, Subscription Identifiers,
+    /// Will Delay Interval) or the `saguin-` User Properties a client may not set,
+    /// and expiring when its Message Expiry Interval runs out, counted from `now`.
+    pub fn published(
+        topic: Arc<str>,
+        payload: Arc<[u8]>,
+        (qos, retain): (QoS, bool),
+        mut properties: Properties,
+        publisher: Arc<str>,
+        now: Instant,
+    ) -> Message {
+        if let Some(p) = properties.present_mut() {
+            p.topic_alias = None;
+            p.subscription_identifiers.clear();
+            p.will_delay_interval = None;
+            super::records::strip_reserved(&mut p.user_properties);
+        }
+        let expires_at = properties
+            .message_expiry_interval
+            .map(|s| now + std::time::Duration::from_secs(u64::from(s)));
+        Message {
+            topic,
+            payload,
+            qos,
+            retain,
+            properties,
+            publisher,
+            expires_at,
+        }
+    }
+
     /// Bytes this message is charged against a session's bound: payload, topic and
     /// properties.
     pub fn charge(&self) -> usize {

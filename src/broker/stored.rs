@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::codec::{Properties, ProtocolVersion, QoS, RetainHandling, SubscriptionOptions, Will};
+use crate::codec::{
+    Properties, PropertyValues, ProtocolVersion, QoS, RetainHandling, SubscriptionOptions, Will,
+};
 
 use super::partition::Slice;
 use super::session::{ArmedWill, Session, Subscription};
@@ -336,7 +338,7 @@ impl StoredWill {
                 .decode(text)
                 .map_err(|e| format!("the Will's {field}: {e}"))
         };
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             payload_format_indicator: self.payload_format,
             message_expiry_interval: self.message_expiry,
             content_type: self.content_type,
@@ -347,8 +349,8 @@ impl StoredWill {
                 .transpose()?,
             user_properties: self.user_properties,
             will_delay_interval: (self.delay > 0).then_some(self.delay),
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         let will = Will {
             payload: bytes("payload", &self.payload)?,
             qos: qos(self.qos, "the Will's")?,
@@ -385,11 +387,11 @@ mod tests {
                 slice: Slice::from_parts(4, vec![1, 3]),
             },
         );
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             correlation_data: Some(vec![0, 255]),
             user_properties: vec![("k".into(), "v".into())],
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         session.will = Some(Box::new(ArmedWill {
             will: Will {
                 topic: "gone/dev-1".into(),
@@ -443,10 +445,10 @@ mod tests {
                 payload: vec![0; 30],
                 qos: QoS::AtMostOnce,
                 retain: false,
-                properties: Properties {
+                properties: Properties::from(PropertyValues {
                     user_properties: vec![("k".into(), "vv".into())],
-                    ..Properties::default()
-                },
+                    ..PropertyValues::default()
+                }),
             },
             delay: 0,
             asker: None,

@@ -25,7 +25,7 @@ pub use decode::{FixedHeader, decode, decode_connect, read_fixed_header};
 pub use encode::{encode, encode_publish_header};
 pub use error::{ConnectError, DecodeError};
 pub use packet::*;
-pub use properties::Properties;
+pub use properties::{Properties, PropertyValues};
 pub use topic::{has_wildcard, valid_topic_filter, valid_topic_name};
 
 #[cfg(test)]

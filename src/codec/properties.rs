@@ -5,11 +5,63 @@ use super::encode::wire;
 use super::error::DecodeError;
 use super::reader::Reader;
 
-/// The properties a packet carries. Which of them a packet may carry is checked by the
-/// decoder; a property it may not carry is Malformed (0x81), one sent twice is a
-/// Protocol Error (0x82).
+/// The properties a packet carries: a pointer, null while there are none. Most packets
+/// carry none, and every packet is moved a few times on its way through; inline, the
+/// values made every packet 368 bytes to copy and drop field by field.
+///
+/// Reads see [`PropertyValues::NONE`] when there are none; the first write through
+/// `DerefMut` allocates. A write that only takes something away belongs behind
+/// [`Properties::present_mut`], which allocates nothing.
+#[derive(Clone, Default)]
+pub struct Properties(Option<Box<PropertyValues>>);
+
+impl Properties {
+    /// The values to change, when there are any: for taking properties away.
+    pub fn present_mut(&mut self) -> Option<&mut PropertyValues> {
+        self.0.as_deref_mut()
+    }
+}
+
+impl From<PropertyValues> for Properties {
+    fn from(values: PropertyValues) -> Properties {
+        if values == PropertyValues::NONE {
+            return Properties(None);
+        }
+        Properties(Some(Box::new(values)))
+    }
+}
+
+impl std::ops::Deref for Properties {
+    type Target = PropertyValues;
+    fn deref(&self) -> &PropertyValues {
+        static NONE: PropertyValues = PropertyValues::NONE;
+        self.0.as_deref().unwrap_or(&NONE)
+    }
+}
+
+impl std::ops::DerefMut for Properties {
+    fn deref_mut(&mut self) -> &mut PropertyValues {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl PartialEq for Properties {
+    fn eq(&self, other: &Properties) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Properties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// Every property MQTT 5 defines, each absent until set. Which of them a packet may
+/// carry is checked by the decoder; a property it may not carry is Malformed (0x81),
+/// one sent twice is a Protocol Error (0x82).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Properties {
+pub struct PropertyValues {
     /// 0x01 Payload Format Indicator (byte, 0 or 1).
     pub payload_format_indicator: Option<u8>,
     /// 0x02 Message Expiry Interval (four-byte integer, seconds).
@@ -65,6 +117,39 @@ pub struct Properties {
     pub subscription_identifier_available: Option<u8>,
     /// 0x2A Shared Subscription Available (byte, 0 or 1).
     pub shared_subscription_available: Option<u8>,
+}
+
+impl PropertyValues {
+    /// No property at all.
+    pub const NONE: PropertyValues = PropertyValues {
+        payload_format_indicator: None,
+        message_expiry_interval: None,
+        content_type: None,
+        response_topic: None,
+        correlation_data: None,
+        subscription_identifiers: Vec::new(),
+        session_expiry_interval: None,
+        assigned_client_identifier: None,
+        server_keep_alive: None,
+        authentication_method: None,
+        authentication_data: None,
+        request_problem_information: None,
+        will_delay_interval: None,
+        request_response_information: None,
+        response_information: None,
+        server_reference: None,
+        reason_string: None,
+        receive_maximum: None,
+        topic_alias_maximum: None,
+        topic_alias: None,
+        maximum_qos: None,
+        retain_available: None,
+        user_properties: Vec::new(),
+        maximum_packet_size: None,
+        wildcard_subscription_available: None,
+        subscription_identifier_available: None,
+        shared_subscription_available: None,
+    };
 }
 
 /// The property identifiers MQTT 5 defines (section 2.2.2.2).
@@ -340,7 +425,7 @@ fn read_one(
     r: &mut Reader<'_>,
     pid: u8,
     allowed: Allowed,
-    p: &mut Properties,
+    p: &mut PropertyValues,
 ) -> Result<(), DecodeError> {
     use DecodeError::Protocol;
     match pid {
@@ -493,6 +578,10 @@ fn read_one(
 /// Writes a Property Length and every property `allowed` admits, in identifier order.
 /// A property the packet may not carry is left out rather than sent malformed.
 pub(crate) fn write(p: &Properties, allowed: Allowed, out: &mut Vec<u8>) {
+    if p.0.is_none() {
+        out.push(0); // a Property Length of 0
+        return;
+    }
     let start = out.len();
     let ok = |pid| allowed.permits(pid);
     let byte = |out: &mut Vec<u8>, pid: u8, v: Option<u8>| {

@@ -799,11 +799,11 @@ fn a_311_connect_encodes_byte_exact() {
 
 #[test]
 fn the_encoder_leaves_out_properties_the_packet_may_not_carry() {
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         topic_alias: Some(1),
         reason_string: Some("r".into()),
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     let mut out = Vec::new();
     encode(
         &Packet::PubAck(Ack {
@@ -852,7 +852,7 @@ fn an_overlong_string_is_cut_at_a_character_boundary() {
 
 #[test]
 fn a_publish_with_properties_round_trips() {
-    let properties = Properties {
+    let properties = Properties::from(PropertyValues {
         payload_format_indicator: Some(1),
         message_expiry_interval: Some(30),
         content_type: Some("text/plain".into()),
@@ -861,8 +861,8 @@ fn a_publish_with_properties_round_trips() {
         subscription_identifiers: vec![5, 268_435_455],
         topic_alias: Some(2),
         user_properties: vec![("a".into(), "b".into())],
-        ..Properties::default()
-    };
+        ..PropertyValues::default()
+    });
     let p = Packet::Publish(publish("t", QoS::ExactlyOnce, properties));
     assert_eq!(round_trip(&p, V5), p);
 }
@@ -909,4 +909,33 @@ fn the_fuzz_seed_streams_decode_whole() {
     let e =
         decode_connect(0x10, &include_bytes!("../../fuzz/seeds/codec/mqtt31")[2..]).unwrap_err();
     assert_eq!((e.protocol, e.error), (None, UnsupportedProtocol(3)));
+}
+
+#[test]
+fn a_packet_without_properties_is_small_to_move() {
+    // Every packet is moved a few times between the socket and its handler, and a
+    // routed message is held once per publish: properties are a pointer, null when none.
+    assert_eq!(size_of::<Properties>(), size_of::<usize>());
+    assert!(size_of::<Packet>() <= 64, "{}", size_of::<Packet>());
+    let mut none = Properties::default();
+    assert!(none.present_mut().is_none(), "taking away allocates nothing");
+    let mut emptied = Properties::from(PropertyValues {
+        reason_string: Some("x".into()),
+        ..PropertyValues::default()
+    });
+    emptied.reason_string = None;
+    assert_eq!(emptied, none, "no property at all, however it came to be");
+    assert_eq!(
+        Properties::from(PropertyValues::default()).present_mut(),
+        None,
+        "made from no values, nothing is allocated"
+    );
+    let (mut short, mut emptied_out) = (Vec::new(), Vec::new());
+    encode(&Packet::PubAck(Ack::new(7, 0x10)), V5, &mut short);
+    let ack = Ack {
+        properties: emptied,
+        ..Ack::new(7, 0x10)
+    };
+    encode(&Packet::PubAck(ack), V5, &mut emptied_out);
+    assert_eq!(emptied_out, short, "an emptied set is sent as none");
 }

@@ -30,8 +30,8 @@ use crate::broker::session::{Delivery, HeldQos2, Inflight, Message, Subscription
 use crate::broker::{Accepted, ConnLink, WillAtEnd, partition, topic};
 use crate::codec::reason;
 use crate::codec::{
-    self, Ack, ConnAck, Connect, DecodeError, Disconnect, Packet, Properties, ProtocolVersion,
-    Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
+    self, Ack, ConnAck, Connect, DecodeError, Disconnect, Packet, Properties, PropertyValues,
+    ProtocolVersion, Publish, QoS, SubAck, Subscribe, UnsubAck, Unsubscribe,
 };
 
 /// The SUBSCRIBE property asking to be told of deletions on latest channels.
@@ -272,12 +272,12 @@ async fn establish(
             .metrics
             .refuse_connection(connection_refusal_label(code));
         // What filled, for a Will there is no room for (B-461).
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             reason_string: e
                 .is_full()
                 .then(|| format!("the session store has no room for this Will: {e}")),
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         let ack = connack(protocol, false, code, properties);
         let bytes = encode_one(&Packet::ConnAck(ack), protocol);
         drop(slot);
@@ -1416,22 +1416,14 @@ impl Conn {
     }
 
     fn message_from(&self, publish: &Publish) -> Message {
-        let mut properties = publish.properties.clone();
-        properties.topic_alias = None;
-        properties.subscription_identifiers.clear();
-        crate::broker::records::strip_reserved(&mut properties.user_properties);
-        let expires_at = properties
-            .message_expiry_interval
-            .map(|s| Instant::now() + Duration::from_secs(u64::from(s)));
-        Message {
-            topic: publish.topic.clone(),
-            payload: publish.payload.clone(),
-            qos: publish.qos,
-            retain: publish.retain,
-            properties,
-            publisher: self.client_id.clone(),
-            expires_at,
-        }
+        Message::published(
+            publish.topic.clone(),
+            publish.payload.clone(),
+            (publish.qos, publish.retain),
+            publish.properties.clone(),
+            self.client_id.clone(),
+            Instant::now(),
+        )
     }
 
     /// Holds a QoS 2 publish on the session until its PUBREL, in memory, or says it
@@ -1747,10 +1739,10 @@ impl Conn {
             }
             retained.clear();
         }
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             reason_string: self.suback_reason.take().filter(|_| self.problem_info),
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         let ack = SubAck {
             packet_id: subscribe.packet_id,
             properties,
@@ -2022,12 +2014,12 @@ impl Conn {
                 .iter()
                 .map(|_| reason::IMPLEMENTATION_SPECIFIC_ERROR)
                 .collect();
-            let properties = Properties {
+            let properties = Properties::from(PropertyValues {
                 reason_string: self
                     .problem_info
                     .then(|| "the session could not be stored; it keeps these filters".into()),
-                ..Properties::default()
-            };
+                ..PropertyValues::default()
+            });
             let ack = UnsubAck {
                 packet_id: unsubscribe.packet_id,
                 properties,
@@ -2237,19 +2229,10 @@ pub(crate) fn publish_packet(
     protocol: ProtocolVersion,
 ) -> Publish {
     let message = &delivery.message;
-    let mut properties = match protocol {
-        ProtocolVersion::V5 => message.properties.clone(),
+    let properties = match protocol {
+        ProtocolVersion::V5 => delivered_properties(delivery, now),
         ProtocolVersion::V311 => Properties::default(),
     };
-    properties
-        .subscription_identifiers
-        .clone_from(&delivery.identifiers);
-    properties.message_expiry_interval = message.expires_at.and_then(|at| {
-        let left = at.saturating_duration_since(now);
-        // Rounded up, so a message is never sent with less time than it has.
-        let secs = left.as_millis().div_ceil(1000);
-        (secs > 0).then(|| u32::try_from(secs).unwrap_or(u32::MAX))
-    });
     Publish {
         dup,
         qos: delivery.qos,
@@ -2259,6 +2242,28 @@ pub(crate) fn publish_packet(
         properties,
         payload: message.payload.clone(),
     }
+}
+
+/// The publisher's properties as one subscriber gets them: its Subscription
+/// Identifiers, and the Message Expiry Interval that is left (MQTT 5 3.3.2.3.3).
+fn delivered_properties(delivery: &Delivery, now: Instant) -> Properties {
+    let mut properties = delivery.message.properties.clone();
+    let expiry = delivery.message.expires_at.and_then(|at| {
+        let left = at.saturating_duration_since(now);
+        // Rounded up, so a message is never sent with less time than it has.
+        let secs = left.as_millis().div_ceil(1000);
+        (secs > 0).then(|| u32::try_from(secs).unwrap_or(u32::MAX))
+    });
+    // Written only when there is something to write: the first write allocates.
+    if expiry.is_some() || properties.message_expiry_interval.is_some() {
+        properties.message_expiry_interval = expiry;
+    }
+    if !delivery.identifiers.is_empty() || !properties.subscription_identifiers.is_empty() {
+        properties
+            .subscription_identifiers
+            .clone_from(&delivery.identifiers);
+    }
+    properties
 }
 
 /// The Reason String sent beside a refusal, when the client asked for them.

@@ -10,7 +10,7 @@ use super::Conn;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::records::{self, now_ms};
 use crate::broker::topic;
-use crate::codec::{Packet, Properties, ProtocolVersion, Publish, QoS, reason};
+use crate::codec::{Packet, Properties, PropertyValues, ProtocolVersion, Publish, QoS, reason};
 use crate::storage::{Record, RecordState, WindowRequest};
 
 /// The point-read topic.
@@ -109,10 +109,10 @@ impl Conn {
             }
             None => "no-such-client",
         };
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             correlation_data: publish.properties.correlation_data.clone(),
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         (
             reason::SUCCESS,
             Some(answer(
@@ -160,10 +160,10 @@ impl Conn {
                 Some(answer.to_string())
             })
         };
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             correlation_data: publish.properties.correlation_data.clone(),
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         let payload: Arc<[u8]> = Arc::from(body.unwrap_or_default().as_bytes());
         (
             reason::SUCCESS,
@@ -217,10 +217,10 @@ impl Conn {
                 answer(&response_topic, message.payload.clone(), properties)
             }
             None => {
-                let properties = Properties {
+                let properties = Properties::from(PropertyValues {
                     correlation_data: correlation,
-                    ..Properties::default()
-                };
+                    ..PropertyValues::default()
+                });
                 answer(&response_topic, Arc::from(&b""[..]), properties)
             }
         };
@@ -318,10 +318,10 @@ impl Conn {
             (Some(topic), ProtocolVersion::V5) => topic.clone(),
             _ => format!("$saguin/consumer/{channel}/seek/reply"),
         };
-        let properties = Properties {
+        let properties = Properties::from(PropertyValues {
             correlation_data: publish.properties.correlation_data.clone(),
-            ..Properties::default()
-        };
+            ..PropertyValues::default()
+        });
         (
             reason::SUCCESS,
             Some(answer(
