@@ -918,7 +918,10 @@ fn a_packet_without_properties_is_small_to_move() {
     assert_eq!(size_of::<Properties>(), size_of::<usize>());
     assert!(size_of::<Packet>() <= 64, "{}", size_of::<Packet>());
     let mut none = Properties::default();
-    assert!(none.present_mut().is_none(), "taking away allocates nothing");
+    assert!(
+        none.present_mut().is_none(),
+        "taking away allocates nothing"
+    );
     let mut emptied = Properties::from(PropertyValues {
         reason_string: Some("x".into()),
         ..PropertyValues::default()

@@ -50,6 +50,14 @@ enum Waiting {
     Unsubscribe(Unsubscribe),
 }
 
+/// Whether a session reads channels, as its queue was written: only one that does
+/// is asked what to read next.
+#[derive(Clone, Copy, PartialEq)]
+enum Reading {
+    Nothing,
+    Channels,
+}
+
 /// Why a connection ends.
 #[derive(Debug)]
 enum End {
@@ -950,11 +958,17 @@ impl Conn {
                 // What was waited for is handled; a packet still arriving keeps it.
                 self.waited = false;
             }
-            if self.next_read().is_some() {
-                Box::pin(self.pump_channels()).await;
-            }
-            if let Err(end) = self.write_owed() {
-                return end;
+            match self.write_owed() {
+                // Only a session reading channels is asked what to read: the question
+                // looks the session up again.
+                Ok(Reading::Channels) if self.next_read().is_some() => {
+                    Box::pin(self.pump_channels()).await;
+                    if let Err(end) = self.write_owed() {
+                        return end;
+                    }
+                }
+                Ok(_) => {}
+                Err(end) => return end,
             }
             // Boxed: a write's state (slices, its timeout) is the largest this loop
             // awaits, and inline every idle connection would keep room for it. Only a
@@ -2066,28 +2080,33 @@ impl Conn {
     /// Moves what the session is owed into the write buffer, as far as the client's
     /// Receive Maximum and the session bound allow; with room left, what its shared
     /// groups hold for a member that can take it comes next (B-447).
-    fn write_owed(&mut self) -> Result<(), End> {
+    fn write_owed(&mut self) -> Result<Reading, End> {
         loop {
-            self.write_queued()?;
+            let reading = self.write_queued()?;
             let collected = self
                 .shared
                 .broker
                 .borrow_mut()
                 .collect_backlog(&self.client_id);
             if collected == 0 {
-                return Ok(());
+                return Ok(reading);
             }
         }
     }
 
     /// Moves the session's queue into the write buffer, as far as the client's
     /// Receive Maximum and the session bound allow.
-    fn write_queued(&mut self) -> Result<(), End> {
+    fn write_queued(&mut self) -> Result<Reading, End> {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some((session, metrics)) = broker.session_and_metrics(&self.client_id, self.link.id)
         else {
-            return Ok(());
+            return Ok(Reading::Nothing);
+        };
+        let reading = if session.cursors.is_empty() {
+            Reading::Nothing
+        } else {
+            Reading::Channels
         };
         let now = Instant::now();
         let max_packet = session.max_packet_size as usize;
@@ -2159,7 +2178,7 @@ impl Conn {
                 }
             }
         }
-        Ok(())
+        Ok(reading)
     }
 
     /// Ends the connection: the last packet, the Will, the session's fate.
