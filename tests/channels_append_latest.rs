@@ -626,8 +626,18 @@ channels:
             false,
         );
     }
-    // The age sweep runs every second; the three go a second after they were written.
-    std::thread::sleep(Duration::from_millis(3000));
+    // The age sweep runs every second; the three go a second after they were written
+    // (acknowledged, so stored). Waited for rather than slept on: under emulation on
+    // a busy machine a sweep can come seconds late. All four go, "read" included.
+    let mut removed = 0;
+    while removed < 4 {
+        let line = broker.wait_log("age sweep removed");
+        let count = line
+            .split("removed ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<u32>().ok());
+        removed += count.unwrap_or_else(|| panic!("a count in {line}"));
+    }
     let (mut reader, ack) = Raw::handshake(broker.addr, c);
     assert!(ack.session_present);
     publisher.publish("short/a", b"after", QoS::AtLeastOnce, false);
