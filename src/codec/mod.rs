@@ -10,7 +10,8 @@
 //! the broker answers with: Malformed 0x81, Protocol 0x82, or a closed connection.
 //!
 //! Architecture invariant: the codec never allocates more than the declared remaining
-//! length of the packet it reads, and never panics on any input.
+//! length of the packet it reads (and one fixed-size set of property values, when the
+//! packet carries any), and never panics on any input.
 
 mod decode;
 mod encode;
