@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -145,6 +145,36 @@ fn a_flood_past_max_connections_is_told_server_busy_and_the_admitted_keep_workin
     );
     drop(flood);
     admitted.truncate(1);
+}
+
+/// B-052: a socket past the limit that sends a CONNECT's first byte and then no
+/// readable length, without end, is closed; it cannot keep the refusal reading.
+#[test]
+fn a_socket_past_max_connections_streaming_an_unreadable_connect_is_closed() {
+    let broker = Broker::start("  limits:\n    max_connections: 1\n");
+    let mut admitted = Raw::connected(broker.addr, V5, "in");
+    let mut hostile = TcpStream::connect(broker.addr).expect("connect");
+    hostile
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let junk = [0xFF; 4096];
+    let mut closed = false;
+    // 0x10 and a Remaining Length that never ends: at most 64 MiB are offered.
+    let _ = hostile.write_all(&[0x10]);
+    for _ in 0..16 * 1024 {
+        if hostile.write_all(&junk).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    assert!(
+        closed,
+        "the broker kept reading 64 MiB of an unreadable CONNECT"
+    );
+    assert_eq!(
+        admitted.publish("still", b"up", QoS::AtLeastOnce, false),
+        Some(0)
+    );
 }
 
 #[test]

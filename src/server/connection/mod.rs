@@ -52,7 +52,7 @@ enum Waiting {
 
 /// Whether a session reads channels, as its queue was written: only one that does
 /// is asked what to read next.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Reading {
     Nothing,
     Channels,
@@ -421,6 +421,11 @@ pub(crate) async fn refuse_busy(
         }
         if let Some(level) = connect_level(head) {
             break level;
+        }
+        if head.len() == 16 {
+            // A CONNECT's level is within its first 12 bytes: this is not one, and
+            // reading on would let a sender keep this task reading past the deadline.
+            return;
         }
         // What is already in the socket first: a task that first runs past the
         // deadline would otherwise see the timer win and reset an unread CONNECT.
