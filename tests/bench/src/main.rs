@@ -6,20 +6,24 @@
 //!
 //! ```text
 //! saguin-bench --target saguin=127.0.0.1:18830,PID --target mosquitto=127.0.0.1:18831,PID
-//!              [--duration 3] [--latency-secs 2] [--idle 1000] [--rounds 1] [--jobs 3000] [--only SUBSTR] [--out FILE]
+//!              [--duration 3] [--latency-secs 4] [--idle 1000] [--rounds 1] [--jobs 3000] [--only SUBSTR] [--out FILE]
 //! ```
 //!
 //! Each scenario has two phases on the same connections:
 //! * latency: publishers paced well below saturation; every delivery's one-way
 //!   latency (the send time travels in the payload; both ends are this process)
-//!   gives p50 / p99;
+//!   gives p50 / p99. The two brokers' latency phases run at the same time, one's
+//!   publishes half a period after the other's, so that a moment of a noisy machine
+//!   falls on both alike (run one after the other, a burst of steal landed on one
+//!   broker's phase and moved p99 by 10x between rounds);
 //! * throughput: publishers send as fast as the broker takes it, with at most a
 //!   window of messages ahead of the subscribers (so neither broker is pushed
 //!   into dropping by its queue bounds), for `--duration` seconds; the result is
 //!   deliveries per second, summed over subscribers.
 //!
 //! With `--rounds N` every scenario runs N times per broker, the order of the two
-//! brokers alternating, and each figure is the median of its N values.
+//! brokers (which connects and floods first, which paces first) alternating, and
+//! each figure is the median of its N values.
 //!
 //! Broker RSS is sampled from /proc/PID/status every 50 ms; the peak per
 //! scenario is reported, and once idle and with `--idle` idle connections.
@@ -447,7 +451,8 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
 }
 
 enum Mode {
-    Paced { per_s: f64, until: Instant },
+    /// `per_s` publishes a second, the first at `first`.
+    Paced { per_s: f64, first: Instant, until: Instant },
     Flood { until: Instant, window: u64 },
 }
 
@@ -485,15 +490,14 @@ async fn publisher(
     let mut pid: u16 = 0;
     let mut n: u64 = 0;
     let subs = sc.subs as u64;
-    let start = Instant::now();
     loop {
         let now = Instant::now();
         match mode {
-            Mode::Paced { per_s, until } => {
+            Mode::Paced { per_s, first, until } => {
                 if now >= until {
                     break;
                 }
-                let due = start + Duration::from_secs_f64(n as f64 / per_s);
+                let due = first + Duration::from_secs_f64(n as f64 / per_s);
                 if due > now {
                     sleep_until(due.into()).await;
                 }
@@ -599,59 +603,60 @@ async fn drain(sh: &Shared, subs: u64) -> Instant {
     }
 }
 
-async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io::Result<Outcome> {
+/// One target's connections for a scenario: subscribed, with idle publishers for
+/// each phase.
+struct Stage {
+    sh: Arc<Shared>,
+    peak: Arc<AtomicU64>,
+    sampling: Arc<AtomicBool>,
+    subscribers: Vec<tokio::task::JoinHandle<io::Result<Sub>>>,
+    pacers: Vec<(Rd, Wr)>,
+    flooders: Vec<(Rd, Wr)>,
+}
+
+async fn stage(t: &Target, sc: &Scenario, tag: usize) -> io::Result<Stage> {
+    let (peak, sampling) = rss_sampler(t.pid);
     let sh = Arc::new(Shared::default());
-    let peak = Arc::new(AtomicU64::new(0));
-    let sampling = Arc::new(AtomicBool::new(true));
-    if let Some(pid) = t.pid {
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        tokio::spawn(async move {
-            while sampling.load(Relaxed) {
-                if let Some(r) = rss_kib(pid) {
-                    peak.fetch_max(r, Relaxed);
-                }
-                sleep(Duration::from_millis(50)).await;
-            }
-        });
-    }
-    let topic = sc.topic.clone();
-    let mut sub_tasks = Vec::new();
+    let mut subscribers = Vec::new();
     for i in 0..sc.subs {
         let (mut rd, mut w) = connect(&t.addr, &format!("sb{tag}-s{i}"), KEEPALIVE).await?;
-        subscribe(&mut rd, &mut w, &topic, sc.qos).await?;
-        sub_tasks.push(tokio::spawn(subscriber(rd, w, sh.clone())));
+        subscribe(&mut rd, &mut w, &sc.topic, sc.qos).await?;
+        subscribers.push(tokio::spawn(subscriber(rd, w, sh.clone())));
     }
-    let mut pubs = Vec::new();
+    let (mut pacers, mut flooders) = (Vec::new(), Vec::new());
     for i in 0..sc.pubs {
-        pubs.push(connect(&t.addr, &format!("sb{tag}-p{i}"), KEEPALIVE).await?);
+        pacers.push(connect(&t.addr, &format!("sb{tag}-l{i}"), KEEPALIVE).await?);
+        flooders.push(connect(&t.addr, &format!("sb{tag}-p{i}"), KEEPALIVE).await?);
     }
-    sleep(Duration::from_millis(200)).await; // let subscriptions settle
+    Ok(Stage { sh, peak, sampling, subscribers, pacers, flooders })
+}
 
-    // Phase 1, latency: paced publishes.
-    let sems: Vec<_> = (0..sc.pubs).map(|_| Arc::new(Semaphore::new(32))).collect();
-    let until = Instant::now() + Duration::from_secs_f64(cfg.latency_secs);
+/// Phase 1, latency: `sc.paced_rate` publishes a second in all, each publisher's
+/// first due at `first`, until `until`; then waits for their deliveries.
+async fn paced(st: &mut Stage, sc: &Scenario, first: Instant, until: Instant) -> io::Result<()> {
     let mut handles = Vec::new();
-    // Phase 1 uses publisher connections of its own; phase 2 the ones made above,
-    // which stayed idle until now.
-    for i in 0..sc.pubs {
-        let (rd, w) = connect(&t.addr, &format!("sb{tag}-l{i}"), KEEPALIVE).await?;
-        let mode = Mode::Paced { per_s: sc.paced_rate / sc.pubs as f64, until };
-        handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, sems[i].clone())));
+    for (rd, w) in st.pacers.drain(..) {
+        let mode = Mode::Paced { per_s: sc.paced_rate / sc.pubs as f64, first, until };
+        handles.push(tokio::spawn(publisher(rd, w, st.sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
     }
     for h in handles {
         h.await.unwrap()?;
     }
-    drain(&sh, sc.subs as u64).await;
-    let conns = pubs;
+    drain(&st.sh, sc.subs as u64).await;
+    Ok(())
+}
 
-    // Phase 2, throughput.
+/// Phase 2, throughput, on the publishers that stayed idle until now; then the
+/// scenario's figures.
+async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> {
+    let Stage { sh, peak, sampling, subscribers, flooders, .. } = st;
     let d0 = sh.delivered.load(Relaxed);
     let s0 = sh.sent.load(Relaxed);
     let window = ((256 * 1024) / sc.payload.max(1)).clamp(16, 500) as u64;
     let t0 = Instant::now();
     let until = t0 + Duration::from_secs_f64(cfg.duration);
     let mut handles = Vec::new();
-    for (rd, w) in conns {
+    for (rd, w) in flooders {
         let mode = Mode::Flood { until, window };
         handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
     }
@@ -662,7 +667,7 @@ async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io
     let last = drain(&sh, sc.subs as u64).await;
     sh.stop_subs.store(true, Relaxed);
     let mut lat = Vec::new();
-    for s in sub_tasks {
+    for s in subscribers {
         let s = s.await.unwrap()?;
         lat.extend(s.lat_ns);
     }
@@ -680,9 +685,64 @@ async fn run_scenario(t: &Target, sc: &Scenario, cfg: &Config, tag: usize) -> io
         lost_pct: if expected > 0 { 100.0 * (expected.saturating_sub(delivered)) as f64 / expected as f64 } else { 0.0 },
         p50_us: percentile(&lat, 0.50),
         p99_us: percentile(&lat, 0.99),
-        peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
+        peak_rss_kib: Some(peak.load(Relaxed)).filter(|&k| k > 0),
         error: None,
     })
+}
+
+/// `paced` on a target that is staged, within `limit` beyond its phase.
+async fn pace(st: Option<&mut Stage>, sc: &Scenario, first: Instant, until: Instant, limit: Duration) -> io::Result<()> {
+    let Some(st) = st else { return Ok(()) };
+    match timeout(limit + (until - first), paced(st, sc, first, until)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::other("timed out in the latency phase")),
+    }
+}
+
+/// One round of a scenario on both targets, `order` first. The latency phases run
+/// at once, the second target's publishes half a period after the first's, so that
+/// both brokers meet the same moments of the machine (a noisy neighbour, a stolen
+/// core) and p50 / p99 compare like with like; the throughput phases run one after
+/// the other.
+async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) -> [Outcome; 2] {
+    let failed = |e: String| Outcome { error: Some(e), ..Default::default() };
+    let limit = Duration::from_secs(30);
+    let mut staged: [Option<Stage>; 2] = [None, None];
+    let mut out: [Outcome; 2] = Default::default();
+    for ti in order {
+        *tag += 1;
+        match timeout(limit, stage(&cfg.targets[ti], sc, *tag)).await {
+            Ok(Ok(st)) => staged[ti] = Some(st),
+            Ok(Err(e)) => out[ti] = failed(e.to_string()),
+            Err(_) => out[ti] = failed("timed out connecting".into()),
+        }
+    }
+    sleep(Duration::from_millis(200)).await; // let subscriptions settle
+    let period = Duration::from_secs_f64(sc.pubs as f64 / sc.paced_rate);
+    let first = Instant::now() + Duration::from_millis(20);
+    let until = first + Duration::from_secs_f64(cfg.latency_secs);
+    let shifts = if order[0] == 0 { [Duration::ZERO, period / 2] } else { [period / 2, Duration::ZERO] };
+    let [a, b] = &mut staged;
+    let (ra, rb) = tokio::join!(
+        pace(a.as_mut(), sc, first + shifts[0], until + shifts[0], limit),
+        pace(b.as_mut(), sc, first + shifts[1], until + shifts[1], limit)
+    );
+    for (ti, r) in [(0, ra), (1, rb)] {
+        if let Err(e) = r {
+            staged[ti] = None;
+            out[ti] = failed(e.to_string());
+        }
+    }
+    for ti in order {
+        let Some(st) = staged[ti].take() else { continue };
+        out[ti] = match timeout(limit + Duration::from_secs_f64(cfg.duration), flooded(st, sc, cfg)).await {
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => failed(e.to_string()),
+            Err(_) => failed("timed out in the throughput phase".into()),
+        };
+        sleep(Duration::from_millis(300)).await;
+    }
+    out
 }
 
 // ---------------------------------------------------------------- channels (Sagüin only)
@@ -1068,7 +1128,7 @@ fn usage() -> ! {
 }
 
 fn parse_args() -> Config {
-    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 2.0, idle: 1000, rounds: 1, jobs: 3000, only: None, out: None };
+    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 4.0, idle: 1000, rounds: 1, jobs: 3000, only: None, out: None };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
         let mut v = || a.next().unwrap_or_else(|| usage());
@@ -1107,7 +1167,11 @@ fn scenarios() -> Vec<Scenario> {
     let mut v = Vec::new();
     for qos in [0u8, 1] {
         for (payload, plabel) in [(128usize, "128B"), (16 * 1024, "16KiB")] {
-            for (pubs, subs, shape, rate) in [(1, 1, "1to1", 1000.0), (8, 1, "8to1", 1000.0), (1, 100, "1to100", 100.0)] {
+            // Paced rates per target: the two targets' latency phases run at once, so
+            // 1to1 and 8to1 are 1,000 publishes a second in all; each target's period
+            // (publishers / rate) is a whole even number of milliseconds, so that the
+            // halves tokio's 1 ms timer can tell apart interleave them.
+            for (pubs, subs, shape, rate) in [(1, 1, "1to1", 500.0), (8, 1, "8to1", 500.0), (1, 100, "1to100", 100.0)] {
                 v.push(Scenario {
                     name: format!("qos{qos}-{shape}-{plabel}"),
                     qos,
@@ -1170,8 +1234,8 @@ async fn main() {
     let mut md = String::new();
     md.push_str(&format!(
         "Ratios are {} / {}; each figure is the median of {} round(s). Throughput: deliveries/s summed over subscribers, publishers at most a window ahead \
-         ({}s). Latency: one-way publish→delivery at a paced rate (1,000 msgs/s in all for 1to1 and 8to1, 100 msgs/s \
-         for 1to100; {}s). RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY. \
+         ({}s). Latency: one-way publish→delivery at a paced rate (500 msgs/s a broker for 1to1 and 8to1, 100 msgs/s \
+         for 1to100; {}s), both brokers at once, one's publishes half a period after the other's. RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY. \
          Channel rows (Sagüin only): append = QoS 1 publishers, 32 unacknowledged each, into an append channel on sqlite \
          ({}s), then one new QoS 1 subscriber replayed all of it; queue = {} jobs stored, then MQTT 5 workers answer `ack` \
          and PUBACK each offer, from SUBSCRIBE to the last answer; the lost column there is unacknowledged or undelivered %.\n\n",
@@ -1194,25 +1258,14 @@ async fn main() {
             continue;
         }
         let mut runs: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
-        for round in 0..cfg.rounds {
-            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-            for ti in order {
-                let t = &cfg.targets[ti];
-                tag += 1;
-                let o = match timeout(
-                    Duration::from_secs_f64(cfg.duration + cfg.latency_secs + 60.0),
-                    run_scenario(t, sc, &cfg, tag),
-                )
-                .await
-                {
-                    Ok(Ok(o)) => o,
-                    Ok(Err(e)) => Outcome { error: Some(e.to_string()), ..Default::default() },
-                    Err(_) => Outcome { error: Some("timed out".into()), ..Default::default() },
-                };
+        for r in 0..cfg.rounds {
+            let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
+            let outcomes = round(&cfg, sc, order, &mut tag).await;
+            for (ti, o) in outcomes.into_iter().enumerate() {
                 eprintln!(
                     "{:<22} {:<12} {:>10.0} deliveries/s  {:>9.0} publishes/s  lost {:>5.2}%  p50 {:>8.1} µs  p99 {:>8.1} µs  peak RSS {:>6.1} MiB{}",
                     sc.name,
-                    t.name,
+                    cfg.targets[ti].name,
                     o.deliveries_per_s,
                     o.publishes_per_s,
                     o.lost_pct,
@@ -1222,7 +1275,6 @@ async fn main() {
                     o.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
                 );
                 runs[ti].push(o);
-                sleep(Duration::from_millis(300)).await;
             }
         }
         let pair = [median(&runs[0]), median(&runs[1])];
