@@ -250,7 +250,7 @@ fn a_queue_is_consumed_only_with_consume_b282() {
 
 fn verb(raw: &mut Raw, topic: &str, payload: &[u8]) -> u8 {
     let mut p = publish(topic, payload, QoS::AtLeastOnce, false);
-    p.properties.response_topic = Some("me/answer".into());
+    p.properties.edit().response_topic = Some("me/answer".into());
     raw.publish_packet(p).expect("QoS 1 is acknowledged")
 }
 
@@ -409,7 +409,7 @@ fn a_denied_persistent_session_ends_with_the_connection_b309() {
     let broker = start("deny-persistent", &features_acl("persistent"));
     let mut c = login(V5, "alice-p", "alice");
     c.clean_start = false;
-    c.properties.session_expiry_interval = Some(3600);
+    c.properties.edit().session_expiry_interval = Some(3600);
     let (raw, ack) = Raw::handshake(broker.addr, c.clone());
     assert_eq!(ack.code, 0);
     assert_eq!(ack.properties.session_expiry_interval, Some(0));
@@ -766,7 +766,7 @@ fn start_kept(dir: PathBuf) -> Broker {
 fn persistent_login(client_id: &str, user: &str, expiry: u32) -> saguin::codec::Connect {
     let mut c = login(V5, client_id, user);
     c.clean_start = false;
-    c.properties.session_expiry_interval = Some(expiry);
+    c.properties.edit().session_expiry_interval = Some(expiry);
     c
 }
 

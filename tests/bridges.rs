@@ -93,7 +93,7 @@ impl Drop for Mosquitto {
 /// A client that keeps its session (Clean Start 0, a day's expiry).
 fn persistent(addr: SocketAddr, client_id: &str) -> Raw {
     let mut c = common::connect(V5, client_id, false);
-    c.properties.session_expiry_interval = Some(86_400);
+    c.properties.edit().session_expiry_interval = Some(86_400);
     let (raw, ack) = Raw::handshake(addr, c);
     assert_eq!(ack.code, 0, "CONNACK {ack:?}");
     raw
@@ -127,6 +127,7 @@ const SQLITE: &str = "broker:
 fn with_property(topic: &str, payload: &[u8], key: &str, value: &str) -> Publish {
     let mut p = common::publish(topic, payload, QoS::AtLeastOnce, false);
     p.properties
+        .edit()
         .user_properties
         .push((key.into(), value.into()));
     p
@@ -1409,7 +1410,7 @@ fn an_outbound_rule_cannot_be_hung_up() {
         QoS::AtLeastOnce,
         false,
     );
-    p.properties.response_topic = Some("ops/reply".into());
+    p.properties.edit().response_topic = Some("ops/reply".into());
     assert_eq!(operator.publish_packet(p), Some(0));
     assert_eq!(&*operator.recv_publish().payload, b"no-such-client");
     assert_eq!(

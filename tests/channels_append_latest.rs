@@ -57,7 +57,7 @@ fn a_publishers_saguin_id_is_kept_and_other_saguin_properties_dropped() {
     let broker = start();
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
     let mut p = common::publish("events/id", b"x", QoS::AtLeastOnce, false);
-    p.properties.user_properties = vec![
+    p.properties.edit().user_properties = vec![
         ("saguin-id".into(), "mine-1".into()),
         ("saguin-offset".into(), "999".into()),
         ("app".into(), "kept".into()),
@@ -97,7 +97,7 @@ fn a_durable_consumer_resumes_where_it_acknowledged_across_a_reconnect() {
     publisher.publish("events/1", b"1", QoS::AtLeastOnce, false);
     publisher.publish("events/2", b"2", QoS::AtLeastOnce, false);
     let mut c = connect(V5, "durable", false);
-    c.properties.session_expiry_interval = Some(600);
+    c.properties.edit().session_expiry_interval = Some(600);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     reader.subscribe("events/#", opts(QoS::AtLeastOnce));
     assert_eq!(&*reader.recv_publish().payload, b"1");
@@ -146,7 +146,7 @@ fn clean_start_discards_a_stored_position() {
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
     publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
     let mut c = connect(V5, "forgetful", false);
-    c.properties.session_expiry_interval = Some(600);
+    c.properties.edit().session_expiry_interval = Some(600);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     reader.subscribe("events/#", opts(QoS::AtLeastOnce));
     assert_eq!(&*reader.recv_publish().payload, b"x");
@@ -170,7 +170,7 @@ fn a_consumer_whose_session_lapsed_starts_again_at_the_floor_a079() {
     publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
     for (id, ending) in [("expires", None), ("ends-it", Some(0))] {
         let mut c = connect(V5, id, false);
-        c.properties.session_expiry_interval = Some(1);
+        c.properties.edit().session_expiry_interval = Some(1);
         let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
         reader.subscribe("events/#", opts(QoS::AtLeastOnce));
         let got = reader.recv_publish();
@@ -178,7 +178,7 @@ fn a_consumer_whose_session_lapsed_starts_again_at_the_floor_a079() {
         reader.puback(&got);
         // A session of 1 s that expires, or a DISCONNECT that ends it at once.
         let mut disconnect = Disconnect::new(0);
-        disconnect.properties.session_expiry_interval = ending;
+        disconnect.properties.edit().session_expiry_interval = ending;
         reader.send(&Packet::Disconnect(disconnect));
         std::thread::sleep(Duration::from_millis(2500));
         let (mut reader, ack) = Raw::handshake(broker.addr, c);
@@ -260,7 +260,7 @@ fn every_subscribe_to_a_latest_channel_is_shown_its_current_state_a083_a065() {
     // A durable consumer subscribing again from a stored position: the state below
     // it as current state, and what changed since as it is.
     let mut c = connect(V5, "durable-dashboard", false);
-    c.properties.session_expiry_interval = Some(600);
+    c.properties.edit().session_expiry_interval = Some(600);
     let (mut dash, _) = Raw::handshake(broker.addr, c.clone());
     dash.subscribe("state/#", opts(QoS::AtLeastOnce));
     for p in [dash.recv_publish(), dash.recv_publish()] {
@@ -377,8 +377,8 @@ fn resume_after_restart_mid_read(prefix: &str) {
     // Receive Maximum 1: one record on the wire at a time, so after two
     // acknowledgements exactly two are unread.
     let mut c = connect(V5, "mid-read", false);
-    c.properties.session_expiry_interval = Some(3600);
-    c.properties.receive_maximum = Some(1);
+    c.properties.edit().session_expiry_interval = Some(3600);
+    c.properties.edit().receive_maximum = Some(1);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     reader.subscribe(&format!("{prefix}/#"), opts(QoS::AtLeastOnce));
     assert_eq!(&*reader.recv_publish().payload, b"0");
@@ -412,7 +412,7 @@ fn positions_are_written_within_ack_commit_interval_of_an_idle_consumer_b457() {
         publisher.publish(&topic, format!("{i}").as_bytes(), QoS::AtLeastOnce, false);
     }
     let mut c = connect(V5, "idle-reader", false);
-    c.properties.session_expiry_interval = Some(3600);
+    c.properties.edit().session_expiry_interval = Some(3600);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     reader.subscribe("events/#", opts(QoS::AtLeastOnce));
     for _ in 0..6 {
@@ -487,7 +487,7 @@ fn a_reconnecting_durable_latest_consumer_is_sent_only_what_changed() {
     publisher.publish("state/a", b"a1", QoS::AtLeastOnce, false);
     publisher.publish("state/b", b"b1", QoS::AtLeastOnce, false);
     let mut c = connect(V5, "dashboard", false);
-    c.properties.session_expiry_interval = Some(600);
+    c.properties.edit().session_expiry_interval = Some(600);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     reader.subscribe("state/#", opts(QoS::AtLeastOnce));
     reader.recv_publish();
@@ -611,7 +611,7 @@ channels:
     let ops = broker.ops_addr();
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
     let mut c = connect(V5, "away", false);
-    c.properties.session_expiry_interval = Some(600);
+    c.properties.edit().session_expiry_interval = Some(600);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     reader.subscribe("short/#", opts(QoS::AtLeastOnce));
     publisher.publish("short/a", b"read", QoS::AtLeastOnce, false);
@@ -673,7 +673,7 @@ fn a_resumed_session_is_told_of_deletions_only_once_it_asks_again_g19() {
         })
     };
     let mut c = connect(V5, "resumes", false);
-    c.properties.session_expiry_interval = Some(600);
+    c.properties.edit().session_expiry_interval = Some(600);
     let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
     assert_eq!(
         reader.subscribe_with("state/#", opts(QoS::AtLeastOnce), asking()),

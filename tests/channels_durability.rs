@@ -122,7 +122,7 @@ fn retained_broadcast_values_survive_a_restart_and_a_deletion_stays_deleted() {
     let broker = Broker::start_in(dir, CHANNELS);
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
     let mut p = common::publish("plain/kept", b"value", QoS::AtLeastOnce, true);
-    p.properties.content_type = Some("text/plain".into());
+    p.properties.edit().content_type = Some("text/plain".into());
     assert_eq!(publisher.publish_packet(p), Some(0));
     assert_eq!(
         publisher.publish("plain/gone", b"x", QoS::AtLeastOnce, true),

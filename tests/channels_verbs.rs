@@ -14,8 +14,8 @@ use saguin::codec::{
 
 fn get(key: &str, response: Option<&str>) -> Publish {
     let mut p = common::publish("$saguin/kv/get", key.as_bytes(), QoS::AtLeastOnce, false);
-    p.properties.response_topic = response.map(str::to_string);
-    p.properties.correlation_data = Some(b"ask-1".to_vec());
+    p.properties.edit().response_topic = response.map(str::to_string);
+    p.properties.edit().correlation_data = Some(b"ask-1".to_vec());
     p
 }
 
@@ -64,7 +64,7 @@ fn a_point_read_without_correlation_data_is_answered_with_the_key_as_its_correla
     let broker = start();
     let mut asker = Raw::connected(broker.addr, V5, "asker");
     let mut request = get("state/never", Some("replies/me"));
-    request.properties.correlation_data = None;
+    request.properties.edit().correlation_data = None;
     assert_eq!(asker.publish_packet(request), Some(0));
     let reply = asker.recv_publish();
     assert_eq!(
@@ -188,8 +188,8 @@ fn a_seek_to_an_offset_replays_from_there_and_answers_on_the_response_topic() {
         QoS::AtLeastOnce,
         false,
     );
-    seek.properties.response_topic = Some("me/seek".into());
-    seek.properties.correlation_data = Some(b"s1".to_vec());
+    seek.properties.edit().response_topic = Some("me/seek".into());
+    seek.properties.edit().correlation_data = Some(b"s1".to_vec());
     reader.send(&Packet::Publish(seek));
     // The PUBACK, the answer, then the replay from offset 2.
     let mut saw_ack = false;
@@ -302,8 +302,8 @@ fn ask_catalogue(asker: &mut Raw, name: &str) -> (Option<u8>, Option<Publish>) {
         QoS::AtLeastOnce,
         false,
     );
-    p.properties.response_topic = Some("me/catalogue".into());
-    p.properties.correlation_data = Some(b"c1".to_vec());
+    p.properties.edit().response_topic = Some("me/catalogue".into());
+    p.properties.edit().correlation_data = Some(b"c1".to_vec());
     let code = asker.publish_packet(p);
     let reply = (code == Some(0)).then(|| asker.recv_publish());
     (code, reply)

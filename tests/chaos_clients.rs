@@ -19,8 +19,8 @@ mod mutate;
 use common::{Raw, opts, start_with_channels};
 use mutate::Rng;
 use saguin::codec::{
-    self, Ack, Auth, Connect, Disconnect, Packet, Properties, ProtocolVersion, Publish, QoS,
-    RetainHandling, Subscribe, SubscriptionOptions, Unsubscribe, Will,
+    self, Ack, Auth, Connect, Disconnect, Packet, Properties, PropertyValues, ProtocolVersion,
+    Publish, QoS, RetainHandling, Subscribe, SubscriptionOptions, Unsubscribe, Will,
 };
 
 const TOPICS: &[&str] = &[
@@ -120,7 +120,7 @@ fn small(rng: &mut Rng, values: &[u32]) -> u32 {
 /// MQTT 5 properties: mostly none or ordinary ones, so a run goes deep before
 /// anything ends it; one time in `odd_one_in`, edge values that refuse or close.
 fn properties(rng: &mut Rng, odd_one_in: usize) -> Properties {
-    let mut p = Properties::default();
+    let mut p = PropertyValues::default();
     if rng.below(odd_one_in) == 0 {
         for _ in 0..=rng.below(3) {
             match rng.below(9) {
@@ -137,7 +137,7 @@ fn properties(rng: &mut Rng, odd_one_in: usize) -> Properties {
                 _ => p.session_expiry_interval = Some(u32::MAX),
             }
         }
-        return p;
+        return p.into();
     }
     for _ in 0..rng.below(3) {
         match rng.below(8) {
@@ -154,7 +154,7 @@ fn properties(rng: &mut Rng, odd_one_in: usize) -> Properties {
             _ => p.topic_alias_maximum = Some(small(rng, &[0, 10]) as u16),
         }
     }
-    p
+    p.into()
 }
 
 fn payload(rng: &mut Rng) -> Vec<u8> {
@@ -252,7 +252,7 @@ fn packet(rng: &mut Rng, protocol: ProtocolVersion) -> Packet {
         _ => {
             let mut d = Disconnect::new(small(rng, &[0, 4, 0x80, 0x8E]) as u8);
             if v5 {
-                d.properties.session_expiry_interval = (rng.below(2) == 0).then_some(0);
+                d.properties.edit().session_expiry_interval = (rng.below(2) == 0).then_some(0);
             }
             Packet::Disconnect(d)
         }

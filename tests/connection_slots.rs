@@ -129,7 +129,7 @@ fn a_refused_connect_gives_its_slot_back_before_the_connack() {
     let broker = Broker::start(ONE_SLOT);
     for round in 0..5 {
         let mut bad = connect(ProtocolVersion::V5, &format!("bad{round}"), true);
-        bad.properties.authentication_method = Some("SCRAM-SHA-1".into());
+        bad.properties.edit().authentication_method = Some("SCRAM-SHA-1".into());
         let (_, ack) = Raw::handshake(broker.addr, bad);
         assert_eq!(ack.code, 0x8C, "Bad authentication method");
     }

@@ -92,11 +92,14 @@ fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
     let broker = Broker::start("  limits:\n    max_header_count: 2\n    max_header_bytes: 64\n");
     let mut raw = Raw::connected(broker.addr, V5, "headers");
     let mut p = common::publish("h", b"x", QoS::AtLeastOnce, false);
-    p.properties.user_properties = vec![("a".into(), "1".into()), ("b".into(), "2".into())];
+    p.properties.edit().user_properties = vec![("a".into(), "1".into()), ("b".into(), "2".into())];
     assert_eq!(raw.publish_packet(p.clone()), Some(0));
-    p.properties.user_properties.push(("c".into(), "3".into()));
+    p.properties
+        .edit()
+        .user_properties
+        .push(("c".into(), "3".into()));
     assert_eq!(raw.publish_packet(p.clone()), Some(0x97), "three headers");
-    p.properties.user_properties = vec![("k".into(), "v".repeat(80))];
+    p.properties.edit().user_properties = vec![("k".into(), "v".repeat(80))];
     assert_eq!(raw.publish_packet(p), Some(0x97), "eighty bytes");
 }
 
@@ -213,7 +216,7 @@ fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refus
         "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n",
     );
     let mut c = connect(V5, "slow", true);
-    c.properties.receive_maximum = Some(1);
+    c.properties.edit().receive_maximum = Some(1);
     let (mut slow, _) = Raw::handshake(broker.addr, c);
     slow.subscribe("full/#", opts(QoS::AtLeastOnce));
     let mut publisher = Raw::connected(broker.addr, V5, "publisher");

@@ -68,7 +68,7 @@ fn min_protocol_version_5_turns_3_1_1_away_with_0x01() {
 fn an_authentication_method_is_refused_0x8c() {
     let broker = Broker::start("");
     let mut c = connect(V5, "auth", true);
-    c.properties.authentication_method = Some("SCRAM-SHA-1".into());
+    c.properties.edit().authentication_method = Some("SCRAM-SHA-1".into());
     let (_raw, ack) = Raw::handshake(broker.addr, c);
     assert_eq!(ack.code, 0x8C);
 }
@@ -125,7 +125,7 @@ fn a_user_name_with_a_control_character_is_refused_0x86() {
 fn session_expiry_is_capped_and_the_granted_value_told() {
     let broker = Broker::start("");
     let mut c = connect(V5, "forever", false);
-    c.properties.session_expiry_interval = Some(u32::MAX);
+    c.properties.edit().session_expiry_interval = Some(u32::MAX);
     let (_raw, ack) = Raw::handshake(broker.addr, c);
     assert_eq!(ack.code, 0);
     assert_eq!(ack.properties.session_expiry_interval, Some(30 * 24 * 3600));
@@ -137,6 +137,7 @@ fn a_connect_over_max_connect_size_is_refused_0x95_before_it_is_read() {
     let mut c = connect(V5, "big", true);
     for k in ["k1", "k2"] {
         c.properties
+            .edit()
             .user_properties
             .push((k.into(), "v".repeat(51 * 1024)));
     }
@@ -199,6 +200,7 @@ fn a_saguin_user_property_on_connect_is_refused_0x83() {
     let broker = Broker::start("");
     let mut c = connect(V5, "prop", true);
     c.properties
+        .edit()
         .user_properties
         .push(("saguin-offset".into(), "1".into()));
     let (_raw, ack) = Raw::handshake(broker.addr, c);

@@ -123,7 +123,7 @@ fn saguin_properties_a_client_sets_never_reach_broadcast_subscribers_c017_c249()
         ("foo".into(), "bar".into()),
     ];
     let mut p = publish("news/a", b"x", QoS::AtLeastOnce, false);
-    p.properties.user_properties = props.clone();
+    p.properties.edit().user_properties = props.clone();
     let mut publisher = Raw::connected(broker.addr, V5, "pub");
     assert_eq!(publisher.publish_packet(p), Some(0));
     let kept = |got: &saguin::codec::Publish| got.properties.user_properties.clone();
@@ -154,7 +154,7 @@ fn payload_format_utf8_with_bad_bytes_is_refused_0x99() {
     let broker = Broker::start("");
     let mut raw = Raw::connected(broker.addr, V5, "pfi");
     let mut p = publish("t", &[0xFF, 0xFE], QoS::AtLeastOnce, false);
-    p.properties.payload_format_indicator = Some(1);
+    p.properties.edit().payload_format_indicator = Some(1);
     assert_eq!(raw.publish_packet(p), Some(0x99));
 }
 
@@ -165,11 +165,11 @@ fn topic_aliases_register_and_resolve_and_an_unknown_one_is_a_protocol_error() {
     sub.subscribe("alias/#", opts(QoS::AtMostOnce));
     let mut raw = Raw::connected(broker.addr, V5, "alias-pub");
     let mut p = publish("alias/long/topic", b"1", QoS::AtMostOnce, false);
-    p.properties.topic_alias = Some(3);
+    p.properties.edit().topic_alias = Some(3);
     raw.publish_packet(p);
     assert_eq!(&*sub.recv_publish().topic, "alias/long/topic");
     let mut p = publish("", b"2", QoS::AtMostOnce, false);
-    p.properties.topic_alias = Some(3);
+    p.properties.edit().topic_alias = Some(3);
     raw.publish_packet(p);
     let got = sub.recv_publish();
     assert_eq!(
@@ -177,7 +177,7 @@ fn topic_aliases_register_and_resolve_and_an_unknown_one_is_a_protocol_error() {
         ("alias/long/topic", &b"2"[..])
     );
     let mut p = publish("", b"3", QoS::AtMostOnce, false);
-    p.properties.topic_alias = Some(4);
+    p.properties.edit().topic_alias = Some(4);
     raw.publish_packet(p);
     assert_eq!(raw.expect_disconnect(), 0x82);
 }
@@ -187,7 +187,7 @@ fn a_topic_alias_above_sixteen_is_refused_0x94() {
     let broker = Broker::start("");
     let mut raw = Raw::connected(broker.addr, V5, "alias17");
     let mut p = publish("t", b"x", QoS::AtMostOnce, false);
-    p.properties.topic_alias = Some(17);
+    p.properties.edit().topic_alias = Some(17);
     raw.publish_packet(p);
     assert_eq!(raw.expect_disconnect(), 0x94);
 }

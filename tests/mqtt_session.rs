@@ -16,7 +16,7 @@ fn a_resumed_session_keeps_its_subscriptions_and_what_it_was_owed() {
     let broker = Broker::start("");
     for protocol in [V5, V311] {
         let mut c = connect(protocol, "durable", false);
-        c.properties.session_expiry_interval = Some(300);
+        c.properties.edit().session_expiry_interval = Some(300);
         let (mut sub, ack) = Raw::handshake(broker.addr, c.clone());
         assert!(!ack.session_present || protocol == V311);
         sub.subscribe("owed/#", opts(QoS::AtLeastOnce));
@@ -35,7 +35,7 @@ fn a_resumed_session_keeps_its_subscriptions_and_what_it_was_owed() {
 fn clean_start_discards_the_old_session() {
     let broker = Broker::start("");
     let mut c = connect(V5, "fresh", false);
-    c.properties.session_expiry_interval = Some(300);
+    c.properties.edit().session_expiry_interval = Some(300);
     let (mut sub, _) = Raw::handshake(broker.addr, c.clone());
     sub.subscribe("gone/#", opts(QoS::AtLeastOnce));
     drop(sub);
@@ -117,7 +117,7 @@ fn disconnect_may_not_turn_a_zero_session_expiry_into_a_kept_session() {
     let broker = Broker::start("");
     let mut raw = Raw::connected(broker.addr, V5, "zero");
     let mut d = Disconnect::new(0);
-    d.properties.session_expiry_interval = Some(60);
+    d.properties.edit().session_expiry_interval = Some(60);
     raw.send(&Packet::Disconnect(d));
     assert_eq!(raw.expect_disconnect(), 0x82);
 }
@@ -130,7 +130,7 @@ fn with_will(
     expiry: u32,
 ) -> saguin::codec::Connect {
     let mut c = connect(protocol, id, expiry == 0);
-    c.properties.session_expiry_interval = Some(expiry);
+    c.properties.edit().session_expiry_interval = Some(expiry);
     let properties = Properties::from(PropertyValues {
         will_delay_interval: delay,
         ..PropertyValues::default()

@@ -127,7 +127,7 @@ fn shared_groups_take_turns_in_client_id_order() {
 fn a_shared_message_passes_over_a_member_too_small_for_it_a125_a126() {
     let broker = Broker::start("");
     let mut small = connect(V5, "m-a", true);
-    small.properties.maximum_packet_size = Some(64);
+    small.properties.edit().maximum_packet_size = Some(64);
     let (mut small, _) = Raw::handshake(broker.addr, small);
     let mut large = Raw::connected(broker.addr, V5, "m-b");
     for member in [&mut small, &mut large] {
@@ -265,10 +265,10 @@ fn retained_message_expiry_is_honoured_and_the_remaining_interval_sent() {
     let broker = Broker::start("");
     let mut publisher = Raw::connected(broker.addr, V5, "p");
     let mut p = common::publish("exp/long", b"x", QoS::AtLeastOnce, true);
-    p.properties.message_expiry_interval = Some(100);
+    p.properties.edit().message_expiry_interval = Some(100);
     publisher.publish_packet(p);
     let mut p = common::publish("exp/short", b"y", QoS::AtLeastOnce, true);
-    p.properties.message_expiry_interval = Some(1);
+    p.properties.edit().message_expiry_interval = Some(1);
     publisher.publish_packet(p);
     std::thread::sleep(Duration::from_millis(2100));
     let mut sub = Raw::connected(broker.addr, V5, "s");
@@ -313,7 +313,7 @@ fn a_groups_backlog_is_dropped_after_share_expires_after() {
     let broker = Broker::start_in(dir, &common::config(extra));
     let away = |id: &str, filter: &str| {
         let mut c = connect(V5, id, false);
-        c.properties.session_expiry_interval = Some(300);
+        c.properties.edit().session_expiry_interval = Some(300);
         let (mut raw, _) = Raw::handshake(broker.addr, c.clone());
         assert_eq!(raw.subscribe(filter, opts(QoS::AtLeastOnce)), [1]);
         drop(raw);

@@ -185,7 +185,7 @@ fn c161_c187_a_malformed_declaration_refuses_every_filter_with_a_reason_string()
 fn c189_request_problem_information_0_gets_the_code_alone() {
     let broker = Broker::start("");
     let mut c = connect(V5, "quiet", true);
-    c.properties.request_problem_information = Some(0);
+    c.properties.edit().request_problem_information = Some(0);
     let (mut client, ack) = Raw::handshake(broker.addr, c);
     assert_eq!(ack.code, 0);
     let ack = subscribe(&mut client, &["iot/#"], &["topic_hash(3)"], None);
@@ -288,7 +288,7 @@ fn c163_a_declared_and_an_undeclared_subscription_get_the_union_once() {
 fn c200_a_resumed_session_keeps_its_declaration_and_c201_a_new_one_does_not() {
     let broker = Broker::start("");
     let mut c = connect(V5, "member", true);
-    c.properties.session_expiry_interval = Some(300);
+    c.properties.edit().session_expiry_interval = Some(300);
     let (mut member, _) = Raw::handshake(broker.addr, c.clone());
     assert_eq!(
         subscribe(&mut member, &["#"], &["topic_hash(3, 1)"], None).codes,
@@ -336,7 +336,7 @@ fn c165_an_append_replay_and_its_live_records_honour_the_slice() {
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
     publish_all(&mut publisher, &topics, false);
     let mut c = connect(V5, "member", true);
-    c.properties.session_expiry_interval = Some(300);
+    c.properties.edit().session_expiry_interval = Some(300);
     let (mut member, _) = Raw::handshake(broker.addr, c.clone());
     assert_eq!(
         subscribe(&mut member, &["events/#"], &["topic_hash(2, 0)"], None).codes,

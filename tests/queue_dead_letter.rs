@@ -73,12 +73,12 @@ fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
     );
     let mut producer = Raw::connected(broker.addr, V5, "producer");
     let mut p = publish("jobs/j1", b"work", QoS::AtLeastOnce, false);
-    p.properties.user_properties = vec![
+    p.properties.edit().user_properties = vec![
         ("own".into(), "kept".into()),
         ("saguin-id".into(), "job-1".into()),
     ];
-    p.properties.content_type = Some("text/plain".into());
-    p.properties.correlation_data = Some(b"mine".to_vec());
+    p.properties.edit().content_type = Some("text/plain".into());
+    p.properties.edit().correlation_data = Some(b"mine".to_vec());
     assert_eq!(producer.publish_packet(p), Some(0));
     let mut w = worker(&broker, "w", "jobs");
     let before = now_ms();
@@ -240,7 +240,7 @@ fn redriving_a_dead_letter_keeps_its_id() {
         .strip_suffix("/__dlq")
         .expect("the level is on the end");
     let mut p = publish(topic, &dead.payload, QoS::AtLeastOnce, false);
-    p.properties.user_properties = dead.properties.user_properties.clone();
+    p.properties.edit().user_properties = dead.properties.user_properties.clone();
     assert_eq!(redrive.publish_packet(p), Some(0));
     let again = w.recv_offer();
     assert_eq!(prop(&again, "saguin-id"), id);

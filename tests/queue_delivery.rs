@@ -51,11 +51,11 @@ fn an_offer_is_the_original_message_plus_the_queues_properties() {
     let broker = start();
     let mut producer = Raw::connected(broker.addr, V5, "producer");
     let mut p = publish("jobs/resize/42", b"\x00payload", QoS::AtLeastOnce, false);
-    p.properties.content_type = Some("image/png".into());
-    p.properties.message_expiry_interval = Some(3600);
-    p.properties.correlation_data = Some(b"publisher's".to_vec());
-    p.properties.response_topic = Some("replies/x".into());
-    p.properties.user_properties = vec![("trace".into(), "t-1".into())];
+    p.properties.edit().content_type = Some("image/png".into());
+    p.properties.edit().message_expiry_interval = Some(3600);
+    p.properties.edit().correlation_data = Some(b"publisher's".to_vec());
+    p.properties.edit().response_topic = Some("replies/x".into());
+    p.properties.edit().user_properties = vec![("trace".into(), "t-1".into())];
     assert_eq!(producer.publish_packet(p), Some(0));
     let mut w = worker(&broker, "w");
     let offer = w.recv_offer();
@@ -352,7 +352,7 @@ fn a_resumed_worker_session_gets_a_fresh_offer_not_a_stale_one() {
     let broker = start();
     put(&broker, "jobs/1", b"j");
     let mut c = common::connect(V5, "w", false);
-    c.properties.session_expiry_interval = Some(300);
+    c.properties.edit().session_expiry_interval = Some(300);
     let (mut old, ack) = Raw::handshake(broker.addr, c.clone());
     assert_eq!(ack.code, 0);
     assert_eq!(old.subscribe(FORM, opts(QoS::AtLeastOnce)), [1]);
@@ -391,7 +391,7 @@ fn a_job_past_its_publishers_expiry_is_still_offered() {
     let broker = start();
     let mut producer = Raw::connected(broker.addr, V5, "producer");
     let mut p = publish("jobs/late", b"late", QoS::AtLeastOnce, false);
-    p.properties.message_expiry_interval = Some(1);
+    p.properties.edit().message_expiry_interval = Some(1);
     assert_eq!(producer.publish_packet(p), Some(0));
     std::thread::sleep(Duration::from_millis(1300));
     let mut w = worker(&broker, "w");
@@ -423,7 +423,7 @@ fn an_answer_at_qos_2_is_applied() {
         QoS::ExactlyOnce,
         false,
     );
-    answer.properties.correlation_data = first.properties.correlation_data.clone();
+    answer.properties.edit().correlation_data = first.properties.correlation_data.clone();
     w.send(&Packet::Publish(answer));
     let mut next = None;
     let mut completed = false;
@@ -456,7 +456,7 @@ fn hanging_up_a_worker_returns_its_job_at_once() {
     let mut b = worker(&broker, "b");
     let mut operator = Raw::connected(broker.addr, V5, "operator");
     let mut hang_up = publish("$saguin/sessions/disconnect", b"a", QoS::AtLeastOnce, false);
-    hang_up.properties.response_topic = Some("ops/reply".into());
+    hang_up.properties.edit().response_topic = Some("ops/reply".into());
     assert_eq!(operator.publish_packet(hang_up), Some(0));
     assert_eq!(a.expect_disconnect(), 0x98);
     let again = b.recv_offer();

@@ -307,7 +307,8 @@ fn answers_acknowledged_before_a_stop_are_kept_across_it() {
             false,
         );
         answer.packet_id = Some(7);
-        answer.properties.correlation_data = offer.properties.correlation_data.clone();
+        answer.properties.edit().correlation_data =
+            offer.properties.edit().correlation_data.clone();
         w.send(&saguin::codec::Packet::Publish(answer));
     }
     for (w, _) in &mut workers {

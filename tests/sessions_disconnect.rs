@@ -17,8 +17,8 @@ fn hang_up(operator: &mut Raw, target: &str, response: Option<&str>) -> u8 {
         QoS::AtLeastOnce,
         false,
     );
-    p.properties.response_topic = response.map(str::to_string);
-    p.properties.correlation_data = Some(b"req-1".to_vec());
+    p.properties.edit().response_topic = response.map(str::to_string);
+    p.properties.edit().correlation_data = Some(b"req-1".to_vec());
     operator.publish_packet(p).expect("a PUBACK")
 }
 
@@ -40,7 +40,7 @@ fn an_operator_hangs_up_a_client_which_gets_0x98_and_keeps_its_session() {
     let mut operator = Raw::connected(broker.addr, V5, "operator");
     operator.subscribe("ops/reply", opts(QoS::AtLeastOnce));
     let mut device = connect(V5, "device-7", false);
-    device.properties.session_expiry_interval = Some(600);
+    device.properties.edit().session_expiry_interval = Some(600);
     let (mut device_conn, _) = Raw::handshake(broker.addr, device.clone());
     device_conn.subscribe("cmd/device-7", opts(QoS::AtLeastOnce));
 

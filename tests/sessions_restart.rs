@@ -103,7 +103,7 @@ fn clean_start_expiry_zero_and_unsubscribe_are_kept_across_a_restart() {
     let (mut b, _) = connected(&broker, persistent("ended", true, 300));
     assert_eq!(b.subscribe("news/b", opts(QoS::AtLeastOnce)), [1]);
     let mut bye = codec::Disconnect::new(0);
-    bye.properties.session_expiry_interval = Some(0);
+    bye.properties.edit().session_expiry_interval = Some(0);
     b.send(&Packet::Disconnect(bye));
     let _ = b.read_to_close();
     // One filter of two unsubscribed.
@@ -266,7 +266,7 @@ fn a_session_the_configuration_now_refuses_is_ended_at_the_start_c280() {
     let broker = Broker::start_in(fresh_dir(), &before);
     let mut c = with_will(persistent("worker-7", true, 300), "status/worker-7");
     if let Some(will) = &mut c.will {
-        will.properties.will_delay_interval = Some(60);
+        will.properties.edit().will_delay_interval = Some(60);
     }
     let (mut s, _) = connected(&broker, c);
     assert_eq!(s.subscribe("work/+/todo", opts(QoS::AtLeastOnce)), [1]);

@@ -30,7 +30,7 @@ fn start() -> Broker {
 fn persistent(protocol: codec::ProtocolVersion, client_id: &str) -> codec::Connect {
     let mut c = common::connect(protocol, client_id, false);
     if protocol == V5 {
-        c.properties.session_expiry_interval = Some(300);
+        c.properties.edit().session_expiry_interval = Some(300);
     }
     c
 }

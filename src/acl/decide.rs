@@ -168,7 +168,7 @@ impl Acl {
         }
         if grants.denied.has(Feature::Persistent) {
             match connect.protocol {
-                ProtocolVersion::V5 => connect.properties.session_expiry_interval = Some(0),
+                ProtocolVersion::V5 => connect.properties.edit().session_expiry_interval = Some(0),
                 ProtocolVersion::V311 => connect.clean_start = true,
             }
         }

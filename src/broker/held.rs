@@ -141,9 +141,12 @@ mod tests {
     #[test]
     fn a_held_publish_reads_back_as_it_was_kept() {
         let mut properties = codec::Properties::default();
-        properties.user_properties.push(("k".into(), "v".into()));
-        properties.correlation_data = Some(vec![1, 2, 3]);
-        properties.message_expiry_interval = Some(60);
+        properties
+            .edit()
+            .user_properties
+            .push(("k".into(), "v".into()));
+        properties.edit().correlation_data = Some(vec![1, 2, 3]);
+        properties.edit().message_expiry_interval = Some(60);
         let message = Message {
             topic: Arc::from("a/b"),
             payload: Arc::from(&b"payload"[..]),

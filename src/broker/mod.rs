@@ -69,6 +69,14 @@ pub enum WillAtEnd {
     Keep,
 }
 
+/// A subscription a broadcast reaches: client, options, identifier, and the group it
+/// is held for when no member of its group could take it now.
+type Placed = (Arc<str>, SubscriptionOptions, Option<u32>, Option<Arc<str>>);
+
+/// The most places `Broker::fan_out` keeps room for between broadcasts (48 bytes
+/// each): a fan-out wider than that allocates its own.
+const PLACED_KEPT: usize = 1024;
+
 /// Where a publish goes. The one place that decides it is [`Broker::destination`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
@@ -153,6 +161,9 @@ pub struct Broker {
     /// The deliveries of the broadcast being handed out that wait for its log write;
     /// kept for its capacity, empty between broadcasts.
     owed_now: Vec<(Arc<str>, Delivery)>,
+    /// The subscriptions a broadcast being handed out reaches; kept for its capacity
+    /// (at most `PLACED_KEPT`), empty between broadcasts.
+    placed: Vec<Placed>,
     /// Broadcasts waiting for their log write, for the server (`take_unlogged`).
     unlogged: Vec<broadcast_log::Pending>,
     /// Each log record, by offset, and how many sessions still hold it.
@@ -221,6 +232,7 @@ impl Broker {
             next_assigned: 0,
             logs,
             owed_now: Vec::new(),
+            placed: Vec::new(),
             unlogged: Vec::new(),
             log_refs: BTreeMap::new(),
             log_unneeded: Vec::new(),
@@ -1421,10 +1433,7 @@ impl Broker {
     /// Hands `message` to every subscription matching its topic (only the shared
     /// groups when `shared_only`, for a channel's record).
     fn fan_out(&mut self, message: Arc<Message>, shared_only: bool) {
-        // (client, options, identifier, the group it is held for because no member
-        // could take it now)
-        type Placed = (Arc<str>, SubscriptionOptions, Option<u32>, Option<Arc<str>>);
-        let mut targets: Vec<Placed> = Vec::new();
+        let mut targets = std::mem::take(&mut self.placed);
         let sessions = &self.sessions;
         let publisher = &message.publisher;
         let topic = &*message.topic;
@@ -1527,6 +1536,10 @@ impl Broker {
             };
             self.deliver_as(&client, delivery, true, !shared_only);
             self.handed += 1;
+        }
+        if targets.capacity() <= PLACED_KEPT {
+            targets.clear();
+            self.placed = targets;
         }
         if !self.owed_now.is_empty() {
             let owed = std::mem::take(&mut self.owed_now);

@@ -58,6 +58,9 @@ impl Message {
             p.will_delay_interval = None;
             super::records::strip_reserved(&mut p.user_properties);
         }
+        // A publish whose only property was hop-only (a Topic Alias) is routed, and
+        // cloned into every record and delivery, with none.
+        properties.shed_if_empty();
         let expires_at = properties
             .message_expiry_interval
             .map(|s| now + std::time::Duration::from_secs(u64::from(s)));

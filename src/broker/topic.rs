@@ -61,14 +61,55 @@ impl SharedGroup {
 
 #[derive(Debug, Default)]
 struct Node {
+    /// Children by level. `+` and `#` are kept apart, so that a publish, which asks
+    /// for both at every level it walks, finds them without hashing a string.
     children: Map<Box<str>, Node>,
+    plus: Option<Box<Node>>,
+    hash: Option<Box<Node>>,
     subscribers: Map<Arc<str>, SubEntry>,
     groups: Map<Box<str>, SharedGroup>,
 }
 
 impl Node {
     fn is_empty(&self) -> bool {
-        self.children.is_empty() && self.subscribers.is_empty() && self.groups.is_empty()
+        self.children.is_empty()
+            && self.plus.is_none()
+            && self.hash.is_none()
+            && self.subscribers.is_empty()
+            && self.groups.is_empty()
+    }
+
+    /// The child for one level of a filter.
+    fn child(&self, level: &str) -> Option<&Node> {
+        match level {
+            "+" => self.plus.as_deref(),
+            "#" => self.hash.as_deref(),
+            _ => self.children.get(level),
+        }
+    }
+
+    fn child_mut(&mut self, level: &str) -> Option<&mut Node> {
+        match level {
+            "+" => self.plus.as_deref_mut(),
+            "#" => self.hash.as_deref_mut(),
+            _ => self.children.get_mut(level),
+        }
+    }
+
+    fn child_or_new(&mut self, level: &str) -> &mut Node {
+        match level {
+            "+" => self.plus.get_or_insert_with(Box::default),
+            "#" => self.hash.get_or_insert_with(Box::default),
+            _ => self.children.entry(level.into()).or_default(),
+        }
+    }
+
+    fn remove_child(&mut self, level: &str) {
+        match level {
+            "+" => self.plus = None,
+            "#" => self.hash = None,
+            _ => drop(self.children.remove(level)),
+        }
     }
 }
 
@@ -80,7 +121,7 @@ pub enum Target<'a> {
     Group(&'a mut SharedGroup),
 }
 
-/// The subscription index: a trie over topic levels, `+` and `#` as children.
+/// The subscription index: a trie over topic levels, `+` and `#` children of their own.
 #[derive(Debug, Default)]
 pub struct TopicTree {
     root: Node,
@@ -100,7 +141,7 @@ impl TopicTree {
     ) -> bool {
         let mut node = &mut self.root;
         for level in filter.split('/') {
-            node = node.children.entry(level.into()).or_default();
+            node = node.child_or_new(level);
         }
         match share {
             None => node.subscribers.insert(client.clone(), entry).is_some(),
@@ -142,7 +183,7 @@ impl TopicTree {
     ) -> Option<(Arc<str>, u32)> {
         let mut node = &self.root;
         for level in filter.split('/') {
-            node = node.children.get(level)?;
+            node = node.child(level)?;
         }
         node.subscribers.iter().find_map(|(other, entry)| {
             let theirs = entry.slice.as_ref()?.partitions();
@@ -155,7 +196,7 @@ impl TopicTree {
     pub fn group_members(&self, filter: &str, name: &str) -> Vec<(Arc<str>, SubEntry)> {
         let mut node = &self.root;
         for level in filter.split('/') {
-            let Some(child) = node.children.get(level) else {
+            let Some(child) = node.child(level) else {
                 return Vec::new();
             };
             node = child;
@@ -190,12 +231,12 @@ impl TopicTree {
                 }
             };
         };
-        let Some(child) = node.children.get_mut(*first) else {
+        let Some(child) = node.child_mut(first) else {
             return false;
         };
         let removed = Self::remove_at(child, rest, share, client);
         if child.is_empty() {
-            node.children.remove(*first);
+            node.remove_child(first);
         }
         removed
     }
@@ -204,29 +245,35 @@ impl TopicTree {
     /// returns how many places they came from (a node's subscriptions, each group).
     /// From one place, no client is visited twice.
     pub fn for_each_match(&mut self, topic: &str, mut visit: impl FnMut(Target<'_>)) -> usize {
-        let levels: Vec<&str> = topic.split('/').collect();
         let dollar = topic.starts_with('$');
-        Self::walk(&mut self.root, &levels, dollar, &mut visit)
+        Self::walk(&mut self.root, Some(topic), dollar, &mut visit)
     }
 
+    /// Visits the subscribers below `node` that match `levels`, the topic's levels
+    /// not yet walked, still joined by '/' (`None` once every level is walked): no
+    /// list of levels is built for a publish.
     fn walk(
         node: &mut Node,
-        levels: &[&str],
+        levels: Option<&str>,
         dollar_root: bool,
         visit: &mut impl FnMut(Target<'_>),
     ) -> usize {
         let wildcards_allowed = !dollar_root;
         let mut places = 0;
-        if wildcards_allowed && let Some(hash) = node.children.get_mut("#") {
+        if wildcards_allowed && let Some(hash) = node.hash.as_deref_mut() {
             places += Self::visit_node(hash, visit);
         }
-        let Some((first, rest)) = levels.split_first() else {
+        let Some(levels) = levels else {
             return places + Self::visit_node(node, visit);
         };
-        if wildcards_allowed && let Some(plus) = node.children.get_mut("+") {
+        let (first, rest) = match levels.split_once('/') {
+            Some((first, rest)) => (first, Some(rest)),
+            None => (levels, None),
+        };
+        if wildcards_allowed && let Some(plus) = node.plus.as_deref_mut() {
             places += Self::walk(plus, rest, false, visit);
         }
-        if let Some(exact) = node.children.get_mut(*first) {
+        if let Some(exact) = node.children.get_mut(first) {
             places += Self::walk(exact, rest, false, visit);
         }
         places
@@ -279,8 +326,13 @@ mod tests {
 
     #[test]
     fn the_tree_agrees_with_matches() {
-        let filters = ["a/#", "a/+", "+/b", "#", "a/b", "$SYS/#", "+/+/+", "a/b/#"];
-        let topics = ["a", "a/b", "a/b/c", "x/b", "$SYS/b", "$SYS", "/b"];
+        let filters = [
+            "a/#", "a/+", "+/b", "#", "a/b", "$SYS/#", "+/+/+", "a/b/#", "+", "/+", "a/+/b",
+        ];
+        // Empty levels (a leading, trailing or doubled '/') are levels too.
+        let topics = [
+            "a", "a/b", "a/b/c", "x/b", "$SYS/b", "$SYS", "/b", "/", "a/", "a//b", "//",
+        ];
         let mut tree = TopicTree::default();
         let entry = SubEntry {
             options: SubscriptionOptions::with_qos(QoS::AtMostOnce),

@@ -9,16 +9,30 @@ use super::reader::Reader;
 /// carry none, and every packet is moved a few times on its way through; inline, the
 /// values made every packet 368 bytes to copy and drop field by field.
 ///
-/// Reads see [`PropertyValues::NONE`] when there are none; the first write through
-/// `DerefMut` allocates. A write that only takes something away belongs behind
-/// [`Properties::present_mut`], which allocates nothing.
+/// Reads see [`PropertyValues::NONE`] when there are none. Writes say which kind
+/// they are: [`Properties::edit`] to add (it allocates the values the first time),
+/// [`Properties::present_mut`] to take away (it never allocates). A `DerefMut` would
+/// hide the allocation in every `properties.x.take()` on the publish path.
 #[derive(Clone, Default)]
 pub struct Properties(Option<Box<PropertyValues>>);
 
 impl Properties {
+    /// The values to add to, allocated if there are none yet.
+    pub fn edit(&mut self) -> &mut PropertyValues {
+        self.0.get_or_insert_with(Box::default)
+    }
+
     /// The values to change, when there are any: for taking properties away.
     pub fn present_mut(&mut self) -> Option<&mut PropertyValues> {
         self.0.as_deref_mut()
+    }
+
+    /// Frees the values once nothing is left in them, so that what is cloned or
+    /// moved on is one null pointer again.
+    pub fn shed_if_empty(&mut self) {
+        if self.0.as_deref() == Some(&PropertyValues::NONE) {
+            self.0 = None;
+        }
     }
 }
 
@@ -36,12 +50,6 @@ impl std::ops::Deref for Properties {
     fn deref(&self) -> &PropertyValues {
         static NONE: PropertyValues = PropertyValues::NONE;
         self.0.as_deref().unwrap_or(&NONE)
-    }
-}
-
-impl std::ops::DerefMut for Properties {
-    fn deref_mut(&mut self) -> &mut PropertyValues {
-        self.0.get_or_insert_with(Box::default)
     }
 }
 
@@ -416,7 +424,7 @@ pub(crate) fn read(r: &mut Reader<'_>, allowed: Allowed) -> Result<Properties, D
             Ok(pid) if allowed.permits(pid) => pid,
             _ => return Err(DecodeError::Malformed(not_allowed(pid))),
         };
-        read_one(&mut r, pid, allowed, &mut p)?;
+        read_one(&mut r, pid, allowed, p.edit())?;
     }
     Ok(p)
 }

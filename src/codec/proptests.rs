@@ -135,80 +135,84 @@ fn only(mut p: Properties, allowed: Allowed) -> Properties {
             *slot = None;
         }
     }
+    let Some(v) = p.present_mut() else {
+        return p;
+    };
     keep(
-        &mut p.payload_format_indicator,
+        &mut v.payload_format_indicator,
         allowed,
         id::PAYLOAD_FORMAT_INDICATOR,
     );
     keep(
-        &mut p.message_expiry_interval,
+        &mut v.message_expiry_interval,
         allowed,
         id::MESSAGE_EXPIRY_INTERVAL,
     );
-    keep(&mut p.content_type, allowed, id::CONTENT_TYPE);
-    keep(&mut p.response_topic, allowed, id::RESPONSE_TOPIC);
-    keep(&mut p.correlation_data, allowed, id::CORRELATION_DATA);
+    keep(&mut v.content_type, allowed, id::CONTENT_TYPE);
+    keep(&mut v.response_topic, allowed, id::RESPONSE_TOPIC);
+    keep(&mut v.correlation_data, allowed, id::CORRELATION_DATA);
     if !allowed.permits(id::SUBSCRIPTION_IDENTIFIER) {
-        p.subscription_identifiers.clear();
+        v.subscription_identifiers.clear();
     } else if allowed != Allowed::PUBLISH {
-        p.subscription_identifiers.truncate(1);
+        v.subscription_identifiers.truncate(1);
     }
     keep(
-        &mut p.session_expiry_interval,
+        &mut v.session_expiry_interval,
         allowed,
         id::SESSION_EXPIRY_INTERVAL,
     );
     keep(
-        &mut p.assigned_client_identifier,
+        &mut v.assigned_client_identifier,
         allowed,
         id::ASSIGNED_CLIENT_IDENTIFIER,
     );
-    keep(&mut p.server_keep_alive, allowed, id::SERVER_KEEP_ALIVE);
+    keep(&mut v.server_keep_alive, allowed, id::SERVER_KEEP_ALIVE);
     keep(
-        &mut p.authentication_method,
+        &mut v.authentication_method,
         allowed,
         id::AUTHENTICATION_METHOD,
     );
-    keep(&mut p.authentication_data, allowed, id::AUTHENTICATION_DATA);
+    keep(&mut v.authentication_data, allowed, id::AUTHENTICATION_DATA);
     keep(
-        &mut p.request_problem_information,
+        &mut v.request_problem_information,
         allowed,
         id::REQUEST_PROBLEM_INFORMATION,
     );
-    keep(&mut p.will_delay_interval, allowed, id::WILL_DELAY_INTERVAL);
+    keep(&mut v.will_delay_interval, allowed, id::WILL_DELAY_INTERVAL);
     keep(
-        &mut p.request_response_information,
+        &mut v.request_response_information,
         allowed,
         id::REQUEST_RESPONSE_INFORMATION,
     );
     keep(
-        &mut p.response_information,
+        &mut v.response_information,
         allowed,
         id::RESPONSE_INFORMATION,
     );
-    keep(&mut p.server_reference, allowed, id::SERVER_REFERENCE);
-    keep(&mut p.reason_string, allowed, id::REASON_STRING);
-    keep(&mut p.receive_maximum, allowed, id::RECEIVE_MAXIMUM);
-    keep(&mut p.topic_alias_maximum, allowed, id::TOPIC_ALIAS_MAXIMUM);
-    keep(&mut p.topic_alias, allowed, id::TOPIC_ALIAS);
-    keep(&mut p.maximum_qos, allowed, id::MAXIMUM_QOS);
-    keep(&mut p.retain_available, allowed, id::RETAIN_AVAILABLE);
-    keep(&mut p.maximum_packet_size, allowed, id::MAXIMUM_PACKET_SIZE);
+    keep(&mut v.server_reference, allowed, id::SERVER_REFERENCE);
+    keep(&mut v.reason_string, allowed, id::REASON_STRING);
+    keep(&mut v.receive_maximum, allowed, id::RECEIVE_MAXIMUM);
+    keep(&mut v.topic_alias_maximum, allowed, id::TOPIC_ALIAS_MAXIMUM);
+    keep(&mut v.topic_alias, allowed, id::TOPIC_ALIAS);
+    keep(&mut v.maximum_qos, allowed, id::MAXIMUM_QOS);
+    keep(&mut v.retain_available, allowed, id::RETAIN_AVAILABLE);
+    keep(&mut v.maximum_packet_size, allowed, id::MAXIMUM_PACKET_SIZE);
     keep(
-        &mut p.wildcard_subscription_available,
+        &mut v.wildcard_subscription_available,
         allowed,
         id::WILDCARD_SUBSCRIPTION_AVAILABLE,
     );
     keep(
-        &mut p.subscription_identifier_available,
+        &mut v.subscription_identifier_available,
         allowed,
         id::SUBSCRIPTION_IDENTIFIER_AVAILABLE,
     );
     keep(
-        &mut p.shared_subscription_available,
+        &mut v.shared_subscription_available,
         allowed,
         id::SHARED_SUBSCRIPTION_AVAILABLE,
     );
+    p.shed_if_empty();
     p
 }
 
@@ -261,7 +265,7 @@ fn connect(version: ProtocolVersion) -> impl Strategy<Value = Packet> {
             if properties.authentication_data.is_some()
                 && properties.authentication_method.is_none()
             {
-                properties.authentication_method = Some("m".into());
+                properties.edit().authentication_method = Some("m".into());
             }
             let username = if version == V311 && password.is_some() {
                 username.or(Some("u".into()))

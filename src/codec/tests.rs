@@ -926,8 +926,13 @@ fn a_packet_without_properties_is_small_to_move() {
         reason_string: Some("x".into()),
         ..PropertyValues::default()
     });
-    emptied.reason_string = None;
+    emptied.edit().reason_string = None;
     assert_eq!(emptied, none, "no property at all, however it came to be");
+    emptied.shed_if_empty();
+    assert!(
+        emptied.present_mut().is_none(),
+        "an emptied set of values is freed"
+    );
     assert_eq!(
         Properties::from(PropertyValues::default()).present_mut(),
         None,

@@ -597,7 +597,7 @@ impl Raw {
         receive_maximum: Option<u16>,
     ) -> Raw {
         let mut c = connect(ProtocolVersion::V5, client_id, true);
-        c.properties.receive_maximum = receive_maximum;
+        c.properties.edit().receive_maximum = receive_maximum;
         let (raw, ack) = Raw::handshake(addr, c);
         assert_eq!(ack.code, 0, "CONNACK {ack:?}");
         raw
@@ -626,14 +626,14 @@ impl Raw {
             .clone()
             .expect("an offer carries a Response Topic");
         let mut p = publish(&topic, payload, codec::QoS::AtMostOnce, false);
-        p.properties.correlation_data = offer.properties.correlation_data.clone();
+        p.properties.edit().correlation_data = offer.properties.correlation_data.clone();
         self.publish_packet(p);
     }
 
     /// Answers at QoS 1 on `topic` with `correlation`, returning the PUBACK code.
     pub fn answer_qos1(&mut self, topic: &str, correlation: Option<Vec<u8>>, payload: &[u8]) -> u8 {
         let mut p = publish(topic, payload, codec::QoS::AtLeastOnce, false);
-        p.properties.correlation_data = correlation;
+        p.properties.edit().correlation_data = correlation;
         self.publish_packet(p).expect("QoS 1 is acknowledged")
     }
 

@@ -26,13 +26,13 @@ pub fn config(provider: &str) -> String {
 /// A CONNECT asking for a session of `expiry` seconds (MQTT 5).
 pub fn persistent(client_id: &str, clean_start: bool, expiry: u32) -> codec::Connect {
     let mut c = connect(V5, client_id, clean_start);
-    c.properties.session_expiry_interval = Some(expiry);
+    c.properties.edit().session_expiry_interval = Some(expiry);
     c
 }
 
 /// `c` with a Receive Maximum.
 pub fn with_receive_maximum(mut c: codec::Connect, max: u16) -> codec::Connect {
-    c.properties.receive_maximum = Some(max);
+    c.properties.edit().receive_maximum = Some(max);
     c
 }
 

@@ -671,10 +671,10 @@ impl Owner {
         let attempt = job.next_attempt();
         let mut message = records::from_record(record, QoS::AtLeastOnce, now_ms());
         // The queue's own Response Topic and Delivery ID replace a publisher's (gaps A-04).
-        message.properties.response_topic = Some(self.response_topic.clone());
-        message.properties.correlation_data = Some(delivery.bytes().to_vec());
-        message
-            .properties
+        let properties = message.properties.edit();
+        properties.response_topic = Some(self.response_topic.clone());
+        properties.correlation_data = Some(delivery.bytes().to_vec());
+        properties
             .user_properties
             .push(("saguin-attempt".into(), attempt.to_string()));
         job.offer(worker.clone(), delivery);

@@ -101,13 +101,13 @@ impl Conn {
     /// B-311), Maximum QoS 1 (qos2, B-314). Retain Available stays 1 (B-312).
     pub(super) fn features_in_connack(&self, properties: &mut Properties) {
         if self.denies(Feature::Persistent) {
-            properties.session_expiry_interval = Some(0);
+            properties.edit().session_expiry_interval = Some(0);
         }
         if self.denies(Feature::Share) {
-            properties.shared_subscription_available = Some(0);
+            properties.edit().shared_subscription_available = Some(0);
         }
         if self.denies(Feature::Qos2) {
-            properties.maximum_qos = Some(1);
+            properties.edit().maximum_qos = Some(1);
         }
     }
 

@@ -29,7 +29,43 @@ const WINDOW_RECORDS: usize = 64;
 /// Routes a publish: broadcast at once, or into its channel's provider, returning the
 /// reason code for the publisher once the record is stored or refused.
 pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
-    route_releasing(shared, message, &mut None).await
+    route_rest(shared, route_now(shared, message)).await
+}
+
+/// What routing a publish still waits for once [`route_now`] has done what it could.
+pub(crate) enum Routing {
+    /// Routed: the reason code for the publisher.
+    Done(u8),
+    /// Broadcast; deliveries owed to sessions that outlive their connection are
+    /// written to the broadcast log before the publisher is answered (B-456).
+    LogOwed,
+    /// Nothing done yet: a channel's record or a retained value is stored first.
+    Waits(Arc<Message>),
+}
+
+/// Routes a publish as far as it goes without waiting: an ordinary broadcast, the
+/// common case, all the way, so that a connection handles it in place.
+pub(crate) fn route_now(shared: &Shared, message: Arc<Message>) -> Routing {
+    let destination = shared.broker.borrow().destination(&message.topic);
+    if message.retain || destination != Destination::Broadcast {
+        return Routing::Waits(message);
+    }
+    let mut broker = shared.broker.borrow_mut();
+    broker.publish(message);
+    if broker.has_unlogged() {
+        Routing::LogOwed
+    } else {
+        Routing::Done(reason::SUCCESS)
+    }
+}
+
+/// Finishes what [`route_now`] left: the reason code for the publisher.
+pub(crate) async fn route_rest(shared: &Shared, routing: Routing) -> u8 {
+    match routing {
+        Routing::Done(code) => code,
+        Routing::LogOwed => log_owed_releasing(shared, None, &mut None).await,
+        Routing::Waits(message) => route_releasing(shared, message, &mut None).await,
+    }
 }
 
 /// [`route`] for the PUBREL of a held QoS 2 publish kept in storage (B-442): the

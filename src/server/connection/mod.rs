@@ -18,6 +18,7 @@ mod outbox;
 mod queue;
 mod verbs;
 
+use channels::{Routing, route_now, route_rest};
 pub(crate) use channels::{drop_unneeded_log, log_owed, route, route_releasing, with_room};
 use verbs::Verb;
 
@@ -43,11 +44,22 @@ const DRAIN_AFTER_KICK: usize = 64 * 1024;
 /// A packet whose handling may wait (for storage, a cursor, a write): what
 /// `Conn::handle_now` leaves to `Conn::handle`.
 enum Waiting {
-    Publish(Publish),
+    Publish(Publish, PublishStep),
     PubRec(Ack),
     PubRel(Ack),
     Subscribe(Subscribe),
     Unsubscribe(Unsubscribe),
+}
+
+/// What a publish waits for once `Conn::accept_publish` has done what needs no
+/// waiting: for an ordinary broadcast at QoS 0 or 1, nothing.
+enum PublishStep {
+    /// A `$saguin/...` verb, to perform and answer.
+    Verb(Verb),
+    /// A QoS 2 publish, to keep in storage before its PUBREC.
+    StoreHeld(u16, Arc<Message>),
+    /// The rest of its routing: a channel's store, a retained write, the log.
+    Route(Routing),
 }
 
 /// Whether a session reads channels, as its queue was written: only one that does
@@ -249,7 +261,7 @@ async fn establish(
             }
             cut_for_room = true;
             match protocol {
-                ProtocolVersion::V5 => connect.properties.session_expiry_interval = Some(0),
+                ProtocolVersion::V5 => connect.properties.edit().session_expiry_interval = Some(0),
                 ProtocolVersion::V311 if !connect.clean_start => {
                     connect.clean_start = true;
                     discard_positions(&shared, &connect.client_id, &peer).await;
@@ -806,23 +818,23 @@ impl Conn {
         let mut properties = Properties::default();
         let mut keep_alive = connect.keep_alive;
         if self.protocol == ProtocolVersion::V5 {
-            properties.topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
-            properties.maximum_packet_size = Some(settings.max_message_size);
-            properties.retain_available = Some(1);
-            properties.receive_maximum = Some(settings.receive_maximum);
+            properties.edit().topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
+            properties.edit().maximum_packet_size = Some(settings.max_message_size);
+            properties.edit().retain_available = Some(1);
+            properties.edit().receive_maximum = Some(settings.receive_maximum);
             if accepted.cut_for_room
                 || connect.properties.session_expiry_interval.unwrap_or(0)
                     != accepted.session_expiry
             {
-                properties.session_expiry_interval = Some(accepted.session_expiry);
+                properties.edit().session_expiry_interval = Some(accepted.session_expiry);
             }
             if accepted.assigned {
-                properties.assigned_client_identifier = Some(accepted.client_id.to_string());
+                properties.edit().assigned_client_identifier = Some(accepted.client_id.to_string());
             }
             if let Some(max) = settings.max_keepalive
                 && (keep_alive == 0 || keep_alive > max)
             {
-                properties.server_keep_alive = Some(max);
+                properties.edit().server_keep_alive = Some(max);
                 keep_alive = max;
             }
             self.features_in_connack(&mut properties);
@@ -1139,7 +1151,11 @@ impl Conn {
                 );
                 return Err(self.refuse(reason::PROTOCOL_ERROR));
             }
-            Packet::Publish(publish) => return Ok(Some(Waiting::Publish(publish))),
+            Packet::Publish(mut publish) => {
+                if let Some(step) = self.accept_publish(&mut publish)? {
+                    return Ok(Some(Waiting::Publish(publish, step)));
+                }
+            }
             Packet::PubRec(ack) => return Ok(Some(Waiting::PubRec(ack))),
             Packet::PubRel(ack) => return Ok(Some(Waiting::PubRel(ack))),
             Packet::Subscribe(subscribe) => return Ok(Some(Waiting::Subscribe(subscribe))),
@@ -1153,7 +1169,7 @@ impl Conn {
     /// Handles a packet whose handling may wait.
     async fn handle(&mut self, packet: Waiting) -> Result<(), End> {
         match packet {
-            Waiting::Publish(publish) => self.on_publish(publish).await,
+            Waiting::Publish(publish, step) => self.finish_publish(publish, step).await,
             Waiting::PubRec(ack) => {
                 let id = ack.packet_id;
                 let known = self.with_session(|s| match s.to_keep_released(id) {
@@ -1254,7 +1270,8 @@ impl Conn {
 
     /// Resolves a topic alias (MQTT 5 section 3.3.2.3.4) into the publish's topic.
     fn resolve_alias(&mut self, publish: &mut Publish) -> Result<(), End> {
-        let Some(alias) = publish.properties.topic_alias.take() else {
+        let Some(alias) = (publish.properties.present_mut()).and_then(|p| p.topic_alias.take())
+        else {
             if publish.topic.is_empty() {
                 return Err(self.refuse(reason::PROTOCOL_ERROR));
             }
@@ -1279,13 +1296,15 @@ impl Conn {
         Ok(())
     }
 
-    async fn on_publish(&mut self, mut publish: Publish) -> Result<(), End> {
-        self.resolve_alias(&mut publish)?;
-        if let Some(end) = self.features_refuse_publish(&publish) {
+    /// Handles a publish as far as it goes without waiting, and says what is left:
+    /// `None` once it is answered (or dropped, at QoS 0).
+    fn accept_publish(&mut self, publish: &mut Publish) -> Result<Option<PublishStep>, End> {
+        self.resolve_alias(publish)?;
+        if let Some(end) = self.features_refuse_publish(publish) {
             return Err(end);
         }
-        if let Some(answered) = self.queue_response(&publish) {
-            return answered;
+        if let Some(answered) = self.queue_response(publish) {
+            return answered.map(|()| None);
         }
         if let Some(verb) = Verb::of(&publish.topic) {
             // A 3.1.1 client cannot name a Response Topic: asking to hang somebody up
@@ -1296,28 +1315,9 @@ impl Conn {
             // A point read or a catalogue question at QoS 0 has no PUBACK to carry
             // its refusals, so it is dropped unread (C-005, B-327).
             if publish.qos == QoS::AtMostOnce && verb.needs_acknowledgement() {
-                return Ok(());
+                return Ok(None);
             }
-            let (code, reply) = self.perform(verb, &publish).await;
-            if code != reason::SUCCESS {
-                log::info!(
-                    "{}: {} {:?} refused 0x{code:02X}",
-                    self.peer,
-                    self.client_id,
-                    publish.topic
-                );
-                let label = match code {
-                    reason::NOT_AUTHORIZED => "not authorized",
-                    reason::TOPIC_NAME_INVALID => "topic name invalid",
-                    _ => "implementation specific error",
-                };
-                self.shared.broker.borrow().metrics.refuse_publish(label); // C-006
-            }
-            self.answer_publish(&publish, code)?;
-            if let Some(reply) = reply {
-                self.queue_packet(&verbs::reply_packet(reply));
-            }
-            return Ok(());
+            return Ok(Some(PublishStep::Verb(verb)));
         }
         let shared = self.shared.clone();
         let settings = &shared.settings;
@@ -1340,10 +1340,10 @@ impl Conn {
                 refused("payload format invalid");
                 reason::PAYLOAD_FORMAT_INVALID
             }
-            Ok(()) => self.check_quota(&publish),
+            Ok(()) => self.check_quota(publish),
         };
         // Asked after the rate, which spends before any authorization (B-120).
-        let code = self.authorize_publish(code, &publish);
+        let code = self.authorize_publish(code, publish);
         if code != reason::SUCCESS {
             log::info!(
                 "{}: publish by {} to {:?} refused 0x{code:02X}",
@@ -1351,7 +1351,7 @@ impl Conn {
                 self.client_id,
                 publish.topic
             );
-            return self.answer_publish(&publish, code);
+            return self.answer_publish(publish, code).map(|()| None);
         }
         // Refused on the PUBREC, before anything is held: at the
         // PUBREL it would hold the message for a retry that can never succeed.
@@ -1364,19 +1364,62 @@ impl Conn {
                 .is_dead_letter(&publish.topic)
         {
             refused("not authorized");
-            return self.answer_publish(&publish, reason::NOT_AUTHORIZED);
+            return self
+                .answer_publish(publish, reason::NOT_AUTHORIZED)
+                .map(|()| None);
         }
-        if publish.qos == QoS::ExactlyOnce {
+        let code = if publish.qos == QoS::ExactlyOnce {
             let packet_id = publish.packet_id.unwrap_or(0);
-            let code = match self.hold_qos2(&publish, packet_id)? {
+            match self.hold_qos2(publish, packet_id)? {
                 Hold::Answer(code) => code,
-                Hold::Store(message) => Box::pin(self.store_held(packet_id, message)).await,
-            };
-            return self.answer_publish(&publish, code);
-        }
-        let message = Arc::new(self.message_from(&publish));
-        let code = route(&self.shared, message).await;
+                Hold::Store(message) => {
+                    return Ok(Some(PublishStep::StoreHeld(packet_id, message)));
+                }
+            }
+        } else {
+            match route_now(&self.shared, Arc::new(self.message_from(publish))) {
+                Routing::Done(code) => code,
+                routing => return Ok(Some(PublishStep::Route(routing))),
+            }
+        };
+        self.answer_publish(publish, code).map(|()| None)
+    }
+
+    /// What `accept_publish` left: performed, stored or routed, then answered.
+    async fn finish_publish(&mut self, publish: Publish, step: PublishStep) -> Result<(), End> {
+        let code = match step {
+            PublishStep::Verb(verb) => return self.answer_verb(verb, &publish).await,
+            PublishStep::StoreHeld(packet_id, message) => {
+                Box::pin(self.store_held(packet_id, message)).await
+            }
+            PublishStep::Route(routing) => route_rest(&self.shared, routing).await,
+        };
         self.answer_publish(&publish, code)
+    }
+
+    /// Performs a `$saguin/...` verb and answers it: its code, and the reply to its
+    /// Response Topic if it has one.
+    async fn answer_verb(&mut self, verb: Verb, publish: &Publish) -> Result<(), End> {
+        let (code, reply) = self.perform(verb, publish).await;
+        if code != reason::SUCCESS {
+            log::info!(
+                "{}: {} {:?} refused 0x{code:02X}",
+                self.peer,
+                self.client_id,
+                publish.topic
+            );
+            let label = match code {
+                reason::NOT_AUTHORIZED => "not authorized",
+                reason::TOPIC_NAME_INVALID => "topic name invalid",
+                _ => "implementation specific error",
+            };
+            self.shared.broker.borrow().metrics.refuse_publish(label); // C-006
+        }
+        self.answer_publish(publish, code)?;
+        if let Some(reply) = reply {
+            self.queue_packet(&verbs::reply_packet(reply));
+        }
+        Ok(())
     }
 
     /// The publish quota (RFC 0002 "How fast one client may publish"; max_header_count,
@@ -1423,7 +1466,7 @@ impl Conn {
         let mut ack = Ack::new(packet_id, code);
         let why = self.puback_reason.take();
         if code >= 0x80 && self.problem_info {
-            ack.properties.reason_string =
+            ack.properties.edit().reason_string =
                 Some(why.unwrap_or_else(|| refusal_text(code).to_string()));
         }
         let packet = match publish.qos {
@@ -2220,7 +2263,7 @@ impl Conn {
         if let (Some(code), ProtocolVersion::V5) = (code, self.protocol) {
             let mut disconnect = Disconnect::new(code);
             if self.problem_info {
-                disconnect.properties.reason_string = Some(refusal_text(code).to_string());
+                disconnect.properties.edit().reason_string = Some(refusal_text(code).to_string());
             }
             self.queue_packet(&Packet::Disconnect(disconnect));
         }
@@ -2280,10 +2323,11 @@ fn delivered_properties(delivery: &Delivery, now: Instant) -> Properties {
     });
     // Written only when there is something to write: the first write allocates.
     if expiry.is_some() || properties.message_expiry_interval.is_some() {
-        properties.message_expiry_interval = expiry;
+        properties.edit().message_expiry_interval = expiry;
     }
     if !delivery.identifiers.is_empty() || !properties.subscription_identifiers.is_empty() {
         properties
+            .edit()
             .subscription_identifiers
             .clone_from(&delivery.identifiers);
     }

@@ -212,8 +212,10 @@ impl Conn {
             Some(record) => {
                 let message = records::from_record(record, QoS::AtMostOnce, now_ms());
                 let mut properties = message.properties.clone();
-                properties.correlation_data = correlation;
-                properties.response_topic = None;
+                properties.edit().correlation_data = correlation;
+                if let Some(p) = properties.present_mut() {
+                    p.response_topic = None;
+                }
                 answer(&response_topic, message.payload.clone(), properties)
             }
             None => {
