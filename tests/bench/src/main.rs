@@ -678,6 +678,18 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
     let expected = sent * sc.subs as u64;
     if std::env::var_os("BENCH_DEBUG").is_some() {
         eprintln!("debug {}: phase 2 sent {sent} delivered {delivered} (phase 1 sent {s0} delivered {d0})", sc.name);
+        let at = |p| percentile(&lat, p);
+        eprintln!(
+            "debug {}: latency µs min {:.1} p10 {:.1} p25 {:.1} p50 {:.1} p75 {:.1} p90 {:.1} p99 {:.1}",
+            sc.name,
+            at(0.0),
+            at(0.10),
+            at(0.25),
+            at(0.50),
+            at(0.75),
+            at(0.90),
+            at(0.99)
+        );
     }
     Ok(Outcome {
         deliveries_per_s: delivered as f64 / (last.max(pub_end) - t0).as_secs_f64(),
