@@ -40,7 +40,7 @@ pub(crate) enum Routing {
     /// written to the broadcast log before the publisher is answered (B-456).
     LogOwed,
     /// Nothing done yet: a channel's record or a retained value is stored first.
-    Waits(Arc<Message>),
+    Waits(Destination, Arc<Message>),
 }
 
 /// Routes a publish as far as it goes without waiting: an ordinary broadcast, the
@@ -48,7 +48,7 @@ pub(crate) enum Routing {
 pub(crate) fn route_now(shared: &Shared, message: Arc<Message>) -> Routing {
     let destination = shared.broker.borrow().destination(&message.topic);
     if message.retain || destination != Destination::Broadcast {
-        return Routing::Waits(message);
+        return Routing::Waits(destination, message);
     }
     let mut broker = shared.broker.borrow_mut();
     broker.publish(message);
@@ -64,7 +64,9 @@ pub(crate) async fn route_rest(shared: &Shared, routing: Routing) -> u8 {
     match routing {
         Routing::Done(code) => code,
         Routing::LogOwed => log_owed_releasing(shared, None, &mut None).await,
-        Routing::Waits(message) => route_releasing(shared, message, &mut None).await,
+        Routing::Waits(destination, message) => {
+            route_to(shared, destination, message, &mut None).await
+        }
     }
 }
 
@@ -81,6 +83,16 @@ pub(crate) async fn route_releasing(
     release: &mut Option<HeldRef>,
 ) -> u8 {
     let destination = shared.broker.borrow().destination(&message.topic);
+    route_to(shared, destination, message, release).await
+}
+
+/// [`route_releasing`] once the publish's destination is known.
+async fn route_to(
+    shared: &Shared,
+    destination: Destination,
+    message: Arc<Message>,
+    release: &mut Option<HeldRef>,
+) -> u8 {
     let code = match destination {
         Destination::Broadcast => {
             if message.retain
