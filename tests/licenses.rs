@@ -61,8 +61,9 @@ fn packages_in_binaries() -> BTreeMap<(String, String), BTreeSet<&'static str>> 
             let (Some(name), Some(version)) = (words.next(), words.next()) else {
                 continue;
             };
-            // The package itself is named by its path.
-            if line.contains(" (/") || name == "saguin" {
+            // Sagüin itself. A vendored dependency (vendor/) is named by its path too,
+            // and is listed like any other.
+            if name == "saguin" {
                 continue;
             }
             let version = version.trim_start_matches('v').to_owned();
