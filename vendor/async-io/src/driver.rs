@@ -263,16 +263,17 @@ pub fn block_on<T>(future: impl Future<Output = T>) -> T {
                 continue;
             }
 
-            // Try grabbing a lock on the reactor to wait on I/O. A sole `block_on()` takes it
-            // back from the "async-io" thread, waking that thread if it waits on I/O.
-            let reactor_lock = match Reactor::get().try_lock() {
-                Some(reactor_lock) => Some(reactor_lock),
-                None if sole_block_on() => {
-                    Reactor::get().notify();
-                    Some(Reactor::get().lock())
-                }
-                None => None,
-            };
+            // Try grabbing a lock on the reactor to wait on I/O.
+            let reactor_lock = Reactor::get().try_lock();
+            if reactor_lock.is_none() && sole_block_on() {
+                // A sole `block_on()` takes the reactor back from the "async-io" thread
+                // rather than parking until that thread relays an event: it wakes the
+                // holder out of epoll and tries again shortly. Again and again, since a
+                // notification can be spent by a wait that was returning anyway.
+                Reactor::get().notify();
+                p.park_timeout(Duration::from_micros(50));
+                continue;
+            }
             if let Some(mut reactor_lock) = reactor_lock {
                 // Record the instant at which the lock was grabbed.
                 let start = Instant::now();
