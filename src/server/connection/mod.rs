@@ -1052,10 +1052,16 @@ impl Conn {
                 let mut event = std::pin::pin!(event);
                 // Whether the connection had to wait: a publisher that did is not in a
                 // stream of packets, and its deliveries go out before its PUBACKs.
-                match future::poll_once(event.as_mut()).await {
-                    Some(event) => (event, false),
-                    None => (event.await, true),
-                }
+                // Noted as it is polled: polling once to ask and then awaiting would
+                // poll every branch twice on each turn.
+                let mut waited = false;
+                let event = std::future::poll_fn(|cx| {
+                    let polled = event.as_mut().poll(cx);
+                    waited |= polled.is_pending();
+                    polled
+                })
+                .await;
+                (event, waited)
             };
             self.waited |= waited;
             match event {
