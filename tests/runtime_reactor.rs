@@ -2,7 +2,9 @@
 //! `vendor/async-io/SAGUIN-PATCH.md`). Stock async-io's helper thread takes the
 //! reactor after about 10 ms without traffic and then hands every socket event to
 //! the serving thread through a futex wake; with the patch it stays parked while
-//! the broker's one `block_on` runs.
+//! the broker's one `block_on` runs. And each reactor wait is one `epoll_pwait`
+//! (`vendor/polling/SAGUIN-PATCH.md`): stock polling also armed a timerfd and read
+//! and re-armed its notifier eventfd around every wait.
 
 mod common;
 
@@ -29,23 +31,53 @@ fn helper_switches(pid: u32) -> u64 {
     panic!("the broker has no async-io thread");
 }
 
-#[test]
-fn the_async_io_helper_stays_parked_while_traffic_with_pauses_is_served() {
-    let broker = Broker::start("");
-    let mut sub = Raw::connected(broker.addr, V5, "listener");
-    assert_eq!(sub.subscribe("paced", opts(QoS::AtLeastOnce)), vec![1]);
-    let mut publisher = Raw::connected(broker.addr, V5, "paced-publisher");
-    let before = helper_switches(broker.pid());
+/// `read(2)` calls the broker has made so far (`syscr` in `/proc/PID/io`). Sockets
+/// are read with `recvfrom`, which it does not count.
+fn read_calls(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("the broker's I/O counts");
+    io.lines()
+        .find_map(|l| l.strip_prefix("syscr:")?.trim().parse().ok())
+        .expect("a syscr line")
+}
+
+/// A publisher and a subscriber at QoS 1, and 40 publishes 15 ms apart: every one
+/// is a reactor wait of its own.
+fn serve_paced(broker: &Broker, topic: &str, mut between: impl FnMut()) {
+    let mut sub = Raw::connected(broker.addr, V5, &format!("{topic}-listener"));
+    assert_eq!(sub.subscribe(topic, opts(QoS::AtLeastOnce)), vec![1]);
+    let mut publisher = Raw::connected(broker.addr, V5, &format!("{topic}-publisher"));
+    between();
     for n in 0..40u8 {
         assert_eq!(
-            publisher.publish("paced", &[n], QoS::AtLeastOnce, false),
+            publisher.publish(topic, &[n], QoS::AtLeastOnce, false),
             Some(0)
         );
         assert_eq!(sub.recv_publish().payload.as_ref(), &[n]);
-        // Longer than the ~10 ms of quiet after which stock async-io's helper
-        // takes the reactor.
         std::thread::sleep(Duration::from_millis(15));
     }
+}
+
+#[test]
+fn a_reactor_wait_reads_no_notifier() {
+    let broker = Broker::start("");
+    let mut before = 0;
+    serve_paced(&broker, "reads", || before = read_calls(broker.pid()));
+    let reads = read_calls(broker.pid()) - before;
+    // Stock polling reads its eventfd after every wait: at least one a publish.
+    assert!(
+        reads < 20,
+        "the broker made {reads} read(2) calls while it served 40 publishes 15 ms apart: \
+         the reactor is clearing its notifier on every wait"
+    );
+}
+
+#[test]
+fn the_async_io_helper_stays_parked_while_traffic_with_pauses_is_served() {
+    let broker = Broker::start("");
+    let mut before = 0;
+    // 15 ms is longer than the ~10 ms of quiet after which stock async-io's helper
+    // takes the reactor.
+    serve_paced(&broker, "paced", || before = helper_switches(broker.pid()));
     let switches = helper_switches(broker.pid()) - before;
     // Stock, the helper wakes several times in every pause and once for every
     // event it hands over: hundreds here.
