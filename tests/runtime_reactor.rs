@@ -8,27 +8,46 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Broker, Raw, opts};
 use saguin::codec::{ProtocolVersion::V5, QoS};
 
-/// Context switches of the broker's "async-io" thread so far.
+/// Context switches of the broker's "async-io" thread so far. The thread names
+/// itself once it first runs, which on a loaded machine can be after the broker
+/// already serves: it is looked for for up to 10 s.
 fn helper_switches(pid: u32) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(switches) = named_thread_switches(pid, "async-io") {
+            return switches;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broker has no async-io thread"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Context switches of the thread of `pid` named `name`, if it has one.
+fn named_thread_switches(pid: u32, name: &str) -> Option<u64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the broker's threads");
     for task in tasks.map_while(Result::ok) {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim() != "async-io" {
+        if comm.trim() != name {
             continue;
         }
-        let status = std::fs::read_to_string(task.path().join("status")).expect("thread status");
-        return status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches:"))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum();
+        let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+        return Some(
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum(),
+        );
     }
-    panic!("the broker has no async-io thread");
+    None
 }
 
 /// `read(2)` calls the broker has made so far (`syscr` in `/proc/PID/io`). Sockets
