@@ -76,12 +76,18 @@ fn serve_paced(broker: &Broker, topic: &str, mut between: impl FnMut()) {
     }
 }
 
-#[test]
-fn a_reactor_wait_reads_no_notifier() {
+/// How much `count` (read from the broker's process) grows while it serves
+/// [`serve_paced`] traffic on `topic`.
+fn grown_over_paced(topic: &str, count: fn(u32) -> u64) -> u64 {
     let broker = Broker::start("");
     let mut before = 0;
-    serve_paced(&broker, "reads", || before = read_calls(broker.pid()));
-    let reads = read_calls(broker.pid()) - before;
+    serve_paced(&broker, topic, || before = count(broker.pid()));
+    count(broker.pid()) - before
+}
+
+#[test]
+fn a_reactor_wait_reads_no_notifier() {
+    let reads = grown_over_paced("reads", read_calls);
     // Stock polling reads its eventfd after every wait: at least one a publish.
     assert!(
         reads < 20,
@@ -92,12 +98,9 @@ fn a_reactor_wait_reads_no_notifier() {
 
 #[test]
 fn the_async_io_helper_stays_parked_while_traffic_with_pauses_is_served() {
-    let broker = Broker::start("");
-    let mut before = 0;
     // 15 ms is longer than the ~10 ms of quiet after which stock async-io's helper
     // takes the reactor.
-    serve_paced(&broker, "paced", || before = helper_switches(broker.pid()));
-    let switches = helper_switches(broker.pid()) - before;
+    let switches = grown_over_paced("paced", helper_switches);
     // Stock, the helper wakes several times in every pause and once for every
     // event it hands over: hundreds here.
     assert!(
