@@ -6,6 +6,13 @@ use std::process::ExitCode;
 use argh::FromArgs;
 use futures_lite::StreamExt;
 
+/// The static gateway builds link musl, whose malloc hands freed memory back to the
+/// kernel at once: under traffic every message's buffers fault fresh pages in again.
+/// mimalloc keeps them (ARCHITECTURE.md, "Dependencies, and why each").
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Sagüin: an MQTT 5 and 3.1.1 broker for edge gateways, with durable channels.
 #[derive(FromArgs)]
 struct Args {

@@ -68,48 +68,50 @@ pub(super) const PACKAGES: &[Package] = &[
     Package { name: "jiff", version: "1.0.2", declared: "Unlicense OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[39, 23] },
     Package { name: "jiff-core", version: "1.0.1", declared: "Unlicense OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[39, 23] },
     Package { name: "libc", version: "0.2.191", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[40] },
-    Package { name: "libsqlite3-sys", version: "0.40.0", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[41] },
-    Package { name: "linux-raw-sys", version: "0.12.1", declared: "Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[42, 3] },
+    Package { name: "libmimalloc-sys", version: "0.1.49", declared: "MIT", chosen: None, arches: &["aarch64", "arm"], texts: &[41] },
+    Package { name: "libsqlite3-sys", version: "0.40.0", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[42] },
+    Package { name: "linux-raw-sys", version: "0.12.1", declared: "Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[43, 3] },
     Package { name: "log", version: "0.4.35", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[7] },
     Package { name: "memchr", version: "2.8.3", declared: "Unlicense OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[39, 23] },
+    Package { name: "mimalloc", version: "0.1.52", declared: "MIT", chosen: None, arches: &["aarch64", "arm"], texts: &[41] },
     Package { name: "num-traits", version: "0.2.19", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[7] },
     Package { name: "once_cell", version: "1.21.4", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
-    Package { name: "parking", version: "2.2.1", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3, 43] },
-    Package { name: "percent-encoding", version: "2.3.2", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[44] },
+    Package { name: "parking", version: "2.2.1", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3, 44] },
+    Package { name: "percent-encoding", version: "2.3.2", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[45] },
     Package { name: "pin-project-lite", version: "0.2.18", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
     Package { name: "piper", version: "0.2.5", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
     Package { name: "polling", version: "3.11.0", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
-    Package { name: "rand", version: "0.10.4", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[45, 46] },
-    Package { name: "rand_core", version: "0.10.1", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[47, 48] },
-    Package { name: "ring", version: "0.17.14", declared: "Apache-2.0 AND ISC", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[49, 50, 51] },
-    Package { name: "rpassword", version: "7.5.4", declared: "Apache-2.0", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[52] },
-    Package { name: "rtoolbox", version: "0.0.6", declared: "Apache-2.0", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[52] },
-    Package { name: "rusqlite", version: "0.43.0", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[41] },
-    Package { name: "rustix", version: "1.1.6", declared: "Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[53, 3] },
-    Package { name: "rustls", version: "0.23.46", declared: "Apache-2.0 OR ISC OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[54, 55] },
-    Package { name: "rustls-pki-types", version: "1.16.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[56] },
-    Package { name: "rustls-webpki", version: "0.103.17", declared: "ISC", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[57] },
-    Package { name: "scopeguard", version: "1.2.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[58] },
+    Package { name: "rand", version: "0.10.4", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[46, 47] },
+    Package { name: "rand_core", version: "0.10.1", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[48, 49] },
+    Package { name: "ring", version: "0.17.14", declared: "Apache-2.0 AND ISC", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[50, 51, 52] },
+    Package { name: "rpassword", version: "7.5.4", declared: "Apache-2.0", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[53] },
+    Package { name: "rtoolbox", version: "0.0.6", declared: "Apache-2.0", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[53] },
+    Package { name: "rusqlite", version: "0.43.0", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[42] },
+    Package { name: "rustix", version: "1.1.6", declared: "Apache-2.0 WITH LLVM-exception OR Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[54, 3] },
+    Package { name: "rustls", version: "0.23.46", declared: "Apache-2.0 OR ISC OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[55, 56] },
+    Package { name: "rustls-pki-types", version: "1.16.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[57] },
+    Package { name: "rustls-webpki", version: "0.103.17", declared: "ISC", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[58] },
+    Package { name: "scopeguard", version: "1.2.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[59] },
     Package { name: "serde", version: "1.0.229", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
     Package { name: "serde-saphyr", version: "2.2.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
     Package { name: "serde_core", version: "1.0.229", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
     Package { name: "serde_json", version: "1.0.154", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
-    Package { name: "sha1", version: "0.11.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[59] },
-    Package { name: "signal-hook-registry", version: "1.4.8", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[60] },
-    Package { name: "simdutf8", version: "0.1.5", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "x86_64"], texts: &[61] },
-    Package { name: "slab", version: "0.4.12", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[62] },
-    Package { name: "smallvec", version: "1.16.6", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[63] },
+    Package { name: "sha1", version: "0.11.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[60] },
+    Package { name: "signal-hook-registry", version: "1.4.8", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[61] },
+    Package { name: "simdutf8", version: "0.1.5", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "x86_64"], texts: &[62] },
+    Package { name: "slab", version: "0.4.12", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[63] },
+    Package { name: "smallvec", version: "1.16.6", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[64] },
     Package { name: "smol", version: "2.0.2", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
-    Package { name: "spki", version: "0.8.1", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[64] },
-    Package { name: "subtle", version: "2.6.1", declared: "BSD-3-Clause", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[65] },
+    Package { name: "spki", version: "0.8.1", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[65] },
+    Package { name: "subtle", version: "2.6.1", declared: "BSD-3-Clause", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[66] },
     Package { name: "thiserror", version: "2.0.21", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
-    Package { name: "tungstenite", version: "0.30.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[66] },
-    Package { name: "typenum", version: "1.20.1", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[67, 68] },
-    Package { name: "unicode-width", version: "0.2.3", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[69, 70] },
-    Package { name: "untrusted", version: "0.9.0", declared: "ISC", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[71] },
-    Package { name: "uuid", version: "1.29.3", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[72] },
-    Package { name: "x509-cert", version: "0.3.0", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[73] },
-    Package { name: "zeroize", version: "1.9.2", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[74] },
+    Package { name: "tungstenite", version: "0.30.0", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[67] },
+    Package { name: "typenum", version: "1.20.1", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[68, 69] },
+    Package { name: "unicode-width", version: "0.2.3", declared: "MIT OR Apache-2.0", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[70, 71] },
+    Package { name: "untrusted", version: "0.9.0", declared: "ISC", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[72] },
+    Package { name: "uuid", version: "1.29.3", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[73] },
+    Package { name: "x509-cert", version: "0.3.0", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[74] },
+    Package { name: "zeroize", version: "1.9.2", declared: "Apache-2.0 OR MIT", chosen: Some("MIT"), arches: &["aarch64", "arm", "x86_64"], texts: &[75] },
     Package { name: "zmij", version: "1.0.23", declared: "MIT", chosen: None, arches: &["aarch64", "arm", "x86_64"], texts: &[3] },
 ];
 
@@ -1214,6 +1216,31 @@ DEALINGS IN THE SOFTWARE."# },
 
 You may use this code under the terms of either license."# },
     Text { from: "libc 0.2.191, LICENSE-MIT", body: r#"Copyright (c) The Rust Project Developers
+
+Permission is hereby granted, free of charge, to any
+person obtaining a copy of this software and associated
+documentation files (the "Software"), to deal in the
+Software without restriction, including without
+limitation the rights to use, copy, modify, merge,
+publish, distribute, sublicense, and/or sell copies of
+the Software, and to permit persons to whom the Software
+is furnished to do so, subject to the following
+conditions:
+
+The above copyright notice and this permission notice
+shall be included in all copies or substantial portions
+of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF
+ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED
+TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A
+PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT
+SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY
+CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION
+OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR
+IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER
+DEALINGS IN THE SOFTWARE."# },
+    Text { from: "libmimalloc-sys 0.1.49, LICENSE.txt", body: r#"Copyright 2019 Octavian Oncescu
 
 Permission is hereby granted, free of charge, to any
 person obtaining a copy of this software and associated
