@@ -7,7 +7,7 @@ use argh::FromArgs;
 use futures_lite::StreamExt;
 
 /// The static gateway builds link musl, whose malloc hands freed memory back to the
-/// kernel at once: under traffic every message's buffers fault fresh pages in again.
+/// kernel eagerly: under traffic every message's buffers fault fresh pages in again.
 /// mimalloc keeps them (ARCHITECTURE.md, "Dependencies, and why each").
 #[cfg(target_env = "musl")]
 #[global_allocator]
