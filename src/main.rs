@@ -6,13 +6,6 @@ use std::process::ExitCode;
 use argh::FromArgs;
 use futures_lite::StreamExt;
 
-/// The static gateway builds link musl, whose malloc hands freed memory back to the
-/// kernel eagerly: under traffic every message's buffers fault fresh pages in again.
-/// mimalloc keeps them (ARCHITECTURE.md, "Dependencies, and why each").
-#[cfg(target_env = "musl")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Sagüin: an MQTT 5 and 3.1.1 broker for edge gateways, with durable channels.
 #[derive(FromArgs)]
 struct Args {
@@ -50,11 +43,19 @@ struct Args {
     operands: Vec<String>,
 }
 
-/// glibc gives freed memory at the top of its heap back to the kernel once 128 KiB of
-/// it is free, and a broker relaying 16 KiB messages then faults fresh pages in for
-/// nearly every payload: a tenth of its time on 1-to-1 16 KiB, 1.23x the rate once
-/// kept (BENCHMARKS.md). It keeps up to 1 MiB instead. musl's allocator does not
-/// have this knob, nor the problem in this shape.
+// Both C libraries' allocators give freed memory back to the kernel sooner than a
+// broker relaying 16 KiB messages can afford: it then faults fresh pages in for nearly
+// every payload (BENCHMARKS.md, the sessions on `mallopt` and on mimalloc).
+//
+// The static gateway builds link musl, whose malloc has no knob for it: mimalloc
+// serves them instead: 1.4-2x musl's rate in 7 of the 8 1-to-1 and 8-to-1 rows.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// glibc hands the top of its heap back once 128 KiB of it is free; it keeps up to
+/// 1 MiB instead: a tenth of the time on 1-to-1 16 KiB, 1.23x the rate once kept.
+/// (mimalloc on glibc gained nothing over this.)
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
     const KEEP_TOP_BYTES: libc::c_int = 1 << 20;
