@@ -81,9 +81,37 @@ fn check_static(triple: &str, arch: &str, readelf: &[&str]) {
     }
 }
 
-/// The static binary allocates through mimalloc: its messages are in the binary, and
-/// the binary, run by `qemu`, carries QoS 0 and QoS 1 traffic of sizes from 1 byte to
-/// 20 KiB, every delivery intact and in order. Skipped where `qemu` is not installed.
+/// A broadcast topic space and an append channel, `log`, on sqlite.
+const SERVED: &str = "broker:
+  id: static
+  log_level: info
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+channels:
+  log:
+    type: append
+";
+
+/// One test payload: `len` bytes that differ with `seed`.
+fn payload(seed: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|b| (b + seed) as u8).collect()
+}
+
+/// The static binary carries mimalloc: its messages are in the binary (with the
+/// `override` feature it serves C's `malloc` too, SQLite's). Run by `qemu`, the binary
+/// carries QoS 0 and QoS 1 broadcast traffic of sizes from 1 byte to 20 KiB, every
+/// delivery intact and in order, and replays records of such sizes from sqlite to a
+/// new reader. Skipped where `qemu` is not installed.
 fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
     let Some(bin) = present(triple) else { return };
     let bytes = std::fs::read(&bin).expect("read the binary");
@@ -97,11 +125,7 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
     }
     // `bash -c WRAPPER saguin <test build> --config FILE`: run the shipped binary instead.
     let wrapper = format!("shift; exec {qemu} {} \"$@\"", bin.display());
-    let broker = Broker::start_under(
-        common::temp_dir("static"),
-        &common::config(""),
-        Some(&wrapper),
-    );
+    let broker = Broker::start_under(common::temp_dir("static"), SERVED, Some(&wrapper));
     let mut at_most_once = Raw::connected(broker.addr, ProtocolVersion::V5, "sub0");
     let mut at_least_once = Raw::connected(broker.addr, ProtocolVersion::V311, "sub1");
     let mut publisher = Raw::connected(broker.addr, ProtocolVersion::V5, "pub");
@@ -112,7 +136,7 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
         assert_eq!(sub.subscribe("sizes/#", common::opts(qos)), [qos as u8]);
     }
     for i in 0..200usize {
-        let payload: Vec<u8> = (0..1 + i * 97 % 20_000).map(|b| (b + i) as u8).collect();
+        let payload = payload(i, 1 + i * 97 % 20_000);
         let topic = format!("sizes/{i}");
         assert_eq!(
             publisher.publish(&topic, &payload, QoS::AtLeastOnce, false),
@@ -129,6 +153,27 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
                 "{triple}: message {i} changed on its way"
             );
         }
+    }
+    let records = 50usize;
+    for i in 0..records {
+        let record = payload(i, 1 + i * 397 % 20_000);
+        assert_eq!(
+            publisher.publish("log/x", &record, QoS::AtLeastOnce, false),
+            Some(0),
+            "{triple}: record {i} not stored"
+        );
+    }
+    let mut reader = Raw::connected(broker.addr, ProtocolVersion::V5, "reader");
+    assert_eq!(
+        reader.subscribe("log/#", common::opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    for i in 0..records {
+        let got = reader.recv_publish();
+        assert!(
+            got.payload[..] == payload(i, 1 + i * 397 % 20_000)[..],
+            "{triple}: record {i} replayed changed or out of order"
+        );
     }
 }
 
