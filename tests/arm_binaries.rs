@@ -81,27 +81,6 @@ fn check_static(triple: &str, arch: &str, readelf: &[&str]) {
     }
 }
 
-/// A broadcast topic space and an append channel, `log`, on sqlite.
-const SERVED: &str = "broker:
-  id: static
-  log_level: info
-  mqtt:
-    listen:
-      tcp:
-        address: 127.0.0.1:0
-  storage:
-    default: local
-    default_retention_period: none
-    default_retention_bytes: none
-    providers:
-      local:
-        type: sqlite
-        file_path: {dir}/saguin.db
-channels:
-  log:
-    type: append
-";
-
 /// One test payload: `len` bytes that differ with `seed`.
 fn payload(seed: usize, len: usize) -> Vec<u8> {
     (0..len).map(|b| (b + seed) as u8).collect()
@@ -125,7 +104,7 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
     }
     // `bash -c WRAPPER saguin <test build> --config FILE`: run the shipped binary instead.
     let wrapper = format!("shift; exec {qemu} {} \"$@\"", bin.display());
-    let broker = Broker::start_under(common::temp_dir("static"), SERVED, Some(&wrapper));
+    let broker = Broker::start_under(common::temp_dir("static"), common::CHANNELS, Some(&wrapper));
     let mut at_most_once = Raw::connected(broker.addr, ProtocolVersion::V5, "sub0");
     let mut at_least_once = Raw::connected(broker.addr, ProtocolVersion::V311, "sub1");
     let mut publisher = Raw::connected(broker.addr, ProtocolVersion::V5, "pub");
@@ -158,14 +137,14 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
     for i in 0..records {
         let record = payload(i, 1 + i * 397 % 20_000);
         assert_eq!(
-            publisher.publish("log/x", &record, QoS::AtLeastOnce, false),
+            publisher.publish("events/x", &record, QoS::AtLeastOnce, false),
             Some(0),
             "{triple}: record {i} not stored"
         );
     }
     let mut reader = Raw::connected(broker.addr, ProtocolVersion::V5, "reader");
     assert_eq!(
-        reader.subscribe("log/#", common::opts(QoS::AtLeastOnce)),
+        reader.subscribe("events/#", common::opts(QoS::AtLeastOnce)),
         [1]
     );
     for i in 0..records {
