@@ -30,8 +30,8 @@ pub mod template;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::server::executor::LocalExecutor;
 use futures_lite::future;
-use smol::LocalExecutor;
 
 use crate::broker::{ConnLink, Woken};
 use crate::codec::{
@@ -51,7 +51,7 @@ const RETRY_CEILING: Duration = Duration::from_secs(30);
 /// Starts every bridge; the tasks end when the broker stops (their links are told
 /// through the shutdown's kick).
 pub fn spawn(
-    executor: &LocalExecutor<'static>,
+    executor: &LocalExecutor,
     shared: &Rc<Shared>,
     bridges: Vec<Bridge>,
 ) -> Vec<smol::Task<()>> {

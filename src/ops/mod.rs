@@ -25,8 +25,8 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::server::executor::LocalExecutor;
 use futures_lite::future;
-use smol::LocalExecutor;
 use smol::io::AsyncWriteExt;
 
 use base64::Engine;
@@ -166,7 +166,7 @@ struct Scrape {
 
 /// Starts serving every door, on `executor`.
 pub(crate) fn spawn(
-    executor: &Rc<LocalExecutor<'static>>,
+    executor: &Rc<LocalExecutor>,
     shared: &Rc<Shared>,
     ops: OpsDoors,
 ) -> io::Result<()> {

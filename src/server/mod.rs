@@ -5,6 +5,7 @@
 //! `RefCell` borrowed for one operation at a time, never across an await.
 
 pub(crate) mod connection;
+pub(crate) mod executor;
 pub(crate) mod frame;
 pub(crate) mod http;
 mod proxy;
@@ -24,7 +25,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use smol::LocalExecutor;
+use executor::LocalExecutor;
 
 use crate::broker::{Broker, Settings};
 use crate::codec::reason;
@@ -251,7 +252,7 @@ pub fn serve(
     }))
 }
 
-async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor<'static>>) {
+async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor>) {
     let mut pace = shared.settings.max_connect_rate.map(ConnectPace::new);
     loop {
         if let Some(pace) = &mut pace {

@@ -10,9 +10,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::server::executor::LocalExecutor;
 use futures_lite::future;
+use smol::Task;
 use smol::channel::Receiver;
-use smol::{LocalExecutor, Task};
 
 use super::lease::{DeadReason, Job, Lease, Outcome, Verdict, Worker};
 use super::{DeliveryId, Event, FORM_PREFIX, Policy, TICK, dlq_topic};
@@ -46,7 +47,7 @@ struct Backlog {
 /// Starts the owner of every queue. Each task ends once its mailbox is closed
 /// ([`super::Queues::close`]) and every event already in it is applied, so a stopping
 /// broker that awaits them loses no acknowledged answer.
-pub fn spawn(executor: &LocalExecutor<'static>, shared: &Rc<Shared>) -> Vec<Task<()>> {
+pub fn spawn(executor: &LocalExecutor, shared: &Rc<Shared>) -> Vec<Task<()>> {
     let unstarted = shared.broker.borrow_mut().queues.take_unstarted();
     unstarted
         .into_iter()
