@@ -961,11 +961,13 @@ impl Conn {
                 Err(end) => return end,
             }
             let handed = self.shared.broker.borrow().handed() - handed_before;
-            if self.waited && (1..=DELIVER_FIRST_UP_TO).contains(&handed) && !self.out.is_empty() {
+            if self.waited && (1..=DELIVER_FIRST_UP_TO).contains(&handed) {
                 // The few subscribers this woke write before this publisher's PUBACKs
                 // do, as they would on a broker that writes to them in place: on one
                 // thread a delivery otherwise waits behind the acknowledgement's write
-                // and the publisher's wake-up it causes. Only for a publisher that
+                // and the publisher's wake-up it causes. At QoS 0 too: waiting for its
+                // next packet re-arms the publisher's socket, a syscall the delivery
+                // would wait behind (1.5 µs, BENCHMARKS.md). Only for a publisher that
                 // waited for this packet: one in full flow is better served by its
                 // subscribers writing larger batches, and a fan-out's publisher would
                 // wait behind every subscriber's write.
