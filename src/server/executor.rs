@@ -90,7 +90,7 @@ impl LocalExecutor {
         }
     }
 
-    /// Spawns `future` as a task; it runs while some thread is in [`LocalExecutor::run`].
+    /// Spawns `future` as a task; it runs while [`LocalExecutor::run`] is awaited.
     pub fn spawn<T: 'static>(&self, future: impl Future<Output = T> + 'static) -> Task<T> {
         let mut active = self.state.active();
         let entry = active.vacant_entry();
