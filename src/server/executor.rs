@@ -16,9 +16,10 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 
 use async_task::{Builder, Runnable, Task};
 use slab::Slab;
@@ -71,6 +72,26 @@ impl State {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// A future beside what its task keeps until it ends. A struct, not an async
+    /// block: a block keeps the future it awaits twice, as the value it captured and
+    /// as the value it polls (rust-lang/rust#62958), and a task is as large as its
+    /// future for as long as it lives - an idle connection's, say.
+    struct Holding<F, H> {
+        #[pin]
+        future: F,
+        held: H,
+    }
+}
+
+impl<F: Future, H> Future for Holding<F, H> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().future.poll(cx)
+    }
+}
+
 /// Runs a closure when dropped.
 struct OnDrop<F: FnOnce()>(Option<F>);
 
@@ -92,6 +113,16 @@ impl LocalExecutor {
 
     /// Spawns `future` as a task; it runs while [`LocalExecutor::run`] is awaited.
     pub fn spawn<T: 'static>(&self, future: impl Future<Output = T> + 'static) -> Task<T> {
+        self.spawn_holding(future, ())
+    }
+
+    /// Spawns `future` as a task that keeps `held` until it ends: dropped when the
+    /// future is done, or with the task when it never finishes.
+    pub fn spawn_holding<T: 'static, H: 'static>(
+        &self,
+        future: impl Future<Output = T> + 'static,
+        held: H,
+    ) -> Task<T> {
         let mut active = self.state.active();
         let entry = active.vacant_entry();
         let key = entry.key();
@@ -101,9 +132,9 @@ impl LocalExecutor {
             let state = self.state.clone();
             move || drop(state.active().try_remove(key))
         }));
-        let future = async move {
-            let _done = done;
-            future.await
+        let future = Holding {
+            future,
+            held: (held, done),
         };
         let state = self.state.clone();
         let (runnable, task) = Builder::new()

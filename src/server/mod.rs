@@ -275,40 +275,29 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor>
         let arrived = Instant::now();
         shared.active.set(shared.active.get() + 1);
         let guard = ActiveGuard(shared.clone());
-        let admission = shared.slots.admit();
         // A ws socket gets a slot or nothing: no overflow place, nothing written (B-059).
         let websocket = door.websocket().cloned();
-        let admission = match admission {
-            slots::Admission::Wait(..) if websocket.is_some() => slots::Admission::Full,
-            other => other,
-        };
-        if let slots::Admission::Full = admission {
-            log::debug!("{peer}: closed at once: every slot and overflow place is taken");
-            shared
-                .broker
-                .borrow()
-                .metrics
-                .refuse_connection("overflow budget full");
-            continue;
-        }
         let (shared, gate) = (shared.clone(), door.gate().clone());
-        executor
-            .spawn(async move {
-                match admission {
-                    slots::Admission::Slot(slot) => {
-                        connection::run(stream, peer, shared, slot, gate, websocket).await;
-                    }
-                    slots::Admission::Wait(place, handed) => {
-                        // Boxed: a rare path, and inline it would size every task.
-                        let waiting =
-                            wait_for_slot(stream, peer, shared, gate, arrived, place, handed);
-                        Box::pin(waiting).await;
-                    }
-                    slots::Admission::Full => {}
-                }
-                drop(guard);
-            })
-            .detach();
+        // Spawned as the future itself, the guard held beside it: an async block
+        // around it would keep the connection's future twice (`executor.rs`).
+        match shared.slots.admit() {
+            slots::Admission::Slot(slot) => {
+                let serving = connection::run(stream, peer, shared, slot, gate, websocket);
+                executor.spawn_holding(serving, guard).detach();
+            }
+            slots::Admission::Wait(place, handed) if websocket.is_none() => {
+                let waiting = wait_for_slot(stream, peer, shared, gate, arrived, place, handed);
+                executor.spawn_holding(waiting, guard).detach();
+            }
+            slots::Admission::Wait(..) | slots::Admission::Full => {
+                log::debug!("{peer}: closed at once: every slot and overflow place is taken");
+                shared
+                    .broker
+                    .borrow()
+                    .metrics
+                    .refuse_connection("overflow budget full");
+            }
+        }
     }
 }
 

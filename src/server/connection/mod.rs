@@ -126,10 +126,6 @@ struct Conn {
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
 /// (B-056); `gate` is its door's TLS and credentials (`crate::auth`).
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn would keep its arguments twice in every connection's task (rust-lang/rust#62958)"
-)]
 pub(crate) fn run(
     stream: Socket,
     peer: String,
@@ -138,11 +134,13 @@ pub(crate) fn run(
     gate: Rc<crate::auth::Gate>,
     websocket: Option<Rc<super::ws::OriginPolicy>>,
 ) -> impl Future<Output = ()> {
+    // Boxed, and a function of its own: what the handshake holds (the CONNECT, its
+    // answer) is gone once it ends, and no idle connection's task keeps room for it.
+    // Boxed before the block, which then captures a pointer, not the arguments: an
+    // async fn would keep them in every connection's task (rust-lang/rust#62958).
+    let established = Box::pin(establish(stream, peer, shared, slot, gate, websocket));
     async move {
-        // Boxed, and a function of its own: what the handshake holds (the CONNECT, its
-        // answer) is gone once it ends, and no idle connection's task keeps room for it.
-        let established = establish(stream, peer, shared, slot, gate, websocket);
-        if let Some((conn, slot)) = Box::pin(established).await {
+        if let Some((conn, slot)) = established.await {
             live(conn, slot).await;
         }
     }
