@@ -74,7 +74,6 @@ enum Ended {
 /// One bridge, for the life of the broker.
 async fn run(shared: Rc<Shared>, bridge: Rc<Bridge>) {
     let (handle, woken) = ConnLink::new(shared.next_link_id());
-    let handle = Rc::new(handle);
     let state = Rc::new(State {
         generation: std::cell::Cell::new(0),
         marks: std::cell::RefCell::new(Vec::new()),

@@ -3,30 +3,27 @@
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 
 /// Shared between a connection task and the session it holds. The broker never
 /// writes to a socket; it queues deliveries on the session and wakes the connection.
-#[derive(Debug)]
+///
+/// A wake-up is a flag and a waker in cells: everything runs on the broker's one
+/// thread, and a channel would cost every idle connection a few hundred bytes more
+/// for nothing it uses. One allocation holds the link and its wake-up.
 pub struct ConnLink {
     /// Unique per connection, so a session can tell which connection holds it.
     pub id: u64,
-    wake: Rc<WakeFlag>,
     kick: Cell<Option<u8>>,
-}
-
-/// One pending wake-up and the task waiting for it. Everything runs on the broker's
-/// one thread, so a flag and a waker in cells are the whole of it: a channel would
-/// cost every idle connection a few hundred bytes more for nothing it uses.
-#[derive(Default)]
-struct WakeFlag {
     pending: Cell<bool>,
     waker: Cell<Option<Waker>>,
 }
 
-impl std::fmt::Debug for WakeFlag {
+impl std::fmt::Debug for ConnLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WakeFlag")
+        f.debug_struct("ConnLink")
+            .field("id", &self.id)
+            .field("kick", &self.kick.get())
             .field("pending", &self.pending.get())
             .finish_non_exhaustive()
     }
@@ -34,24 +31,26 @@ impl std::fmt::Debug for WakeFlag {
 
 /// The connection's end of its link: waits for a wake-up.
 #[derive(Debug)]
-pub struct Woken(Rc<WakeFlag>);
+pub struct Woken(Rc<ConnLink>);
 
 impl Woken {
     /// Waits until the link is woken, consuming the wake-up. Wake-ups while nobody
     /// waits are one wake-up, which is all a wake-up says.
     pub async fn recv(&self) {
-        poll_fn(|cx| {
-            if self.0.pending.replace(false) {
-                return Poll::Ready(());
-            }
-            let waker = match self.0.waker.take() {
-                Some(w) if w.will_wake(cx.waker()) => w,
-                _ => cx.waker().clone(),
-            };
-            self.0.waker.set(Some(waker));
-            Poll::Pending
-        })
-        .await;
+        poll_fn(|cx| self.poll_recv(cx)).await;
+    }
+
+    /// [`Woken::recv`] as a poll.
+    pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.pending.replace(false) {
+            return Poll::Ready(());
+        }
+        let waker = match self.0.waker.take() {
+            Some(w) if w.will_wake(cx.waker()) => w,
+            _ => cx.waker().clone(),
+        };
+        self.0.waker.set(Some(waker));
+        Poll::Pending
     }
 }
 
@@ -64,22 +63,20 @@ impl Drop for Woken {
 
 impl ConnLink {
     /// A link and the end its connection task waits on.
-    pub fn new(id: u64) -> (ConnLink, Woken) {
-        let wake = Rc::new(WakeFlag::default());
-        (
-            ConnLink {
-                id,
-                wake: wake.clone(),
-                kick: Cell::new(None),
-            },
-            Woken(wake),
-        )
+    pub fn new(id: u64) -> (Rc<ConnLink>, Woken) {
+        let link = Rc::new(ConnLink {
+            id,
+            kick: Cell::new(None),
+            pending: Cell::new(false),
+            waker: Cell::new(None),
+        });
+        (link.clone(), Woken(link))
     }
 
     /// Wakes the connection to write what its session has queued.
     pub fn wake(&self) {
-        self.wake.pending.set(true);
-        if let Some(waker) = self.wake.waker.take() {
+        self.pending.set(true);
+        if let Some(waker) = self.waker.take() {
             waker.wake();
         }
     }

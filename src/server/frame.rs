@@ -3,8 +3,10 @@
 //! grows with the packet and is released once it is handled.
 
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
-use smol::io::AsyncReadExt;
+use smol::io::{AsyncRead, AsyncReadExt};
 
 use super::socket::Socket;
 use crate::codec::{self, DecodeError, FixedHeader};
@@ -166,9 +168,22 @@ impl FrameReader {
     /// # Errors
     /// The socket's.
     pub async fn fill(&mut self, stream: &mut Socket) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_fill(stream, cx)).await
+    }
+
+    /// [`Reader::fill`] as a poll, for a wait on several things at once that keeps
+    /// no read future of its own: an idle connection's task is as large as that wait.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn poll_fill(
+        &mut self,
+        stream: &mut Socket,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
         if self.filled == 0 {
             // Nothing buffered: wait with no buffer at all.
-            stream.readable().await?;
+            ready!(stream.poll_readable(cx))?;
         }
         let want = match self.expected {
             // A large packet's rest and the head of the next one behind it, in one
@@ -192,11 +207,10 @@ impl FrameReader {
                 .map_or(READ_CHUNK, |last| (last + READ_CHUNK).min(MAX_READ)),
         };
         self.grow(self.filled + want);
-        let n = stream
-            .read(&mut self.buf[self.filled..self.filled + want])
-            .await?;
+        let n =
+            ready!(Pin::new(stream).poll_read(cx, &mut self.buf[self.filled..self.filled + want]))?;
         self.filled += n;
-        Ok(n)
+        Poll::Ready(Ok(n))
     }
 
     /// Makes the buffer at least `len` bytes long, keeping what is filled: a spare

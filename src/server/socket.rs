@@ -9,7 +9,6 @@ use std::task::{Context, Poll};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 
-use futures_lite::future;
 use smol::Async;
 use smol::io::{AsyncRead, AsyncWrite};
 
@@ -67,31 +66,31 @@ impl Socket {
         }
     }
 
-    /// Waits until there is something to read, holding no buffer meanwhile: this is
-    /// how an idle connection costs nothing but its task.
-    pub async fn readable(&mut self) -> io::Result<()> {
+    /// Ready when there is something to read; waits holding no buffer meanwhile:
+    /// this is how an idle connection costs nothing but its task.
+    pub fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             // `poll_readable`, not `readable()`: its interest outlives the wait, so a
             // connection woken by something else and waiting again costs no epoll_ctl.
-            Socket::Tcp(s) => future::poll_fn(|cx| s.poll_readable(cx)).await,
-            Socket::Unix(s) => future::poll_fn(|cx| s.poll_readable(cx)).await,
+            Socket::Tcp(s) => s.poll_readable(cx),
+            Socket::Unix(s) => s.poll_readable(cx),
             Socket::Tls(s) => {
                 let (io, conn) = s.get_mut();
                 if super::tls::has_plaintext(&mut **conn) {
-                    return Ok(());
+                    return Poll::Ready(Ok(()));
                 }
-                future::poll_fn(|cx| io.poll_readable(cx)).await
+                io.poll_readable(cx)
             }
             Socket::TlsClient(s) => {
                 let (io, conn) = s.get_mut();
                 if super::tls::has_plaintext(&mut **conn) {
-                    return Ok(());
+                    return Poll::Ready(Ok(()));
                 }
-                future::poll_fn(|cx| io.poll_readable(cx)).await
+                io.poll_readable(cx)
             }
             // tungstenite may hold a whole message already read off the socket: a
             // WebSocket connection waits in its read, with its buffer, instead.
-            Socket::Ws(_) => Ok(()),
+            Socket::Ws(_) => Poll::Ready(Ok(())),
         }
     }
 }

@@ -8,9 +8,8 @@
 //! between its grace and one tick later.
 
 use std::cell::{Cell, RefCell};
-use std::future::poll_fn;
 use std::rc::{Rc, Weak};
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 /// How often the ticker looks: how late past its grace a silent client may be told.
@@ -31,20 +30,17 @@ impl KeepAlive {
         self.heard_at.set(Instant::now());
     }
 
-    /// Resolves once the ticker has found the client silent for the whole grace.
-    pub(crate) async fn expired(&self) {
-        poll_fn(|cx| {
-            if self.expired.get() {
-                return Poll::Ready(());
-            }
-            let waker = match self.waker.take() {
-                Some(w) if w.will_wake(cx.waker()) => w,
-                _ => cx.waker().clone(),
-            };
-            self.waker.set(Some(waker));
-            Poll::Pending
-        })
-        .await;
+    /// Ready once the ticker has found the client silent for the whole grace.
+    pub(crate) fn poll_expired(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.expired.get() {
+            return Poll::Ready(());
+        }
+        let waker = match self.waker.take() {
+            Some(w) if w.will_wake(cx.waker()) => w,
+            _ => cx.waker().clone(),
+        };
+        self.waker.set(Some(waker));
+        Poll::Pending
     }
 }
 
@@ -123,7 +119,7 @@ mod tests {
         assert!(!watch.expired.get(), "heard 2 s ago, the grace is 3 s");
         watches.look(start + Duration::from_secs(5));
         assert!(watch.expired.get());
-        smol::block_on(watch.expired());
+        smol::block_on(std::future::poll_fn(|cx| watch.poll_expired(cx)));
     }
 
     #[test]
@@ -137,7 +133,7 @@ mod tests {
             let watches = watches.clone();
             async move { watches.tick().await }
         });
-        smol::block_on(ex.run(watch.expired()));
+        smol::block_on(ex.run(std::future::poll_fn(|cx| watch.poll_expired(cx))));
         drop(ticker);
         let waited = started.elapsed();
         // A tick late at most on a quiet machine; the bound leaves room for a loaded

@@ -4,8 +4,10 @@
 //! then wait for whichever comes first of more bytes, a wake-up from the broker, or
 //! the keepalive deadline. Nothing else ever writes to this socket.
 
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
@@ -230,7 +232,6 @@ async fn establish(
         }
     };
     let (link, woken) = ConnLink::new(shared.next_link_id());
-    let link = Rc::new(link);
     if connect.clean_start && !connect.client_id.is_empty() {
         discard_positions(&shared, &connect.client_id, &peer).await;
     }
@@ -1012,53 +1013,39 @@ impl Conn {
                     positions_writing,
                     ..
                 } = self;
-                let event = future::or(
-                    async { Event::Read(reader.fill(stream).await) },
-                    future::or(
-                        async {
-                            // Moved positions are written when their interval is up,
-                            // even if nothing else wakes the connection (B-457).
-                            let wake = async {
-                                woken.recv().await;
-                            };
-                            match positions_due_at {
-                                Some(at) => {
-                                    future::or(wake, async {
-                                        smol::Timer::at(at).await;
-                                    })
-                                    .await
-                                }
-                                None => wake.await,
-                            }
-                            Event::Woken
-                        },
-                        future::or(
-                            async {
-                                match keep_alive {
-                                    Some(watch) => watch.expired().await,
-                                    None => future::pending().await,
-                                };
-                                Event::KeepAliveExpired
-                            },
-                            async {
-                                match positions_writing {
-                                    Some(writing) => Event::PositionsStored(writing.await),
-                                    None => future::pending().await,
-                                }
-                            },
-                        ),
-                    ),
-                );
-                let mut event = std::pin::pin!(event);
+                // Moved positions are written when their interval is up, even if
+                // nothing else wakes the connection (B-457).
+                let mut positions_due = positions_due_at.map(smol::Timer::at);
                 // Whether the connection had to wait: a publisher that did is not in a
                 // stream of packets, and its deliveries go out before its PUBACKs.
-                // Noted as it is polled: polling once to ask and then awaiting would
-                // poll every branch twice on each turn.
                 let mut waited = false;
+                // One poll over what the connection waits for, in this order, and no
+                // future of each: an idle connection's task is as large as this wait.
                 let event = std::future::poll_fn(|cx| {
-                    let polled = event.as_mut().poll(cx);
-                    waited |= polled.is_pending();
-                    polled
+                    if let Poll::Ready(read) = reader.poll_fill(stream, cx) {
+                        return Poll::Ready(Event::Read(read));
+                    }
+                    if woken.poll_recv(cx).is_ready()
+                        || positions_due
+                            .as_mut()
+                            .is_some_and(|timer| Pin::new(timer).poll(cx).is_ready())
+                    {
+                        return Poll::Ready(Event::Woken);
+                    }
+                    if keep_alive
+                        .as_ref()
+                        .is_some_and(|watch| watch.poll_expired(cx).is_ready())
+                    {
+                        return Poll::Ready(Event::KeepAliveExpired);
+                    }
+                    if let Some(Poll::Ready(began)) = positions_writing
+                        .as_mut()
+                        .map(|writing| writing.as_mut().poll(cx))
+                    {
+                        return Poll::Ready(Event::PositionsStored(began));
+                    }
+                    waited = true;
+                    Poll::Pending
                 })
                 .await;
                 (event, waited)
