@@ -27,6 +27,7 @@ pub use password::{FileError, PasswordFile, Verdict};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::config::{self, Config};
 use crate::server::TlsAcceptor;
@@ -35,8 +36,9 @@ use crate::server::TlsAcceptor;
 #[derive(Debug)]
 pub struct Gate {
     /// The door's name as log lines and certificate errors give it
-    /// (`broker.mqtt.listen.tcp`, `broker.mqtt.listen.tcp[fleet]`).
-    pub door: String,
+    /// (`broker.mqtt.listen.tcp`, `broker.mqtt.listen.tcp[fleet]`). Shared: every
+    /// session through the door names it (B-175).
+    pub door: Arc<str>,
     /// The password file that applies here: the door's own, else the broker's.
     pub passwords: Option<Rc<RefCell<PasswordFile>>>,
     /// Whether a client offering no user name is admitted.
@@ -336,7 +338,7 @@ impl Files {
                 .unwrap_or(path.is_none())
         };
         Ok(Rc::new(Gate {
-            door,
+            door: door.into(),
             passwords: path.map(|p| self.passwords(p)).transpose()?,
             anonymous,
             tls,
@@ -362,7 +364,7 @@ impl Files {
         let certificate = tls.is_some_and(config::Tls::requires_certificate);
         let tls = self.tls(&door, tls)?;
         Ok(Rc::new(Gate {
-            door,
+            door: door.into(),
             passwords: path.map(|p| self.passwords(p)).transpose()?,
             anonymous: path.is_none() && !certificate,
             tls,

@@ -141,21 +141,17 @@ pub(crate) fn run(
     // Boxed before the block, which then captures a pointer, not the arguments: an
     // async fn would keep them in every connection's task (rust-lang/rust#62958).
     let established = Box::pin(establish(stream, peer, shared, slot, gate, websocket));
+    // The connection is boxed: the task keeps it across an await. Served in this
+    // block, not a function of its own, whose future would keep its arguments again.
     async move {
-        if let Some((conn, slot)) = established.await {
-            live(conn, slot).await;
-        }
+        let Some((mut conn, slot)) = established.await else {
+            return;
+        };
+        let end = conn.serve().await;
+        // The slot is free before the ending is written: the client may reconnect.
+        drop(slot);
+        Box::pin(conn.finish(end)).await;
     }
-}
-
-/// Serves an established connection to its end. The connection is boxed: the task
-/// keeps it across an await, and a future holds such a value twice when it is moved
-/// into it (rust-lang/rust#62958).
-async fn live(mut conn: Box<Conn>, slot: Slot) {
-    let end = conn.serve().await;
-    // The slot is free before the ending is written: the client may reconnect at once.
-    drop(slot);
-    Box::pin(conn.finish(end)).await;
 }
 
 /// Everything from the first byte to the CONNACK: PROXY header, WebSocket upgrade,
@@ -344,8 +340,8 @@ async fn establish(
         .unwrap_or(false);
     // Who holds the session, and on which door, for /v1/operations/users (B-175).
     conn.with_session(|s| {
-        s.user = Some(Arc::from(admitted.user.as_str()));
-        s.listener = Some(Arc::from(gate.door.as_str()));
+        s.user = (!admitted.user.is_empty()).then(|| Arc::from(admitted.user.as_str()));
+        s.listener = Some(gate.door.clone());
     });
     // The door by the name B-175 gives it, as certificate errors name it.
     log::info!(
@@ -1014,8 +1010,9 @@ impl Conn {
                     ..
                 } = self;
                 // Moved positions are written when their interval is up, even if
-                // nothing else wakes the connection (B-457).
-                let mut positions_due = positions_due_at.map(smol::Timer::at);
+                // nothing else wakes the connection (B-457). Boxed: only a consumer
+                // with moved positions has one, and inline every task would keep room.
+                let mut positions_due = positions_due_at.map(|at| Box::new(smol::Timer::at(at)));
                 // Whether the connection had to wait: a publisher that did is not in a
                 // stream of packets, and its deliveries go out before its PUBACKs.
                 let mut waited = false;
@@ -1028,7 +1025,7 @@ impl Conn {
                     if woken.poll_recv(cx).is_ready()
                         || positions_due
                             .as_mut()
-                            .is_some_and(|timer| Pin::new(timer).poll(cx).is_ready())
+                            .is_some_and(|timer| Pin::new(&mut **timer).poll(cx).is_ready())
                     {
                         return Poll::Ready(Event::Woken);
                     }
