@@ -88,7 +88,7 @@ enum End {
 
 struct Conn {
     stream: Socket,
-    peer: String,
+    peer: Box<str>,
     shared: Rc<Shared>,
     reader: FrameReader,
     out: outbox::Outbox,
@@ -307,7 +307,7 @@ async fn establish(
     super::forget_held(&shared).await;
     let mut conn = Conn {
         stream,
-        peer,
+        peer: peer.into_boxed_str(),
         reader,
         out: outbox::Outbox::default(),
         protocol,
