@@ -171,7 +171,7 @@ impl FrameReader {
         std::future::poll_fn(|cx| self.poll_fill(stream, cx)).await
     }
 
-    /// [`Reader::fill`] as a poll, for a wait on several things at once that keeps
+    /// [`FrameReader::fill`] as a poll, for a wait on several things at once that keeps
     /// no read future of its own: an idle connection's task is as large as that wait.
     ///
     /// # Errors

@@ -235,7 +235,7 @@ fn not_after(der: &[u8]) -> Option<String> {
     Some(at.to_string())
 }
 
-/// The idle connection's TLS state, for [`Socket::readable`]: whether rustls already
+/// The idle connection's TLS state, for [`Socket::poll_readable`]: whether rustls already
 /// holds decrypted bytes the reader has not taken, which no socket readiness would
 /// announce.
 pub(crate) fn has_plaintext<D>(conn: &mut rustls::ConnectionCommon<D>) -> bool {
