@@ -3,30 +3,20 @@
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
+
+use super::Waiter;
 
 /// Shared between a connection task and the session it holds. The broker never
 /// writes to a socket; it queues deliveries on the session and wakes the connection.
-///
-/// A wake-up is a flag and a waker in cells: everything runs on the broker's one
-/// thread, and a channel would cost every idle connection a few hundred bytes more
-/// for nothing it uses. One allocation holds the link and its wake-up.
+/// A wake-up is a flag and the waiting task, in the same allocation as the link.
+#[derive(Debug)]
 pub struct ConnLink {
     /// Unique per connection, so a session can tell which connection holds it.
     pub id: u64,
     kick: Cell<Option<u8>>,
     pending: Cell<bool>,
-    waker: Cell<Option<Waker>>,
-}
-
-impl std::fmt::Debug for ConnLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnLink")
-            .field("id", &self.id)
-            .field("kick", &self.kick.get())
-            .field("pending", &self.pending.get())
-            .finish_non_exhaustive()
-    }
+    waiter: Waiter,
 }
 
 /// The connection's end of its link: waits for a wake-up.
@@ -45,11 +35,7 @@ impl Woken {
         if self.0.pending.replace(false) {
             return Poll::Ready(());
         }
-        let waker = match self.0.waker.take() {
-            Some(w) if w.will_wake(cx.waker()) => w,
-            _ => cx.waker().clone(),
-        };
-        self.0.waker.set(Some(waker));
+        self.0.waiter.wait(cx);
         Poll::Pending
     }
 }
@@ -57,7 +43,7 @@ impl Woken {
 impl Drop for Woken {
     /// The waker goes with the task: a session keeping the link keeps no ended task.
     fn drop(&mut self) {
-        self.0.waker.take();
+        self.0.waiter.forget();
     }
 }
 
@@ -68,7 +54,7 @@ impl ConnLink {
             id,
             kick: Cell::new(None),
             pending: Cell::new(false),
-            waker: Cell::new(None),
+            waiter: Waiter::default(),
         });
         (link.clone(), Woken(link))
     }
@@ -76,9 +62,7 @@ impl ConnLink {
     /// Wakes the connection to write what its session has queued.
     pub fn wake(&self) {
         self.pending.set(true);
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
-        }
+        self.waiter.wake();
     }
 
     /// Tells the connection to end with `reason` (a DISCONNECT reason code).

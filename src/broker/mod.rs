@@ -23,6 +23,7 @@ mod settings;
 mod share;
 pub mod stored;
 pub mod topic;
+mod waiter;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 
 pub use connection_link::{ConnLink, Woken};
 pub use settings::{Settings, TOPIC_ALIAS_MAXIMUM};
+pub use waiter::Waiter;
 
 use crate::codec::reason;
 use crate::codec::{Connect, ProtocolVersion, QoS, RetainHandling, SubscriptionOptions};

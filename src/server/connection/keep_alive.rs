@@ -9,8 +9,10 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
+
+use crate::broker::Waiter;
 
 /// How often the ticker looks: how late past its grace a silent client may be told.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
@@ -21,7 +23,7 @@ pub(crate) struct KeepAlive {
     grace: Duration,
     heard_at: Cell<Instant>,
     expired: Cell<bool>,
-    waker: Cell<Option<Waker>>,
+    waiter: Waiter,
 }
 
 impl KeepAlive {
@@ -35,11 +37,7 @@ impl KeepAlive {
         if self.expired.get() {
             return Poll::Ready(());
         }
-        let waker = match self.waker.take() {
-            Some(w) if w.will_wake(cx.waker()) => w,
-            _ => cx.waker().clone(),
-        };
-        self.waker.set(Some(waker));
+        self.waiter.wait(cx);
         Poll::Pending
     }
 }
@@ -65,7 +63,7 @@ impl Watches {
             grace,
             heard_at: Cell::new(Instant::now()),
             expired: Cell::new(false),
-            waker: Cell::new(None),
+            waiter: Waiter::default(),
         });
         self.0.borrow_mut().push(Rc::downgrade(&watch));
         watch
@@ -80,9 +78,7 @@ impl Watches {
             };
             if !watch.expired.get() && now >= watch.heard_at.get() + watch.grace {
                 watch.expired.set(true);
-                if let Some(waker) = watch.waker.take() {
-                    waker.wake();
-                }
+                watch.waiter.wake();
             }
             true
         });
