@@ -61,23 +61,16 @@ mod tests {
     fn wakes_the_task_kept_once() {
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
+        let woken = || count.0.load(Ordering::Relaxed);
         let waiter = Waiter::default();
         waiter.wait(&Context::from_waker(&waker));
         waiter.wait(&Context::from_waker(&waker));
         waiter.wake();
         waiter.wake();
-        assert_eq!(
-            count.0.load(Ordering::Relaxed),
-            1,
-            "one task kept, woken once"
-        );
+        assert_eq!(woken(), 1, "one task kept, woken once");
         waiter.wait(&Context::from_waker(&waker));
         waiter.forget();
         waiter.wake();
-        assert_eq!(
-            count.0.load(Ordering::Relaxed),
-            1,
-            "a forgotten task is not woken"
-        );
+        assert_eq!(woken(), 1, "a forgotten task is not woken");
     }
 }
