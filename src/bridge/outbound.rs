@@ -236,12 +236,12 @@ impl Outbound {
                 let Some(publish) = publish_of(&self.name, rule, &delivery, granted, now, metrics)
                 else {
                     session.queued_bytes -= delivery.message.charge();
-                    session.settle_origin(delivery.origin);
+                    session.settle_origin(delivery.origin());
                     continue;
                 };
                 if publish.qos == QoS::AtMostOnce {
                     session.queued_bytes -= delivery.message.charge();
-                    session.settle_origin(delivery.origin);
+                    session.settle_origin(delivery.origin());
                     out.push(publish);
                     continue;
                 }
@@ -299,7 +299,7 @@ impl Outbound {
             AFTER_REFUSAL.as_secs()
         );
         if let Some(Inflight::Published(d)) = session.inflight.get(&pid)
-            && d.origin.is_none()
+            && d.origin().is_none()
         {
             // A broadcast has no position to hold it at.
             session.settle(pid);
@@ -394,7 +394,7 @@ fn publish_of(
     if inbound::via_bridge(&message.publisher) {
         return None;
     }
-    if delivery.origin.is_none() && message.expired(now) {
+    if delivery.origin().is_none() && message.expired(now) {
         return None;
     }
     let topic = match template::map(&rule.filter, rule.template.as_deref(), &message.topic) {

@@ -114,8 +114,8 @@ impl Target {
             message: message.clone(),
             qos: QoS::from_bits(self.qos)?,
             retain: self.retain,
-            identifiers: self.identifiers.clone(),
-            origin: None,
+            identifiers: self.identifiers.as_slice().into(),
+            record: Some((None, offset)),
             held: (self.group.as_deref())
                 .or(self.held_until_ms.map(|_| ""))
                 .map(|group| {
@@ -126,7 +126,6 @@ impl Target {
                             .map(|at| now + Duration::from_millis(at.saturating_sub(now_ms))),
                     })
                 }),
-            logged: Some(offset),
             resent: false,
         })
     }
@@ -148,7 +147,7 @@ pub fn record(pending: &Pending, now_ms: u64) -> NewRecord {
                 client_id: client.to_string(),
                 qos: d.qos as u8,
                 retain: d.retain,
-                identifiers: d.identifiers.clone(),
+                identifiers: d.identifiers.to_vec(),
                 held_until_ms: d.held.as_ref().and_then(|h| h.until).map(|at| {
                     let left = at.saturating_duration_since(now).as_millis();
                     now_ms.saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
@@ -441,8 +440,8 @@ mod tests {
         let left = held.until.map(|at| at.duration_since(now).as_secs());
         assert!(matches!(left, Some(59 | 60)), "{left:?}");
         assert_eq!(
-            (d.qos, d.identifiers, d.logged),
-            (QoS::AtLeastOnce, vec![7], Some(4))
+            (d.qos, &*d.identifiers, d.logged()),
+            (QoS::AtLeastOnce, &[7][..], Some(4))
         );
     }
 

@@ -11,8 +11,8 @@ use crate::config::ChannelType;
 use crate::routing::{Route, Router};
 use crate::storage::Provider;
 
-/// An index into [`Channels`].
-pub type ChannelId = usize;
+/// An index into [`Channels`]: 32 bits, so a delivery carries its record in 16 bytes.
+pub type ChannelId = u32;
 
 /// What a channel is, as the publish and delivery paths tell them apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +81,8 @@ impl Channels {
     pub fn new(router: Router, list: Vec<Channel>) -> Channels {
         let by_name = list
             .iter()
-            .enumerate()
-            .map(|(i, c)| (c.name.clone(), i))
+            .zip(0..)
+            .map(|(c, i)| (c.name.clone(), i))
             .collect();
         Channels {
             retained: None,
@@ -124,12 +124,12 @@ impl Channels {
 
     /// The channel `id`.
     pub fn get(&self, id: ChannelId) -> &Channel {
-        &self.list[id]
+        &self.list[id as usize]
     }
 
     /// The channel `id`, mutably.
     pub fn get_mut(&mut self, id: ChannelId) -> &mut Channel {
-        &mut self.list[id]
+        &mut self.list[id as usize]
     }
 
     /// The channel called `name`.
@@ -139,7 +139,7 @@ impl Channels {
 
     /// Every channel.
     pub fn iter(&self) -> impl Iterator<Item = (ChannelId, &Channel)> {
-        self.list.iter().enumerate()
+        (0..).zip(&self.list)
     }
 
     /// Every distinct provider.

@@ -1218,11 +1218,7 @@ impl Broker {
             .tree
             .insert(&sub.filter, sub.share.as_deref(), client_id, entry);
         if let Some(session) = self.sessions.get_mut(client_id) {
-            let key = match &sub.share {
-                Some(name) => format!("$share/{name}/{}", sub.filter),
-                None => sub.filter.clone(),
-            };
-            session.subscriptions.insert(key, sub);
+            session.subscriptions.insert(sub);
         }
         existed
     }
@@ -1342,7 +1338,7 @@ impl Broker {
                 continue;
             };
             if let Some(offset) = offset {
-                delivery.logged = Some(offset);
+                delivery.record = Some((None, offset));
                 session.hand_logged(offset);
                 holders += 1;
             }
@@ -1529,11 +1525,10 @@ impl Broker {
             let delivery = Delivery {
                 qos: qos.min(message.qos),
                 retain: message.retain && retain_as_published,
-                identifiers,
+                identifiers: identifiers.into(),
                 message: message.clone(),
-                origin: None,
+                record: None,
                 held,
-                logged: None,
                 resent: false,
             };
             self.deliver_as(&client, delivery, true, !shared_only);

@@ -118,7 +118,8 @@ impl Message {
 /// What a queued entry costs beyond its content (RFC 0002 measures ~80 bytes).
 const ENTRY_OVERHEAD: usize = 80;
 
-/// One delivery owed to a session.
+/// One delivery owed to a session. 56 bytes: a session's queue and its exchanges on
+/// the wire hold one per message, for every subscriber of a fan-out.
 #[derive(Debug, Clone)]
 pub struct Delivery {
     /// The message.
@@ -128,30 +129,36 @@ pub struct Delivery {
     /// RETAIN as it goes out.
     pub retain: bool,
     /// Subscription Identifiers of every matching subscription that carried one.
-    pub identifiers: Vec<u32>,
-    /// The channel record it is, for a channel delivery: settling it moves the cursor.
-    pub origin: Option<(ChannelId, u64)>,
+    pub identifiers: Box<[u32]>,
+    /// The stored record it is, if any: a channel's (settling it moves the cursor),
+    /// or the broadcast log's, for a broadcast owed to a session that outlives its
+    /// connection (B-456: settling or giving it up moves the session's log cursor).
+    pub record: Option<KeptRecord>,
     /// For a shared group's delivery no member could take when it came: the group it
     /// is held for, which any member that can take it collects (B-447). Boxed: every
     /// other delivery pays a word.
     pub held: Option<Box<Held>>,
-    /// Its offset in the broadcast log, for a broadcast owed to a session that
-    /// outlives its connection (B-456): settling or giving it up moves the session's
-    /// log cursor.
-    pub logged: Option<u64>,
     /// Read back from the log at startup and perhaps sent before the stop: it goes
     /// out with DUP set (B-459).
     pub resent: bool,
 }
 
+const _: () = assert!(size_of::<Delivery>() <= 56);
+
 impl Delivery {
-    /// The record it carries, if it has one: its channel (`None`: the broadcast log)
-    /// and offset.
-    pub fn record(&self) -> Option<KeptRecord> {
-        match (self.origin, self.logged) {
-            (Some((channel, offset)), _) => Some((Some(channel), offset)),
-            (None, Some(offset)) => Some((None, offset)),
-            (None, None) => None,
+    /// The channel record it is, for a channel delivery: its channel and offset.
+    pub fn origin(&self) -> Option<(ChannelId, u64)> {
+        match self.record {
+            Some((Some(channel), offset)) => Some((channel, offset)),
+            _ => None,
+        }
+    }
+
+    /// Its offset in the broadcast log, for a logged broadcast.
+    pub fn logged(&self) -> Option<u64> {
+        match self.record {
+            Some((None, offset)) => Some(offset),
+            _ => None,
         }
     }
 
@@ -208,6 +215,80 @@ pub struct Subscription {
     pub slice: Option<super::partition::Slice>,
 }
 
+impl Subscription {
+    /// The filter string the client sent (`$share/<name>/<filter>` for a shared
+    /// one), byte by byte, without building it.
+    fn key_bytes(&self) -> impl Iterator<Item = u8> + '_ {
+        let (prefix, name, slash) = match &self.share {
+            Some(name) => ("$share/", name.as_str(), "/"),
+            None => ("", "", ""),
+        };
+        [prefix, name, slash, &self.filter]
+            .into_iter()
+            .flat_map(str::bytes)
+    }
+}
+
+/// A session's subscriptions by the filter string the client sent, in that string's
+/// order. A sorted vector: most sessions hold a few, and a B-tree's first node has
+/// room for eleven whatever the count (1,248 bytes for one subscription, 88 here).
+#[derive(Debug, Clone, Default)]
+pub struct Subscriptions(Vec<Subscription>);
+
+impl Subscriptions {
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|s| s.key_bytes().cmp(key.bytes()))
+    }
+
+    /// The subscription made with the filter string `key`.
+    pub fn get(&self, key: &str) -> Option<&Subscription> {
+        self.find(key).ok().map(|at| &self.0[at])
+    }
+
+    /// Whether a subscription was made with the filter string `key`.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.find(key).is_ok()
+    }
+
+    /// Adds `sub`, or replaces the one with its filter string, which it returns.
+    pub fn insert(&mut self, sub: Subscription) -> Option<Subscription> {
+        match self
+            .0
+            .binary_search_by(|s| s.key_bytes().cmp(sub.key_bytes()))
+        {
+            Ok(at) => Some(std::mem::replace(&mut self.0[at], sub)),
+            Err(at) => {
+                if self.0.len() == self.0.capacity() {
+                    // Half again, from one: a session of one filter holds one.
+                    self.0.reserve_exact(self.0.len() / 2 + 1);
+                }
+                self.0.insert(at, sub);
+                None
+            }
+        }
+    }
+
+    /// Removes the subscription made with the filter string `key`.
+    pub fn remove(&mut self, key: &str) -> Option<Subscription> {
+        self.find(key).ok().map(|at| self.0.remove(at))
+    }
+
+    /// Every subscription, in order.
+    pub fn values(&self) -> std::slice::Iter<'_, Subscription> {
+        self.0.iter()
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A Will waiting for its connection to end abnormally, or for its delay to run out.
 #[derive(Debug, Clone)]
 pub struct ArmedWill {
@@ -242,10 +323,9 @@ pub struct Session {
     pub protocol: ProtocolVersion,
     /// Granted Session Expiry Interval, seconds (`u32::MAX` is never).
     pub expiry: u32,
-    /// Subscriptions by the filter string the client sent. A B-tree: 24 bytes in
-    /// every session where a hash map takes 48, and routing asks the topic tree, not
-    /// this (a queue's offer asks it, among a worker's few filters).
-    pub subscriptions: BTreeMap<String, Subscription>,
+    /// Subscriptions by the filter string the client sent. Routing asks the topic
+    /// tree, not this (a queue's offer asks it, among a worker's few filters).
+    pub subscriptions: Subscriptions,
     /// Deliveries not yet written.
     pub queue: VecDeque<Delivery>,
     /// The connected client under the acl_file, when one is held: whose entry's
@@ -363,7 +443,7 @@ impl Session {
             client_id,
             protocol,
             expiry: 0,
-            subscriptions: BTreeMap::new(),
+            subscriptions: Subscriptions::default(),
             queue: VecDeque::new(),
             principal: None,
             inflight: BTreeMap::new(),
@@ -397,7 +477,7 @@ impl Session {
             let expired = d.backlog_expired(now);
             if expired {
                 freed += d.message.charge();
-                gone.extend(d.logged);
+                gone.extend(d.logged());
             }
             !expired
         });
@@ -421,7 +501,7 @@ impl Session {
             let Some(oldest) = self
                 .queue
                 .iter()
-                .position(|d| d.origin.is_none() && d.qos != QoS::ExactlyOnce)
+                .position(|d| d.origin().is_none() && d.qos != QoS::ExactlyOnce)
             else {
                 break;
             };
@@ -429,16 +509,16 @@ impl Session {
                 break;
             };
             self.queued_bytes -= oldest.message.charge();
-            self.settle_logged(oldest.logged);
+            self.settle_logged(oldest.logged());
             dropped += 1;
         }
         let over = self.queued_bytes + charge > self.queue_bound;
-        if over && delivery.origin.is_none() && self.queued_bytes > 0 {
+        if over && delivery.origin().is_none() && self.queued_bytes > 0 {
             // Nothing left to give up and the bound is still passed: what is held
             // cannot be lost, so the new broadcast is refused rather than over-run the
             // bound (B-086). A channel's record is never refused (B-087), nor is a
             // message into an empty session, however large (B-088).
-            self.settle_logged(delivery.logged);
+            self.settle_logged(delivery.logged());
             return Enqueued {
                 dropped,
                 refused: true,
@@ -524,7 +604,7 @@ impl Session {
     /// DUP set (MQTT-4.4.0-1) - else the next free one.
     pub fn packet_id_for(&mut self, delivery: &mut Delivery) -> u16 {
         let kept = self.kept_ids.as_mut();
-        if let Some(id) = kept.and_then(|k| k.take(delivery.record()?)) {
+        if let Some(id) = kept.and_then(|k| k.take(delivery.record?)) {
             self.drop_kept_if_empty();
             delivery.resent = true;
             return id;
@@ -581,7 +661,7 @@ impl Session {
             .iter()
             .filter_map(|(id, inflight)| match inflight {
                 Inflight::Published(d) => d
-                    .record()
+                    .record
                     .filter(|(channel, _)| !channel.is_some_and(&offer))
                     .map(|record| (*id, record)),
                 Inflight::Released(..) => None,
@@ -598,8 +678,8 @@ impl Session {
         match self.inflight.remove(&packet_id) {
             Some(Inflight::Published(d)) => {
                 self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
-                self.settle_origin(d.origin);
-                self.settle_logged(d.logged);
+                self.settle_origin(d.origin());
+                self.settle_logged(d.logged());
                 true
             }
             Some(Inflight::Released(origin, logged, _)) => {
@@ -647,7 +727,7 @@ impl Session {
         {
             return None;
         }
-        let at = self.queue.iter().position(|d| d.logged == Some(offset));
+        let at = self.queue.iter().position(|d| d.logged() == Some(offset));
         let gone = at.and_then(|at| self.queue.remove(at));
         if let Some(gone) = &gone {
             self.queued_bytes -= gone.message.charge();
@@ -676,7 +756,7 @@ impl Session {
                 break;
             };
             self.queued_bytes -= delivery.message.charge();
-            if let (Some(offset), Some(log)) = (delivery.logged, &mut self.log) {
+            if let (Some(offset), Some(log)) = (delivery.logged(), &mut self.log) {
                 log.unsettled.remove(&offset);
             }
             taken.push(delivery);
@@ -721,7 +801,7 @@ impl Session {
         }
         taken.extend(held);
         if let Some(log) = &mut self.log {
-            for offset in taken.iter().filter_map(|d| d.logged) {
+            for offset in taken.iter().filter_map(|d| d.logged()) {
                 log.unsettled.remove(&offset);
                 log.sent.remove(&offset);
             }
@@ -763,12 +843,13 @@ impl Session {
             return None;
         }
         match self.inflight.get(&packet_id) {
-            Some(Inflight::Published(d)) if d.qos == QoS::ExactlyOnce => match (d.origin, d.logged)
-            {
-                (Some(origin), _) => Some((Some(origin), origin.1)),
-                (None, Some(offset)) => Some((None, offset)),
-                (None, None) => None,
-            },
+            Some(Inflight::Published(d)) if d.qos == QoS::ExactlyOnce => {
+                match (d.origin(), d.logged()) {
+                    (Some(origin), _) => Some((Some(origin), origin.1)),
+                    (None, Some(offset)) => Some((None, offset)),
+                    (None, None) => None,
+                }
+            }
             _ => None,
         }
     }
@@ -787,7 +868,7 @@ impl Session {
         match self.inflight.get_mut(&packet_id) {
             Some(slot @ Inflight::Published(_)) => {
                 let (origin, logged) = match slot {
-                    Inflight::Published(d) => (d.origin, d.logged),
+                    Inflight::Published(d) => (d.origin(), d.logged()),
                     Inflight::Released(o, l, _) => (*o, *l),
                 };
                 if let Inflight::Published(d) =
@@ -838,21 +919,58 @@ mod tests {
         })
     }
 
+    #[test]
+    fn subscriptions_go_by_the_filter_string_the_client_sent() {
+        let sub = |filter: &str, share: Option<&str>, identifier| Subscription {
+            filter: filter.into(),
+            share: share.map(String::from),
+            options: SubscriptionOptions::with_qos(QoS::AtLeastOnce),
+            identifier,
+            slice: None,
+        };
+        let mut subs = Subscriptions::default();
+        for (filter, share) in [
+            ("b", None),
+            ("a/#", Some("g")),
+            ("$share", None),
+            ("a", None),
+        ] {
+            assert!(subs.insert(sub(filter, share, None)).is_none());
+        }
+        // In the order of the strings: "$share" < "$share/g/a/#" < "a" < "b".
+        let keys: Vec<_> = subs
+            .values()
+            .map(|s| String::from_utf8(s.key_bytes().collect()).expect("utf-8"))
+            .collect();
+        assert_eq!(keys, ["$share", "$share/g/a/#", "a", "b"]);
+        assert!(subs.contains_key("$share/g/a/#"));
+        assert!(!subs.contains_key("a/#"));
+        // The same string again replaces, and hands back what it replaced.
+        let old = subs.insert(sub("a/#", Some("g"), Some(9)));
+        assert_eq!(old.map(|s| s.identifier), Some(None));
+        assert_eq!(
+            subs.get("$share/g/a/#").map(|s| s.identifier),
+            Some(Some(9))
+        );
+        assert_eq!(subs.remove("a").map(|s| s.filter), Some("a".to_string()));
+        assert_eq!(subs.remove("a"), None);
+        assert_eq!(subs.len(), 3);
+    }
+
     /// A 100-byte QoS 1 broadcast.
     fn owed(held_until: Option<Instant>) -> Delivery {
         Delivery {
             message: message(100),
             qos: QoS::AtLeastOnce,
             retain: false,
-            identifiers: vec![],
-            origin: None,
+            identifiers: Box::default(),
+            record: None,
             held: held_until.map(|until| {
                 Box::new(Held {
                     group: Arc::from("g/t"),
                     until: Some(until),
                 })
             }),
-            logged: None,
             resent: false,
         }
     }
@@ -904,7 +1022,7 @@ mod tests {
     /// A held delivery for group `g/t` at log `offset`, handed to `s`.
     fn hold(s: &mut Session, offset: u64) {
         let mut d = owed(Some(Instant::now() + std::time::Duration::from_secs(60)));
-        d.logged = Some(offset);
+        d.record = Some((None, offset));
         s.hand_logged(offset);
         assert!(!s.enqueue(d).refused);
     }
@@ -917,7 +1035,7 @@ mod tests {
         }
         s.enqueue(owed(None)); // its own, not the group's
         let taken = s.take_held("g/t", 2, |_| true);
-        let offsets: Vec<Option<u64>> = taken.iter().map(|d| d.logged).collect();
+        let offsets: Vec<Option<u64>> = taken.iter().map(|d| d.logged()).collect();
         assert_eq!(offsets, [Some(1), Some(2)]);
         assert!(s.holds_for("g/t") && !s.holds_for("h/t"));
         assert!(s.take_held("h/t", 9, |_| true).is_empty());
@@ -941,7 +1059,7 @@ mod tests {
         let sent = s.queue.pop_front().expect("queued");
         s.inflight.insert(1, Inflight::Published(sent));
         let back = s.take_all_held();
-        let got: Vec<(Option<u64>, bool)> = back.iter().map(|d| (d.logged, d.resent)).collect();
+        let got: Vec<(Option<u64>, bool)> = back.iter().map(|d| (d.logged(), d.resent)).collect();
         assert_eq!(got, [(Some(5), true), (Some(6), false)]);
         assert!(s.inflight.is_empty());
         assert_eq!(s.queue.len(), 1);
@@ -955,7 +1073,7 @@ mod tests {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         for offset in [3, 4] {
             let mut d = owed(None);
-            d.logged = Some(offset);
+            d.record = Some((None, offset));
             s.hand_logged(offset);
             assert!(!s.enqueue(d).refused);
         }
@@ -994,11 +1112,11 @@ mod tests {
         assert_eq!(kept.iter().count(), 2, "an identifier kept once, never 0");
         s.kept_ids = Some(kept);
         let mut other = owed(None);
-        other.logged = Some(5);
+        other.record = Some((None, 5));
         assert_eq!(s.packet_id_for(&mut other), 3, "1 and 2 are kept");
         assert!(!other.resent);
         let mut record = owed(None);
-        record.origin = Some((0, 3));
+        record.record = Some((Some(0), 3));
         assert_eq!(s.packet_id_for(&mut record), 2);
         assert!(record.resent, "MQTT-4.4.0-1: DUP set");
         s.forget_kept_log_ids();
@@ -1013,9 +1131,9 @@ mod tests {
     #[test]
     fn a_graceful_stop_keeps_what_is_published_with_a_record_up_to_the_receive_maximum() {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
-        for (id, origin, logged) in [(1, None, Some(4)), (2, Some((0, 9)), None), (3, None, None)] {
+        for (id, record) in [(1, Some((None, 4))), (2, Some((Some(0), 9))), (3, None)] {
             let mut d = owed(None);
-            (d.origin, d.logged) = (origin, logged);
+            d.record = record;
             s.inflight.insert(id, Inflight::Published(d));
         }
         s.inflight
@@ -1074,7 +1192,7 @@ mod tests {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         let mut delivery = owed(None);
         delivery.qos = QoS::ExactlyOnce;
-        delivery.logged = Some(7);
+        delivery.record = Some((None, 7));
         s.inflight.insert(3, Inflight::Published(delivery.clone()));
         assert_eq!(s.to_keep_released(3), None, "a clean session keeps nothing");
         s.expiry = 300;
@@ -1084,7 +1202,7 @@ mod tests {
         assert!(s.release(3, Some(11)));
         assert_eq!(s.stored_release(3), Some(11));
         assert_eq!(s.to_keep_released(3), None, "released already");
-        delivery.logged = None;
+        delivery.record = None;
         s.inflight.insert(5, Inflight::Published(delivery));
         assert_eq!(s.to_keep_released(5), None, "no record to keep it by");
     }

@@ -95,7 +95,7 @@ impl Broker {
         let count = collected.len();
         if let Some(taker) = self.sessions.get_mut(client_id) {
             for delivery in collected {
-                if let Some(offset) = delivery.logged {
+                if let Some(offset) = delivery.logged() {
                     taker.hand_logged(offset);
                 }
                 enqueue_counted(taker, &self.metrics, delivery);
@@ -136,7 +136,7 @@ impl Broker {
             match to {
                 Some((session, entry)) => {
                     let delivery = as_subscribed(delivery, entry.options, entry.identifier);
-                    if let Some(offset) = delivery.logged {
+                    if let Some(offset) = delivery.logged() {
                         session.hand_logged(offset);
                     }
                     enqueue_counted(session, &self.metrics, delivery);
@@ -144,7 +144,7 @@ impl Broker {
                 }
                 None => {
                     lost += 1;
-                    released.extend(delivery.logged);
+                    released.extend(delivery.logged());
                 }
             }
         }

@@ -685,9 +685,8 @@ impl Owner {
             qos: QoS::AtLeastOnce,
             retain: false,
             identifiers: identifier.into_iter().collect(),
-            origin: Some((self.id, offset)),
+            record: Some((Some(self.id), offset)),
             held: None,
-            logged: None,
             resent: false,
         };
         self.shared
@@ -856,7 +855,7 @@ impl Owner {
 /// Whether a session still has an offer queued or on the wire.
 fn carries(session: &Session, queue: ChannelId, offset: u64, delivery: &DeliveryId) -> bool {
     let is_it = |d: &Delivery| {
-        d.origin == Some((queue, offset))
+        d.origin() == Some((queue, offset))
             && d.message.properties.correlation_data.as_deref() == Some(delivery.bytes())
     };
     session.queue.iter().any(is_it)

@@ -709,16 +709,15 @@ impl Reader<'_> {
                 // publisher's flag for Retain As Published to pass on.
                 let retain = record.offset < cursor.pass_until;
                 cursor.unsettled.insert(record.offset);
-                let origin = Some((id, record.offset));
+                let origin = Some((Some(id), record.offset));
                 let message = Arc::new(records::from_record(record, qos, now));
                 deliveries.push(Delivery {
                     message,
                     qos,
                     retain,
-                    identifiers,
-                    origin,
+                    identifiers: identifiers.into(),
+                    record: origin,
                     held: None,
-                    logged: None,
                     resent: false,
                 });
             }
@@ -1019,10 +1018,9 @@ fn current_state(
             message,
             qos,
             retain: true,
-            identifiers,
-            origin: None,
+            identifiers: identifiers.into(),
+            record: None,
             held: None,
-            logged: None,
             resent: false,
         });
     }

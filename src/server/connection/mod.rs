@@ -1810,9 +1810,8 @@ impl Conn {
                     retain: true,
                     identifiers: identifier.into_iter().collect(),
                     message,
-                    origin: None,
+                    record: None,
                     held: None,
-                    logged: None,
                     resent: false,
                 };
                 broker.deliver_retained(&self.client_id, delivery);
@@ -2052,7 +2051,7 @@ impl Conn {
                 .filter(|f| {
                     session
                         .as_ref()
-                        .is_some_and(|s| s.subscriptions.contains_key(*f))
+                        .is_some_and(|s| s.subscriptions.contains_key(f))
                 })
                 .cloned()
                 .collect()
@@ -2152,7 +2151,7 @@ impl Conn {
             if front.qos != QoS::AtMostOnce && !session.window_open() {
                 break;
             }
-            if front.logged.is_some() && !session.log_window_open() {
+            if front.logged().is_some() && !session.log_window_open() {
                 self.log_window_full = true;
                 break;
             }
@@ -2172,15 +2171,15 @@ impl Conn {
             let charge = delivery.message.charge();
             // A broadcast that expired is gone; a channel's record is delivered anyway,
             // its countdown left out (gaps G-16).
-            if delivery.origin.is_none() && delivery.message.expired(now) {
+            if delivery.origin().is_none() && delivery.message.expired(now) {
                 session.queued_bytes -= charge;
-                session.settle_logged(delivery.logged);
+                session.settle_logged(delivery.logged());
                 continue;
             }
             // A group's backlog waits `broker.share.expires_after` at most (B-446).
             if delivery.backlog_expired(now) {
                 session.queued_bytes -= charge;
-                session.settle_logged(delivery.logged);
+                session.settle_logged(delivery.logged());
                 let dropped = &metrics.dropped_share_expired;
                 dropped.set(dropped.get() + 1);
                 continue;
@@ -2189,7 +2188,7 @@ impl Conn {
                 (delivery.qos != QoS::AtMostOnce).then(|| session.packet_id_for(&mut delivery));
             let publish = publish_packet(&delivery, packet_id, delivery.resent, now, self.protocol);
             if !self.out.publish(&publish, self.protocol, max_packet) {
-                if delivery.origin.is_some() {
+                if delivery.origin().is_some() {
                     // A channel's record is not skipped: the consumer is told why it
                     // cannot have it, and its position stays (gaps G-17).
                     session.queue.push_front(delivery);
@@ -2198,21 +2197,21 @@ impl Conn {
                 // A broadcast over the client's Maximum Packet Size is discarded
                 // (MQTT-3.1.2-25).
                 session.queued_bytes -= charge;
-                session.settle_logged(delivery.logged);
+                session.settle_logged(delivery.logged());
                 continue;
             }
             match packet_id {
                 Some(id) => {
-                    if let (Some(offset), Some(log)) = (delivery.logged, &mut session.log) {
+                    if let (Some(offset), Some(log)) = (delivery.logged(), &mut session.log) {
                         log.sent.insert(offset);
                     }
                     session.inflight.insert(id, Inflight::Published(delivery));
                 }
                 None => {
                     session.queued_bytes -= charge;
-                    session.settle_origin(delivery.origin);
+                    session.settle_origin(delivery.origin());
                     // A group's logged delivery collected by a member granted QoS 0.
-                    session.settle_logged(delivery.logged);
+                    session.settle_logged(delivery.logged());
                 }
             }
         }
@@ -2316,10 +2315,9 @@ fn delivered_properties(delivery: &Delivery, now: Instant) -> Properties {
         properties.edit().message_expiry_interval = expiry;
     }
     if !delivery.identifiers.is_empty() || !properties.subscription_identifiers.is_empty() {
-        properties
-            .edit()
-            .subscription_identifiers
-            .clone_from(&delivery.identifiers);
+        let ids = &mut properties.edit().subscription_identifiers;
+        ids.clear();
+        ids.extend_from_slice(&delivery.identifiers);
     }
     properties
 }

@@ -209,10 +209,12 @@ impl Conn {
             return;
         };
         let offer = match session.inflight.get(&packet_id) {
-            Some(Inflight::Published(delivery)) if puback => delivery.origin.map(|(channel, _)| {
-                let correlation = delivery.message.properties.correlation_data.clone();
-                (channel, correlation.unwrap_or_default())
-            }),
+            Some(Inflight::Published(delivery)) if puback => {
+                delivery.origin().map(|(channel, _)| {
+                    let correlation = delivery.message.properties.correlation_data.clone();
+                    (channel, correlation.unwrap_or_default())
+                })
+            }
             _ => None,
         };
         // A released exchange kept in storage is forgotten there, with the
@@ -228,9 +230,9 @@ impl Conn {
         let forms: Vec<String> = if reopened {
             session
                 .subscriptions
-                .keys()
-                .filter(|filter| filter.starts_with(FORM_PREFIX))
-                .cloned()
+                .values()
+                .filter(|s| s.share.is_none() && s.filter.starts_with(FORM_PREFIX))
+                .map(|s| s.filter.clone())
                 .collect()
         } else {
             Vec::new()
@@ -287,14 +289,14 @@ impl Conn {
             |origin: Option<(ChannelId, u64)>| origin.is_some_and(|(c, _)| queues.contains(&c));
         let mut freed = 0;
         session.queue.retain(|d| {
-            let offer = is_offer(d.origin);
+            let offer = is_offer(d.origin());
             if offer {
                 freed += d.message.charge();
             }
             !offer
         });
         session.inflight.retain(|_, i| match i {
-            Inflight::Published(d) if is_offer(d.origin) => {
+            Inflight::Published(d) if is_offer(d.origin()) => {
                 freed += d.message.charge();
                 false
             }

@@ -365,7 +365,7 @@ impl Conn {
             let before = s.queue.len();
             let mut freed = 0;
             s.queue.retain(|d| {
-                let keep = d.origin.is_none_or(|(c, _)| c != id);
+                let keep = d.origin().is_none_or(|(c, _)| c != id);
                 if !keep {
                     freed += d.message.charge();
                 }
