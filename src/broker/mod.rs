@@ -290,11 +290,11 @@ impl Broker {
                 .map_or(0, |l| l.stored.unwrap_or(0));
             let kept = match (session, read) {
                 (Some(session), Ok(released::Row::Released(None, offset))) => {
-                    (offset >= position).then_some((session, None, Some(offset)))
+                    (offset >= position).then_some((session, Some((None, offset))))
                 }
                 (Some(session), Ok(released::Row::Released(Some(channel), offset))) => {
-                    let origin = self.channels.by_name(&channel).map(|id| (id, offset));
-                    Some((session, origin, None))
+                    let record = self.channels.by_name(&channel).map(|id| (Some(id), offset));
+                    Some((session, record))
                 }
                 (Some(session), Ok(released::Row::Published(exchanges))) => {
                     let mut ids = Box::<session::KeptIds>::default();
@@ -325,8 +325,8 @@ impl Broker {
                 (None, _) => None,
             };
             match kept {
-                Some((session, origin, logged)) => {
-                    let released = Inflight::Released(origin, logged, Some(row.token));
+                Some((session, record)) => {
+                    let released = Inflight::Released(record, Some(row.token));
                     session.inflight.insert(row.packet_id, released);
                     restored += 1;
                 }
@@ -717,11 +717,9 @@ impl Broker {
                 }
                 // Released before the stop: its PUBREL goes again, the record
                 // is held until its PUBCOMP and never sent again as a PUBLISH.
-                if session
-                    .inflight
-                    .values()
-                    .any(|f| matches!(f, Inflight::Released(_, Some(o), _) if *o == entry.offset))
-                {
+                if session.inflight.values().any(
+                    |f| matches!(f, Inflight::Released(Some((None, o)), _) if *o == entry.offset),
+                ) {
                     session.hand_logged(entry.offset);
                     holders += 1;
                     continue;
@@ -1175,7 +1173,7 @@ impl Broker {
         }
         // Its released outbound exchanges too.
         for (packet_id, inflight) in &session.inflight {
-            if let Inflight::Released(_, _, Some(token)) = inflight {
+            if let Inflight::Released(_, Some(token)) = inflight {
                 self.forget_released(client_id, *packet_id, *token);
             }
         }

@@ -143,7 +143,7 @@ pub struct Delivery {
     pub resent: bool,
 }
 
-const _: () = assert!(size_of::<Delivery>() <= 56);
+const _: () = assert!(size_of::<Delivery>() <= 56 && size_of::<Inflight>() <= 56);
 
 impl Delivery {
     /// The channel record it is, for a channel delivery: its channel and offset.
@@ -193,10 +193,10 @@ pub struct Held {
 pub enum Inflight {
     /// PUBLISH sent; waiting for PUBACK (QoS 1) or PUBREC (QoS 2).
     Published(Delivery),
-    /// PUBREL sent; waiting for PUBCOMP. Carries the channel record it was, if any,
-    /// its broadcast log offset, if any, and the token of its row in
+    /// PUBREL sent; waiting for PUBCOMP. Carries the record it was, if any (a
+    /// channel's, or the broadcast log's), and the token of its row in
     /// `broker.session.storage` when it is kept there (`broker::released`, A-254).
-    Released(Option<(ChannelId, u64)>, Option<u64>, Option<u64>),
+    Released(Option<KeptRecord>, Option<u64>),
 }
 
 /// A subscription as the session remembers it.
@@ -682,9 +682,12 @@ impl Session {
                 self.settle_logged(d.logged());
                 true
             }
-            Some(Inflight::Released(origin, logged, _)) => {
-                self.settle_origin(origin);
-                self.settle_logged(logged);
+            Some(Inflight::Released(record, _)) => {
+                match record {
+                    Some((Some(channel), offset)) => self.settle_origin(Some((channel, offset))),
+                    Some((None, offset)) => self.settle_logged(Some(offset)),
+                    None => {}
+                }
                 true
             }
             None => false,
@@ -838,18 +841,12 @@ impl Session {
     /// before its PUBREL: its channel record or broadcast log offset, for a
     /// session that outlives its connection. `None` for every other exchange and
     /// session, which is released in memory alone.
-    pub fn to_keep_released(&self, packet_id: u16) -> Option<(Option<(ChannelId, u64)>, u64)> {
+    pub fn to_keep_released(&self, packet_id: u16) -> Option<KeptRecord> {
         if !self.stored || !self.keeps_owed_in_log() {
             return None;
         }
         match self.inflight.get(&packet_id) {
-            Some(Inflight::Published(d)) if d.qos == QoS::ExactlyOnce => {
-                match (d.origin(), d.logged()) {
-                    (Some(origin), _) => Some((Some(origin), origin.1)),
-                    (None, Some(offset)) => Some((None, offset)),
-                    (None, None) => None,
-                }
-            }
+            Some(Inflight::Published(d)) if d.qos == QoS::ExactlyOnce => d.record,
             _ => None,
         }
     }
@@ -857,7 +854,7 @@ impl Session {
     /// The token of the stored row of the released exchange `packet_id`, if it has one.
     pub fn stored_release(&self, packet_id: u16) -> Option<u64> {
         match self.inflight.get(&packet_id) {
-            Some(Inflight::Released(_, _, token)) => *token,
+            Some(Inflight::Released(_, token)) => *token,
             _ => None,
         }
     }
@@ -867,12 +864,12 @@ impl Session {
     pub fn release(&mut self, packet_id: u16, stored: Option<u64>) -> bool {
         match self.inflight.get_mut(&packet_id) {
             Some(slot @ Inflight::Published(_)) => {
-                let (origin, logged) = match slot {
-                    Inflight::Published(d) => (d.origin(), d.logged()),
-                    Inflight::Released(o, l, _) => (*o, *l),
+                let record = match slot {
+                    Inflight::Published(d) => d.record,
+                    Inflight::Released(record, _) => *record,
                 };
                 if let Inflight::Published(d) =
-                    std::mem::replace(slot, Inflight::Released(origin, logged, stored))
+                    std::mem::replace(slot, Inflight::Released(record, stored))
                 {
                     self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
                 }
@@ -1097,7 +1094,7 @@ mod tests {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1000);
         s.next_packet_id = u16::MAX;
         assert_eq!(s.next_packet_id(), u16::MAX);
-        s.inflight.insert(1, Inflight::Released(None, None, None));
+        s.inflight.insert(1, Inflight::Released(None, None));
         assert_eq!(s.next_packet_id(), 2);
     }
 
@@ -1137,7 +1134,7 @@ mod tests {
             s.inflight.insert(id, Inflight::Published(d));
         }
         s.inflight
-            .insert(4, Inflight::Released(None, Some(5), None));
+            .insert(4, Inflight::Released(Some((None, 5)), None));
         assert!(s.to_keep_published(|_| false).is_empty(), "a clean session");
         s.expiry = 300;
         s.stored = true;

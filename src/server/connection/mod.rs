@@ -1201,12 +1201,12 @@ impl Conn {
     async fn keep_released(
         &mut self,
         packet_id: u16,
-        record: (Option<(crate::broker::channels::ChannelId, u64)>, u64),
+        record: crate::broker::session::KeptRecord,
     ) -> Result<(), End> {
         let shared = self.shared.clone();
         let (provider, held) = {
             let mut broker = shared.broker.borrow_mut();
-            let channel = record.0.map(|(id, _)| broker.channels.get(id).name.clone());
+            let channel = record.0.map(|id| broker.channels.get(id).name.clone());
             let held = crate::storage::Held {
                 client_id: crate::broker::released::stored_id(&self.client_id),
                 packet_id,
@@ -1968,10 +1968,10 @@ impl Conn {
         };
         let mut completed = Vec::new();
         for (id, inflight) in &mut session.inflight {
-            let Inflight::Released(origin @ Some(_), _, token) = inflight else {
+            let Inflight::Released(record, token) = inflight else {
                 continue;
             };
-            let Some((channel, offset)) = *origin else {
+            let Some((Some(channel), offset)) = *record else {
                 continue;
             };
             match session.cursors.get_mut(&channel) {
@@ -1979,7 +1979,7 @@ impl Conn {
                 Some(c) if offset >= c.next => {
                     c.unsettled.insert(offset);
                 }
-                _ => *origin = None,
+                _ => *record = None,
             }
         }
         for (id, _) in &completed {
