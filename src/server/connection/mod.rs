@@ -111,11 +111,16 @@ struct Conn {
     durable: bool,
     /// Its positions being written, beside the read loop (B-457).
     positions_writing: Option<channels::PositionsWrite>,
+    /// What wakes the connection when its moved positions are due though nothing else
+    /// does (B-457), and the deadline it is set to: kept from turn to turn and re-armed
+    /// only when the deadline moves, as a timer made and dropped in every turn costs
+    /// the reactor an insertion and a removal. Boxed: only a consumer has one.
+    positions_timer: Option<Box<(Instant, smol::Timer)>>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
-    suback_reason: Option<String>,
+    suback_reason: Option<Box<str>>,
     /// The Reason String for the next refusing PUBACK or PUBREC, when the reason code
     /// alone does not say which rule refused.
-    puback_reason: Option<String>,
+    puback_reason: Option<Box<str>>,
     /// This client under the acl_file, when one is held (`connection/acl.rs`).
     acl: Option<Rc<crate::acl::Principal>>,
     /// A wait for the client or the broker was not over at once since the last
@@ -321,6 +326,7 @@ async fn establish(
         positions_stored_at: None,
         durable: false,
         positions_writing: None,
+        positions_timer: None,
         suback_reason: None,
         puback_reason: None,
         acl: admitted.principal.clone(),
@@ -999,7 +1005,20 @@ impl Conn {
             // A full log window is written at once: what waits behind it goes when
             // the write has moved the position (B-459).
             self.start_storing_positions();
+            // Moved positions are written when their interval is up, even if nothing
+            // else wakes the connection (B-457).
             let positions_due_at = self.positions_deadline();
+            if let Some(at) = positions_due_at {
+                match &mut self.positions_timer {
+                    // Set already, and not spent: a timer that fired is set again.
+                    Some(timer) if timer.0 == at && at > Instant::now() => {}
+                    Some(timer) => {
+                        timer.0 = at;
+                        timer.1.set_at(at);
+                    }
+                    None => self.positions_timer = Some(Box::new((at, smol::Timer::at(at)))),
+                }
+            }
             let (event, waited) = {
                 let Conn {
                     stream,
@@ -1007,12 +1026,14 @@ impl Conn {
                     woken,
                     keep_alive,
                     positions_writing,
+                    positions_timer,
                     ..
                 } = self;
-                // Moved positions are written when their interval is up, even if
-                // nothing else wakes the connection (B-457). Boxed: only a consumer
-                // with moved positions has one, and inline every task would keep room.
-                let mut positions_due = positions_due_at.map(|at| Box::new(smol::Timer::at(at)));
+                // Asked only while positions are due: a timer left armed past that
+                // wakes the connection for one turn at most.
+                let mut positions_due = positions_timer
+                    .as_mut()
+                    .filter(|_| positions_due_at.is_some());
                 // Whether the connection had to wait: a publisher that did is not in a
                 // stream of packets, and its deliveries go out before its PUBACKs.
                 let mut waited = false;
@@ -1025,7 +1046,7 @@ impl Conn {
                     if woken.poll_recv(cx).is_ready()
                         || positions_due
                             .as_mut()
-                            .is_some_and(|timer| Pin::new(&mut **timer).poll(cx).is_ready())
+                            .is_some_and(|timer| Pin::new(&mut timer.1).poll(cx).is_ready())
                     {
                         return Poll::Ready(Event::Woken);
                     }
@@ -1438,7 +1459,7 @@ impl Conn {
         broker.metrics.refuse_publish(label);
         drop(broker);
         // Which bound refused, not only that one did.
-        self.puback_reason = Some(format!("{label}: over {why}"));
+        self.puback_reason = Some(format!("{label}: over {why}").into());
         reason::QUOTA_EXCEEDED
     }
 
@@ -1457,7 +1478,7 @@ impl Conn {
         let why = self.puback_reason.take();
         if code >= 0x80 && self.problem_info {
             ack.properties.edit().reason_string =
-                Some(why.unwrap_or_else(|| refusal_text(code).to_string()));
+                Some(why.map_or_else(|| refusal_text(code).to_string(), String::from));
         }
         let packet = match publish.qos {
             QoS::ExactlyOnce => Packet::PubRec(ack),
@@ -1701,7 +1722,7 @@ impl Conn {
                 // Refused before any channel cursor opens, so nothing of it is ever
                 // served (A-149, B-094).
                 Ok(_) if let Some(why) = self.past_max_subscriptions(filter) => {
-                    self.suback_reason = Some(why);
+                    self.suback_reason = Some(why.into());
                     reason::QUOTA_EXCEEDED
                 }
                 Ok(share) => 'granted: {
@@ -1725,9 +1746,12 @@ impl Conn {
                             )
                             .await;
                         if opened.is_err() {
-                            self.suback_reason = Some(format!(
-                                "{filter}: storage could not be read; subscribe again later"
-                            ));
+                            self.suback_reason = Some(
+                                format!(
+                                    "{filter}: storage could not be read; subscribe again later"
+                                )
+                                .into(),
+                            );
                             break 'granted reason::IMPLEMENTATION_SPECIFIC_ERROR;
                         }
                     }
@@ -1780,7 +1804,7 @@ impl Conn {
                 (_, true) => reason::QUOTA_EXCEEDED,
                 (_, false) => reason::IMPLEMENTATION_SPECIFIC_ERROR,
             };
-            self.suback_reason = Some(format!("the session could not be stored: {e}"));
+            self.suback_reason = Some(format!("the session could not be stored: {e}").into());
             let mut broker = self.shared.broker.borrow_mut();
             for (index, filter, before) in changed {
                 codes[index] = code;
@@ -1792,7 +1816,9 @@ impl Conn {
             retained.clear();
         }
         let properties = Properties::from(PropertyValues {
-            reason_string: self.suback_reason.take().filter(|_| self.problem_info),
+            reason_string: (self.suback_reason.take())
+                .filter(|_| self.problem_info)
+                .map(String::from),
             ..PropertyValues::default()
         });
         let ack = SubAck {
@@ -1869,7 +1895,7 @@ impl Conn {
             );
             // The SUBACK's Reason String (C-187, C-189: dropped without Request
             // Problem Information).
-            self.suback_reason = Some(refusal.to_string());
+            self.suback_reason = Some(refusal.to_string().into());
             return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
         }
         let mut inner = filter;

@@ -95,7 +95,7 @@ impl Conn {
             // The SUBACK's Reason String names the filter to change (C-044).
             self.suback_reason = Some(format!(
                 "{filter}: No Local is refused on a queue's form, since it would withhold a job from the one worker that published it; subscribe without it"
-            ));
+            ).into());
             return Some(refuse(
                 reason::TOPIC_FILTER_INVALID,
                 "No Local would withhold a job from the one worker that published it",
@@ -116,7 +116,7 @@ impl Conn {
         }
         if let Some(why) = self.past_max_subscriptions(filter) {
             let code = refuse(reason::QUOTA_EXCEEDED, &why);
-            self.suback_reason = Some(why);
+            self.suback_reason = Some(why.into());
             return Some(code);
         }
         let mut broker = self.shared.broker.borrow_mut();
@@ -157,7 +157,7 @@ impl Conn {
                 self.client_id,
                 publish.topic
             );
-            self.puback_reason = Some(format!("{name} is not a queue"));
+            self.puback_reason = Some(format!("{name} is not a queue").into());
             return Some(self.answer_publish(publish, reason::TOPIC_NAME_INVALID));
         };
         if !self.may_consume(name) {
@@ -173,7 +173,7 @@ impl Conn {
                 .borrow()
                 .metrics
                 .refuse_publish("not authorized");
-            self.puback_reason = Some(format!("not authorized: no consume on queue {name}"));
+            self.puback_reason = Some(format!("not authorized: no consume on queue {name}").into());
             return Some(self.answer_publish(publish, reason::NOT_AUTHORIZED));
         }
         let verdict = Verdict::parse(&publish.payload);

@@ -273,7 +273,7 @@ impl Conn {
         let id = match self.append_channel(channel) {
             Ok(id) => id,
             Err(why) => {
-                self.puback_reason = Some(why);
+                self.puback_reason = Some(why.into());
                 return (reason::TOPIC_NAME_INVALID, None);
             }
         };
