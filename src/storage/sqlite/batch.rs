@@ -197,8 +197,10 @@ impl<'a> Batch<'a> {
                 self.complete(done, r)
             }
             WriteOp::DropPositions { client_id, done } => {
+                // Cached: every connection with Clean Start asks it (G-11).
                 let r = c
-                    .execute("DELETE FROM positions WHERE client_id = ?1", [client_id])
+                    .prepare_cached("DELETE FROM positions WHERE client_id = ?1")
+                    .and_then(|mut s| s.execute([client_id]))
                     .map(|_| ())
                     .map_err(|e| self.sql(c, "positions", e));
                 self.complete(done, r)
@@ -220,7 +222,8 @@ impl<'a> Batch<'a> {
             }
             WriteOp::DeleteSession { client_id, done } => {
                 let r = c
-                    .execute("DELETE FROM sessions WHERE client_id = ?1", [client_id])
+                    .prepare_cached("DELETE FROM sessions WHERE client_id = ?1")
+                    .and_then(|mut s| s.execute([client_id]))
                     .map(|_| ())
                     .map_err(|e| self.sql(c, "sessions", e));
                 self.complete(done, r)
