@@ -678,19 +678,24 @@ impl Session {
         match self.inflight.remove(&packet_id) {
             Some(Inflight::Published(d)) => {
                 self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
-                self.settle_origin(d.origin());
-                self.settle_logged(d.logged());
+                self.settle_record(d.record);
                 true
             }
             Some(Inflight::Released(record, _)) => {
-                match record {
-                    Some((Some(channel), offset)) => self.settle_origin(Some((channel, offset))),
-                    Some((None, offset)) => self.settle_logged(Some(offset)),
-                    None => {}
-                }
+                self.settle_record(record);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Moves the cursor a settled delivery's record was under: its channel's, or the
+    /// session's place in the broadcast log.
+    pub fn settle_record(&mut self, record: Option<KeptRecord>) {
+        match record {
+            Some((Some(channel), offset)) => self.settle_origin(Some((channel, offset))),
+            Some((None, offset)) => self.settle_logged(Some(offset)),
+            None => {}
         }
     }
 

@@ -709,14 +709,14 @@ impl Reader<'_> {
                 // publisher's flag for Retain As Published to pass on.
                 let retain = record.offset < cursor.pass_until;
                 cursor.unsettled.insert(record.offset);
-                let origin = Some((Some(id), record.offset));
+                let kept = Some((Some(id), record.offset));
                 let message = Arc::new(records::from_record(record, qos, now));
                 deliveries.push(Delivery {
                     message,
                     qos,
                     retain,
                     identifiers: identifiers.into(),
-                    record: origin,
+                    record: kept,
                     held: None,
                     resent: false,
                 });

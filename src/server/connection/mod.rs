@@ -1816,7 +1816,9 @@ impl Conn {
             retained.clear();
         }
         let properties = Properties::from(PropertyValues {
-            reason_string: (self.suback_reason.take())
+            reason_string: self
+                .suback_reason
+                .take()
                 .filter(|_| self.problem_info)
                 .map(String::from),
             ..PropertyValues::default()
@@ -2235,9 +2237,8 @@ impl Conn {
                 }
                 None => {
                     session.queued_bytes -= charge;
-                    session.settle_origin(delivery.origin());
-                    // A group's logged delivery collected by a member granted QoS 0.
-                    session.settle_logged(delivery.logged());
+                    // A group's logged delivery collected by a member granted QoS 0 too.
+                    session.settle_record(delivery.record);
                 }
             }
         }
