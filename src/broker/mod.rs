@@ -1497,21 +1497,26 @@ impl Broker {
             let client = targets[i].0.clone();
             let mut qos = QoS::AtMostOnce;
             let mut retain_as_published = false;
-            let mut identifiers = Vec::new();
+            let start = i;
             // Only a group's backlog is held for the group: a subscription of the
             // client's own that matched too is owed the message for as long as the
             // session lives.
             let mut held: Option<Arc<str>> = None;
             let mut only_held = true;
             while i < targets.len() && targets[i].0 == client {
-                let (_, options, identifier, group) = &targets[i];
+                let (_, options, _, group) = &targets[i];
                 qos = qos.max(options.qos);
                 retain_as_published |= options.retain_as_published;
-                identifiers.extend(*identifier);
                 only_held &= group.is_some();
                 held = held.or_else(|| group.clone());
                 i += 1;
             }
+            // Sized as it is made: the usual single match allocates its one
+            // identifier exactly, and none allocates nothing.
+            let identifiers: Box<[u32]> = match &targets[start..i] {
+                [one] => one.2.into_iter().collect(),
+                run => run.iter().filter_map(|t| t.2).collect(),
+            };
             let held = held.filter(|_| only_held).map(|group| {
                 let until = *held_until.get_or_insert_with(|| {
                     self.settings
@@ -1523,7 +1528,7 @@ impl Broker {
             let delivery = Delivery {
                 qos: qos.min(message.qos),
                 retain: message.retain && retain_as_published,
-                identifiers: identifiers.into(),
+                identifiers,
                 message: message.clone(),
                 record: None,
                 held,
