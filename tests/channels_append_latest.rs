@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{Broker, CHANNELS, Raw, connect, opts, start_with_channels as start, user_property};
 use saguin::codec::{
-    Disconnect, Packet,
+    Connect, Disconnect, Packet,
     ProtocolVersion::{V5, V311},
     QoS,
 };
@@ -140,26 +140,41 @@ fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
     reader.expect_nothing(Duration::from_millis(300));
 }
 
+/// Clean Start discards a stored position, within a run and across a restart: the
+/// sqlite provider reads whose positions the file holds when it opens, and skips the
+/// deletion only for a client that never stored one (gaps G-11).
 #[test]
 fn clean_start_discards_a_stored_position() {
-    let broker = start();
+    let mut broker = start();
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
     publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
-    let mut c = connect(V5, "forgetful", false);
-    c.properties.edit().session_expiry_interval = Some(600);
-    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
-    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
-    assert_eq!(&*reader.recv_publish().payload, b"x");
-    reader.send(&Packet::Disconnect(Disconnect::new(0)));
-    std::thread::sleep(Duration::from_millis(100));
-    c.clean_start = true;
-    let (mut reader, ack) = Raw::handshake(broker.addr, c);
-    assert!(!ack.session_present);
+    drop(publisher);
+    for (id, restart) in [("forgetful", false), ("forgets-later", true)] {
+        let mut c = connect(V5, id, false);
+        c.properties.edit().session_expiry_interval = Some(600);
+        let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+        reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+        assert_eq!(&*reader.recv_publish().payload, b"x");
+        reader.send(&Packet::Disconnect(Disconnect::new(0)));
+        std::thread::sleep(Duration::from_millis(200));
+        if restart {
+            broker = Broker::start_in(broker.stop(), CHANNELS);
+        }
+        c.clean_start = true;
+        starts_at_the_floor(broker.addr, c, &format!("{id}, restart {restart}"));
+    }
+}
+
+/// Connects as `c` and subscribes: no session is present and `events/x` is replayed,
+/// the floor of the channel, whatever position the client once stored.
+fn starts_at_the_floor(addr: std::net::SocketAddr, c: Connect, case: &str) {
+    let (mut reader, ack) = Raw::handshake(addr, c);
+    assert!(!ack.session_present, "{case}");
     reader.subscribe("events/#", opts(QoS::AtLeastOnce));
     assert_eq!(
         &*reader.recv_publish().payload,
         b"x",
-        "replayed from the floor again"
+        "{case}: replayed from the floor, not resumed at a discarded position"
     );
 }
 
@@ -181,14 +196,7 @@ fn a_consumer_whose_session_lapsed_starts_again_at_the_floor_a079() {
         disconnect.properties.edit().session_expiry_interval = ending;
         reader.send(&Packet::Disconnect(disconnect));
         std::thread::sleep(Duration::from_millis(2500));
-        let (mut reader, ack) = Raw::handshake(broker.addr, c);
-        assert!(!ack.session_present, "{id}");
-        reader.subscribe("events/#", opts(QoS::AtLeastOnce));
-        assert_eq!(
-            &*reader.recv_publish().payload,
-            b"x",
-            "{id}: replayed from the floor, not resumed at a lapsed session's position"
-        );
+        starts_at_the_floor(broker.addr, c, id);
     }
 }
 

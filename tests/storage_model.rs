@@ -36,6 +36,11 @@ enum Op {
         channel: usize,
         offset: u64,
     },
+    /// Clean Start or a lapsed session (gaps G-11, A-079): the positions the client
+    /// stored, before a restart or since, are gone from every channel.
+    DropPositions {
+        client: u8,
+    },
     SweepAge {
         now: u64,
     },
@@ -90,6 +95,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..12u64).prop_map(|offset| Op::DeadLetter { offset }),
         1 => (0..3u8, 0..4usize, 0..20u64)
             .prop_map(|(client, channel, offset)| Op::Position { client, channel, offset }),
+        1 => (0..4u8).prop_map(|client| Op::DropPositions { client }),
         1 => (0..300_000u64).prop_map(|now| Op::SweepAge { now }),
         1 => Just(Op::SweepSize),
         1 => Just(Op::Restart),
@@ -130,6 +136,15 @@ async fn apply(p: &Provider, op: &Op) -> String {
                 .await
                 .unwrap();
             format!("{:?}", p.position(&c, CHANNELS[*channel]).await)
+        }
+        Op::DropPositions { client } => {
+            let c = format!("c{client}");
+            p.drop_positions(&c).await.unwrap();
+            let mut left = Vec::new();
+            for channel in CHANNELS {
+                left.push(p.position(&c, channel).await.unwrap());
+            }
+            format!("{left:?}")
         }
         Op::SweepAge { now } => format!("{:?}", p.sweep_age(*now).await),
         Op::SweepSize => format!("{:?}", p.sweep_size().await),

@@ -6,6 +6,7 @@
 
 mod batch;
 mod ops;
+mod positioned;
 mod schema;
 mod sweep;
 mod writer;
@@ -19,6 +20,7 @@ use rusqlite::{Connection, OpenFlags};
 use smol::channel::{Receiver, Sender};
 
 use self::ops::{Done, ReadOp, WriteOp};
+use self::positioned::Positioned;
 use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
@@ -55,6 +57,8 @@ pub struct SqliteProvider {
     threads: Mutex<Vec<JoinHandle<()>>>,
     lock: ProviderLock,
     counters: Arc<Counters>,
+    /// Whose positions `drop_positions` has to delete.
+    positioned: Positioned,
 }
 
 /// What a sqlite provider's writer has done so far.
@@ -158,6 +162,8 @@ impl SqliteProvider {
     pub fn open(settings: &SqliteSettings) -> Result<SqliteProvider, StorageError> {
         let lock = ProviderLock::acquire(&settings.name, &sqlite_lock_path(&settings.file_path))?;
         let conn = open_write_connection(settings)?;
+        let positioned = schema::positioned(&conn)
+            .map_err(|e| StorageError::io(&settings.name, "read the consumer positions", e))?;
         let (wtx, wrx) = smol::channel::bounded(WRITE_QUEUE);
         let (btx, brx) = smol::channel::bounded(BACKGROUND_QUEUE);
         let mut wal = settings.file_path.as_os_str().to_owned();
@@ -195,6 +201,7 @@ impl SqliteProvider {
             threads: Mutex::new(threads),
             lock,
             counters,
+            positioned,
         })
     }
 
@@ -450,6 +457,7 @@ impl SqliteProvider {
         channel: &str,
         offset: u64,
     ) -> Result<(), StorageError> {
+        self.positioned.mark(client_id);
         let (client_id, channel) = (client_id.to_owned(), channel.to_owned());
         self.write_on(&self.background, |done| WriteOp::SetPosition {
             client_id,
@@ -475,8 +483,12 @@ impl SqliteProvider {
         .await
     }
 
-    /// Forgets every position a client holds (its session ended).
+    /// Forgets every position a client holds (its session ended). Without a trip to
+    /// the writer when the client never stored one.
     pub async fn drop_positions(&self, client_id: &str) -> Result<(), StorageError> {
+        if !self.positioned.may_hold(client_id) {
+            return Ok(());
+        }
         let client_id = client_id.to_owned();
         self.write_on(&self.background, |done| WriteOp::DropPositions {
             client_id,

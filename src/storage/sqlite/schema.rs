@@ -224,6 +224,17 @@ pub(crate) fn read_stats(
     })
 }
 
+/// The client ids the file holds positions of, read once at open.
+pub(super) fn positioned(conn: &Connection) -> rusqlite::Result<super::positioned::Positioned> {
+    let positioned = super::positioned::Positioned::new();
+    let mut ids = conn.prepare("SELECT DISTINCT client_id FROM positions")?;
+    let mut rows = ids.query([])?;
+    while let Some(row) = rows.next()? {
+        positioned.mark(row.get_ref(0)?.as_str()?);
+    }
+    Ok(positioned)
+}
+
 /// A consumer's stored position on a channel, if any.
 pub(crate) fn read_position(
     conn: &Connection,
