@@ -145,6 +145,9 @@ pub struct Delivery {
 
 const _: () = assert!(size_of::<Delivery>() <= 56 && size_of::<Inflight>() <= 56);
 
+/// Slots an emptied session queue keeps (3.5 KiB at 56 bytes a `Delivery`).
+const QUEUE_KEPT: usize = 64;
+
 impl Delivery {
     /// The channel record it is, for a channel delivery: its channel and offset.
     pub fn origin(&self) -> Option<(ChannelId, u64)> {
@@ -465,6 +468,16 @@ impl Session {
             log: None,
             kept_ids: None,
             next_packet_id: 1,
+        }
+    }
+
+    /// Releases the room a burst left in the emptied queue: a `VecDeque` keeps its
+    /// largest capacity, and a subscriber that once fell 4,000 messages behind would
+    /// hold 220 KiB of it for as long as its session lives. Up to `QUEUE_KEPT` slots
+    /// stay, so steady traffic does not allocate anew at every write.
+    pub fn release_empty_queue(&mut self) {
+        if self.queue.is_empty() && self.queue.capacity() > QUEUE_KEPT {
+            self.queue = VecDeque::new();
         }
     }
 
@@ -975,6 +988,29 @@ mod tests {
             }),
             resent: false,
         }
+    }
+
+    #[test]
+    fn an_emptied_queue_gives_back_what_a_burst_grew_it_to() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1 << 20);
+        for _ in 0..8 {
+            s.enqueue(owed(None));
+        }
+        s.queue.clear();
+        s.release_empty_queue();
+        let small = s.queue.capacity();
+        assert!(
+            (8..=QUEUE_KEPT).contains(&small),
+            "a small queue keeps its room"
+        );
+        for _ in 0..1000 {
+            s.enqueue(owed(None));
+        }
+        s.release_empty_queue();
+        assert!(s.queue.capacity() >= 1000, "not while anything waits");
+        s.queue.clear();
+        s.release_empty_queue();
+        assert_eq!(s.queue.capacity(), 0);
     }
 
     #[test]

@@ -2242,6 +2242,7 @@ impl Conn {
                 }
             }
         }
+        session.release_empty_queue();
         Ok(reading)
     }
 
