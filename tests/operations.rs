@@ -348,3 +348,27 @@ fn the_operations_listener_reports_each_subscriptions_partition_space_c197() {
     assert_eq!(session["listener"], "broker.mqtt.listen.tcp", "{body}");
     assert_eq!(session["subscriptions"], 2, "{body}");
 }
+
+/// B-175: a durable anonymous session is listed with no user after a crash too: the
+/// record its CONNECT stored names nobody, not a user called "".
+#[test]
+fn a_restored_anonymous_session_is_listed_with_no_user_b175() {
+    let yaml = common::CHANNELS.replace(
+        "  id: channels-test\n",
+        "  id: channels-test\n  session:\n    storage: local\n  operations:\n    listen:\n      \
+         tcp:\n        address: 127.0.0.1:0\n",
+    );
+    let broker = Broker::start_in(temp_dir("ops-users-restored"), &yaml);
+    let mut connect = common::connect(V5, "keeper", false);
+    connect.properties.edit().session_expiry_interval = Some(600);
+    // Still connected when the broker dies: what is restored is the CONNECT's record.
+    let (_c, _) = Raw::handshake(broker.addr, connect);
+    let broker = Broker::start_in(common::sessions::kill(broker), &yaml);
+    let (status, body) = http_get(tcp(&broker.ops_addr()), "/v1/operations/users");
+    assert_eq!(status, 200, "{body}");
+    let users: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let session = &users["sessions"][0];
+    assert_eq!(session["client"], "keeper", "{body}");
+    assert_eq!(session["connected"], false, "{body}");
+    assert_eq!(session["user"], serde_json::Value::Null, "{body}");
+}

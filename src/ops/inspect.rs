@@ -54,7 +54,7 @@ pub fn users(shared: &Shared) -> Answer {
         .map(|s| {
             json!({
                 "client": &*s.client_id,
-                "user": s.user.as_deref().filter(|u| !u.is_empty()),
+                "user": s.user.as_deref(),
                 "listener": s.listener.as_deref(),
                 "connected": s.link.is_some(),
                 "session_expiry": s.expiry,
