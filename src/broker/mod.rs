@@ -509,8 +509,7 @@ impl Broker {
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
         session.expiry = expiry;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
-        // An anonymous client is stored with no user, as it is held (B-175).
-        session.user = (!user.is_empty()).then(|| Arc::from(user));
+        session.user = session::user_named(user);
         if let Some(old) = existing.filter(|_| !connect.clean_start) {
             session.subscriptions = old.subscriptions.clone();
         }
@@ -655,12 +654,7 @@ impl Broker {
                 .log_position
                 .map(|p| Box::new(broadcast_log::LogCursor::restored(p)));
             session.principal = principal;
-            // Records written before 2026-12-05 name an anonymous client "".
-            session.user = record
-                .user
-                .as_deref()
-                .filter(|u| !u.is_empty())
-                .map(Arc::from);
+            session.user = record.user.as_deref().and_then(session::user_named);
             let generation = session.generation;
             let mut will_due = None;
             if let Some((will, due_ms)) = record.will {

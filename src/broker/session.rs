@@ -145,6 +145,13 @@ pub struct Delivery {
 
 const _: () = assert!(size_of::<Delivery>() <= 56 && size_of::<Inflight>() <= 56);
 
+/// The user a session names for the name a door proved: none for an anonymous
+/// client, whose name is empty (B-175). Records stored before bfc5bbf name an
+/// anonymous client "", and are read through this too.
+pub fn user_named(name: &str) -> Option<Arc<str>> {
+    (!name.is_empty()).then(|| Arc::from(name))
+}
+
 /// Slots an emptied session queue keeps (3.5 KiB at 56 bytes a `Delivery`).
 const QUEUE_KEPT: usize = 64;
 
@@ -365,8 +372,9 @@ pub struct Session {
     /// Held by the broker itself (a bridge's out rule, `Broker::attach_internal`),
     /// never by a client's connection.
     pub internal: bool,
-    /// The name its last connection's door proved (empty: anonymous), for the
-    /// operations listener; restored sessions carry the name their record kept.
+    /// The name its last connection's door proved (`None`: anonymous, see
+    /// [`user_named`]), for the operations listener; restored sessions carry the name
+    /// their record kept.
     pub user: Option<Arc<str>>,
     /// The door its last connection came through, by the name B-175 gives it.
     pub listener: Option<Arc<str>>,

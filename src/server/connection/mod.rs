@@ -346,7 +346,7 @@ async fn establish(
         .unwrap_or(false);
     // Who holds the session, and on which door, for /v1/operations/users (B-175).
     conn.with_session(|s| {
-        s.user = (!admitted.user.is_empty()).then(|| Arc::from(admitted.user.as_str()));
+        s.user = crate::broker::session::user_named(&admitted.user);
         s.listener = Some(gate.door.clone());
     });
     // The door by the name B-175 gives it, as certificate errors name it.

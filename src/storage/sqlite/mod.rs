@@ -162,7 +162,7 @@ impl SqliteProvider {
     pub fn open(settings: &SqliteSettings) -> Result<SqliteProvider, StorageError> {
         let lock = ProviderLock::acquire(&settings.name, &sqlite_lock_path(&settings.file_path))?;
         let conn = open_write_connection(settings)?;
-        let positioned = schema::positioned(&conn)
+        let positioned = schema::read_positioned(&conn)
             .map_err(|e| StorageError::io(&settings.name, "read the consumer positions", e))?;
         let (wtx, wrx) = smol::channel::bounded(WRITE_QUEUE);
         let (btx, brx) = smol::channel::bounded(BACKGROUND_QUEUE);

@@ -225,7 +225,9 @@ pub(crate) fn read_stats(
 }
 
 /// The client ids the file holds positions of, read once at open.
-pub(super) fn positioned(conn: &Connection) -> rusqlite::Result<super::positioned::Positioned> {
+pub(super) fn read_positioned(
+    conn: &Connection,
+) -> rusqlite::Result<super::positioned::Positioned> {
     let positioned = super::positioned::Positioned::new();
     let mut ids = conn.prepare("SELECT DISTINCT client_id FROM positions")?;
     let mut rows = ids.query([])?;
