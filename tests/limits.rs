@@ -14,6 +14,114 @@ use saguin::codec::{
     QoS,
 };
 
+/// SUBSCRIBE with `filters` (QoS 0 each) and the SUBACK's codes.
+fn subscribe_all(raw: &mut Raw, packet_id: u16, filters: &[&str]) -> Vec<u8> {
+    raw.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id,
+        properties: Default::default(),
+        filters: filters
+            .iter()
+            .map(|f| (f.to_string(), opts(QoS::AtMostOnce)))
+            .collect(),
+    }));
+    match raw.recv() {
+        Packet::SubAck(ack) => ack.codes,
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+}
+
+/// B-093: the count is what the client would hold: a filter named twice in one
+/// packet counts once, a shared subscription counts one, UNSUBSCRIBE and a refused
+/// filter free room.
+#[test]
+fn max_subscriptions_counts_what_the_client_would_hold_b093() {
+    let broker = Broker::start("  limits:\n    max_subscriptions: 2\n    max_topic_levels: 3\n");
+    let mut raw = Raw::connected(broker.addr, V5, "count");
+    assert_eq!(
+        subscribe_all(&mut raw, 1, &["a", "a"]),
+        [0, 0],
+        "one filter"
+    );
+    assert_eq!(subscribe_all(&mut raw, 2, &["$share/g/s"]), [0]);
+    assert_eq!(
+        subscribe_all(&mut raw, 3, &["c"]),
+        [0x97],
+        "the share counts"
+    );
+    raw.send(&Packet::Unsubscribe(saguin::codec::Unsubscribe {
+        packet_id: 4,
+        properties: Default::default(),
+        filters: vec!["a".into()],
+    }));
+    match raw.recv() {
+        Packet::UnsubAck(ack) => assert_eq!(ack.codes, [0]),
+        other => panic!("expected UNSUBACK, got {other:?}"),
+    }
+    // One place is free: the filter refused for its depth takes none of it.
+    assert_eq!(
+        subscribe_all(&mut raw, 5, &["l/l/l/l", "d"]),
+        [0x8F, 0],
+        "a refusal frees room"
+    );
+    assert_eq!(subscribe_all(&mut raw, 6, &["e"]), [0x97], "full again");
+}
+
+/// A-013: the operator's max_topic_length bounds the topics clients publish to.
+#[test]
+fn a_configured_max_topic_length_bounds_published_topics_a013() {
+    let broker = Broker::start("  limits:\n    max_topic_length: 16\n");
+    let mut raw = Raw::connected(broker.addr, V5, "long-topics");
+    let at = "t".repeat(16);
+    let over = "t".repeat(17);
+    assert_eq!(raw.publish(&at, b"x", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(
+        raw.publish(&over, b"x", QoS::AtLeastOnce, false),
+        Some(0x90)
+    );
+}
+
+/// B-095: a 3.1.1 client gets 0x80 for each filter past max_subscriptions.
+#[test]
+fn a_311_client_past_max_subscriptions_gets_0x80_for_each_filter_over_b095() {
+    let broker = Broker::start("  limits:\n    max_subscriptions: 2\n");
+    let mut raw = Raw::connected(broker.addr, V311, "count-311");
+    assert_eq!(
+        subscribe_all(&mut raw, 1, &["a", "b", "c", "d"]),
+        [0, 0, 0x80, 0x80]
+    );
+}
+
+/// B-112: with publish_rate and publish_bytes both set, whichever a client reaches
+/// first refuses 0x97; publish_bytes bounds alone too.
+#[test]
+fn publish_rate_and_publish_bytes_both_count_and_either_refuses_b112() {
+    let broker = Broker::start("  limits:\n    publish_rate: 5\n    publish_bytes: 1KiB\n");
+    // Large messages: the bytes run out before the five messages do.
+    let mut big = Raw::connected(broker.addr, V5, "big");
+    let payload = vec![b'x'; 400];
+    let codes: Vec<_> = (0..4)
+        .map(|_| big.publish("r", &payload, QoS::AtLeastOnce, false))
+        .collect();
+    assert_eq!(codes[..2], [Some(0), Some(0)], "{codes:?}");
+    assert!(codes[2..].iter().all(|c| *c == Some(0x97)), "{codes:?}");
+    // Small messages: the count runs out first.
+    let mut small = Raw::connected(broker.addr, V5, "small");
+    let codes: Vec<_> = (0..7)
+        .map(|_| small.publish("r", b"x", QoS::AtLeastOnce, false))
+        .collect();
+    assert!(codes[..5].iter().all(|c| *c == Some(0)), "{codes:?}");
+    assert!(codes[5..].iter().all(|c| *c == Some(0x97)), "{codes:?}");
+    drop(broker);
+    let broker = Broker::start("  limits:\n    publish_bytes: 1KiB\n");
+    let mut alone = Raw::connected(broker.addr, V5, "alone");
+    let codes: Vec<_> = (0..4)
+        .map(|_| alone.publish("r", &payload, QoS::AtLeastOnce, false))
+        .collect();
+    assert_eq!(codes[..2], [Some(0), Some(0)], "{codes:?}");
+    assert!(codes[2..].iter().all(|c| *c == Some(0x97)), "{codes:?}");
+}
+
+/// B-092, B-093: a replacement adds nothing.
 #[test]
 fn a_filter_past_max_subscriptions_is_refused_0x97_and_a_replacement_is_not() {
     let broker = Broker::start("  limits:\n    max_subscriptions: 2\n");
@@ -58,9 +166,10 @@ fn a_channel_filter_past_max_subscriptions_is_never_served_and_the_suback_says_w
     raw.expect_nothing(Duration::from_millis(300));
 }
 
-/// B-100, B-102, B-104: max_topic_levels bounds a publish (0x90) and a filter (0x8F,
+/// B-099, B-100, B-102, B-104: max_topic_levels bounds a publish (0x90) and a filter (0x8F,
 /// 3.1.1 0x80, the rest of the packet answered), a shared filter measured after
 /// `$share/<name>/`.
+/// A-139, A-154, A-155, A-174: one code per filter in order; levels 0x8F/0x90 (3.1.1 0x80).
 #[test]
 fn max_topic_levels_bounds_publishes_and_filters_b100_b102_b104() {
     let broker = Broker::start("  limits:\n    max_topic_levels: 3\n");
@@ -87,6 +196,7 @@ fn max_topic_levels_bounds_publishes_and_filters_b100_b102_b104() {
     assert_eq!(old.subscribe("a/b/c/#", opts(QoS::AtMostOnce)), [0x80]);
 }
 
+/// A-179: over max_header_count or max_header_bytes is 0x97.
 #[test]
 fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
     let broker = Broker::start("  limits:\n    max_header_count: 2\n    max_header_bytes: 64\n");
@@ -103,6 +213,7 @@ fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
     assert_eq!(raw.publish_packet(p), Some(0x97), "eighty bytes");
 }
 
+/// A-180: over publish_rate is 0x97.
 #[test]
 fn a_client_over_its_publish_rate_is_refused_0x97_and_the_budget_survives_a_reconnect() {
     let broker = Broker::start("  limits:\n    publish_rate: 5\n");
@@ -134,6 +245,23 @@ fn a_client_over_its_publish_rate_is_refused_0x97_and_the_budget_survives_a_reco
     );
 }
 
+/// B-074, B-075: the ceiling told as Server Keep Alive; within it, no property.
+/// A-180: a client over its publish_bytes is refused 0x97 until the budget refills.
+#[test]
+fn a_client_over_its_publish_bytes_is_refused_0x97_a180() {
+    let broker = Broker::start("  limits:\n    publish_bytes: 2KiB\n");
+    let mut raw = Raw::connected(broker.addr, V5, "bulky");
+    let payload = [b'x'; 700];
+    let codes: Vec<_> = (0..5)
+        .map(|_| raw.publish("b", &payload, QoS::AtLeastOnce, false))
+        .collect();
+    assert_eq!(codes[..2], [Some(0), Some(0)], "{codes:?}");
+    assert!(codes.contains(&Some(0x97)), "{codes:?}");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(raw.publish("b", &payload, QoS::AtLeastOnce, false), Some(0));
+}
+
+/// A-275: Server Keep Alive for a longer or zero keepalive only.
 #[test]
 fn max_keepalive_answers_a_longer_or_zero_keepalive_with_server_keep_alive() {
     let broker = Broker::start("  limits:\n    max_keepalive: 30s\n");
@@ -152,6 +280,7 @@ fn max_keepalive_answers_a_longer_or_zero_keepalive_with_server_keep_alive() {
     );
 }
 
+/// A-270: Server Keep Alive is the one limit a 3.1.1 client is not held to.
 #[test]
 fn a_311_client_keeps_the_keepalive_it_asked_for_under_max_keepalive_b076() {
     let broker = Broker::start("  limits:\n    max_keepalive: 1s\n");
@@ -170,6 +299,39 @@ fn a_311_client_keeps_the_keepalive_it_asked_for_under_max_keepalive_b076() {
     }
 }
 
+/// B-070: max_connect_rate is each listener's own: a burst on one door does not
+/// spend another's.
+#[test]
+fn each_listener_has_its_own_connect_rate_b070() {
+    let yaml = common::config("  limits:\n    max_connect_rate: 5\n").replace(
+        "      tcp:\n        address: 127.0.0.1:0\n",
+        "      tcp:\n        - name: one\n          address: 127.0.0.1:0\n        - name: two\n          address: 127.0.0.1:0\n",
+    );
+    let broker = Broker::start_with(&yaml);
+    let line = broker.wait_log("listening on ");
+    let second: std::net::SocketAddr = line
+        .split("listening on ")
+        .nth(1)
+        .expect("an address")
+        .trim()
+        .parse()
+        .expect("a socket address");
+    assert_ne!(second, broker.addr);
+    let started = Instant::now();
+    // Ten is each door's burst (twice the rate); twenty through one bucket would
+    // wait two seconds.
+    let clients: Vec<Raw> = (0..20)
+        .map(|i| {
+            let addr = if i < 10 { broker.addr } else { second };
+            Raw::connected(addr, V5, &format!("d{i}"))
+        })
+        .collect();
+    let took = started.elapsed();
+    assert_eq!(clients.len(), 20);
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+}
+
+/// B-070, B-071: a burst of twice the rate, the rest wait in the accept queue.
 #[test]
 fn connections_over_max_connect_rate_wait_in_the_accept_queue_rather_than_being_refused() {
     let broker = Broker::start("  limits:\n    max_connect_rate: 5\n");
@@ -184,6 +346,8 @@ fn connections_over_max_connect_rate_wait_in_the_accept_queue_rather_than_being_
     drop(TcpStream::connect(broker.addr));
 }
 
+/// B-035, B-040, B-044: a QoS 0 subscriber taking no write is hung up; the publisher
+/// never waits on it.
 #[test]
 fn a_subscriber_that_stops_reading_is_hung_up_at_write_timeout_and_the_publisher_never_waits() {
     let broker = Broker::start(
@@ -208,6 +372,120 @@ fn a_subscriber_that_stops_reading_is_hung_up_at_write_timeout_and_the_publisher
         "the publisher was held: {took:?}"
     );
     drop(deaf);
+}
+
+/// A broker with write_timeout 1s and an append channel `events` holding 100 records
+/// of 200 KiB, the first payload byte of each its index: more than loopback buffers
+/// take from a reader that stops reading. session_queue_bytes lets a QoS 1 reader
+/// hold more unacknowledged than the buffers take, so the broker's write waits.
+fn broker_with_a_full_channel() -> Broker {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: 1s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 32MiB\nchannels:\n  events:\n    type: append\n",
+    );
+    publish_records(&broker, 0..100);
+    broker
+}
+
+/// Publishes the records `indexes` to the channel `events`.
+fn publish_records(broker: &Broker, indexes: std::ops::Range<u8>) {
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    for i in indexes {
+        let mut payload = vec![b'x'; 200 * 1024];
+        payload[0] = i;
+        assert_eq!(
+            publisher.publish("events/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+}
+
+/// A CONNECT keeping the session for ten minutes.
+fn durable(client_id: &str) -> saguin::codec::Connect {
+    let mut c = connect(V5, client_id, false);
+    c.properties.edit().session_expiry_interval = Some(600);
+    c
+}
+
+/// B-036, B-037, B-041, B-044: a QoS 1 channel consumer that stops reading is hung up at
+/// write_timeout: the stream ends (the packet in progress is never finished, nor
+/// skipped for the next), and on reconnect it resumes at the first record it had
+/// not acknowledged.
+#[test]
+fn a_qos1_channel_consumer_hung_up_at_write_timeout_resumes_at_its_first_unacknowledged_record() {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: 1s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 32MiB\nchannels:\n  events:\n    type: append\n",
+    );
+    publish_records(&broker, 0..2);
+    let (mut deaf, _) = Raw::handshake(broker.addr, durable("deaf"));
+    assert_eq!(deaf.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(deaf.recv_publish().payload[0], 0);
+    assert_eq!(deaf.recv_publish().payload[0], 1);
+    // The acknowledgements are read while the socket still takes writes; from here
+    // on nothing is read or acknowledged until the broker gives up.
+    std::thread::sleep(Duration::from_millis(300));
+    publish_records(&broker, 2..100);
+    broker.wait_log("write_timeout passed");
+    let mut next = 2;
+    let end = loop {
+        match deaf.try_recv() {
+            Ok(Packet::Publish(p)) => {
+                assert_eq!(p.payload[0], next, "a record skipped");
+                next += 1;
+            }
+            Ok(other) => panic!("expected PUBLISH, got {other:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(end, "closed", "after {next}: the stream ends");
+    assert!(next < 100, "all were written: {next}");
+    broker.wait_log("deaf disconnected");
+    let (mut again, ack) = Raw::handshake(broker.addr, durable("deaf"));
+    assert!(ack.session_present);
+    assert_eq!(again.recv_publish().payload[0], 2);
+}
+
+/// B-041 (RFC 0002: "Nothing is lost and nothing is duplicated"): PUBACKs a consumer
+/// sends while the broker's write to it waits still count when the deadline hangs it
+/// up, so it is not sent again what it acknowledged.
+#[test]
+fn acknowledgements_sent_while_the_write_waits_count_at_the_deadline_b041() {
+    let broker = broker_with_a_full_channel();
+    let (mut deaf, _) = Raw::handshake(broker.addr, durable("deaf-acked"));
+    assert_eq!(deaf.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(deaf.recv_publish().payload[0], 0);
+    assert_eq!(deaf.recv_publish().payload[0], 1);
+    broker.wait_log("write_timeout passed");
+    broker.wait_log("deaf-acked disconnected");
+    drop(deaf);
+    let (mut again, ack) = Raw::handshake(broker.addr, durable("deaf-acked"));
+    assert!(ack.session_present);
+    assert_eq!(
+        again.recv_publish().payload[0],
+        2,
+        "records 0 and 1 were acknowledged"
+    );
+}
+
+/// B-037, B-042: a QoS 0 channel consumer's position moves on the write: after the
+/// deadline hangs it up, what was written is not sent again and nothing after it
+/// is lost.
+#[test]
+fn a_qos0_channel_consumer_hung_up_at_write_timeout_is_not_replayed_what_was_written() {
+    let broker = broker_with_a_full_channel();
+    let (mut deaf, _) = Raw::handshake(broker.addr, durable("deaf0"));
+    assert_eq!(deaf.subscribe("events/#", opts(QoS::AtMostOnce)), [0]);
+    broker.wait_log("write_timeout passed");
+    broker.wait_log("deaf0 disconnected");
+    drop(deaf);
+    let (mut again, ack) = Raw::handshake(broker.addr, durable("deaf0"));
+    assert!(ack.session_present);
+    let first = again.recv_publish().payload[0];
+    assert!(first > 0, "what went on the wire is sent again");
+    let mut next = first + 1;
+    while next < 100 {
+        assert_eq!(again.recv_publish().payload[0], next, "a record lost");
+        next += 1;
+    }
 }
 
 #[test]

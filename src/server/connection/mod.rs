@@ -39,9 +39,9 @@ use crate::codec::{
 
 /// The SUBSCRIBE property asking to be told of deletions on latest channels.
 const DELETIONS: &str = "saguin-deletions";
-/// Bytes still read from a client after the broker told it to go, for what it sent
-/// before it knew (B-299).
-const DRAIN_AFTER_KICK: usize = 64 * 1024;
+/// Bytes still read from a client whose connection is ending - told to go, or its
+/// write past `write_timeout` - for what it sent before it knew (B-299, B-041).
+const DRAIN_AT_END: usize = 64 * 1024;
 
 /// A packet whose handling may wait (for storage, a cursor, a write): what
 /// `Conn::handle_now` leaves to `Conn::handle`.
@@ -924,24 +924,29 @@ impl Conn {
         })
     }
 
+    /// Handles what the client sent before its connection ends, which still counts:
+    /// its acknowledgements, or the DISCONNECT that ends it on its own terms. Only so
+    /// much, though: a client that keeps sending must not keep a connection that is
+    /// ending alive, nor the thread busy (B-057, B-299).
+    async fn handle_what_was_sent(&mut self) -> Result<(), End> {
+        let mut drained = 0;
+        loop {
+            Box::pin(self.handle_buffered()).await?;
+            match self.reader.try_fill(&mut self.stream).await {
+                Ok(n) if n > 0 && drained < DRAIN_AT_END => drained += n,
+                _ => return Ok(()),
+            }
+            future::yield_now().await;
+        }
+    }
+
     async fn serve(&mut self) -> End {
         loop {
             if let Some(code) = self.link.kicked() {
-                // What the client sent before it was told to go still counts: its
-                // acknowledgements, or the DISCONNECT that ends it on its own terms.
-                // Only so much, though: a client that keeps sending must not keep a
-                // connection that is ending alive, nor the thread busy (B-057, B-299).
-                let mut drained = 0;
-                loop {
-                    if let Err(end) = Box::pin(self.handle_buffered()).await {
-                        return end;
-                    }
-                    match self.reader.try_fill(&mut self.stream).await {
-                        Ok(n) if n > 0 && drained < DRAIN_AFTER_KICK => drained += n,
-                        _ => return End::Kicked(code),
-                    }
-                    future::yield_now().await;
-                }
+                return match self.handle_what_was_sent().await {
+                    Ok(()) => End::Kicked(code),
+                    Err(end) => end,
+                };
             }
             let handed_before = self.shared.broker.borrow().handed();
             // Boxed: what handling a packet awaits (storage, cursors) is large, and
@@ -997,7 +1002,9 @@ impl Conn {
                 Ok(true) => {}
                 Ok(false) => {
                     if let Err(end) = Box::pin(self.flush_waiting()).await {
-                        return end;
+                        // Acknowledgements that arrived while the write waited move
+                        // positions before the connection ends (B-041).
+                        return self.handle_what_was_sent().await.err().unwrap_or(end);
                     }
                 }
                 Err(end) => return end,
