@@ -12,6 +12,8 @@ use saguin::codec::{
     QoS,
 };
 
+/// C-202, C-232: SUBACK before the replay; records in offset order, received in that order.
+/// A-009, A-071: `events` (no filter) claims events/...; no position replays from the floor.
 #[test]
 fn an_append_channel_replays_from_the_floor_with_saguin_properties_then_goes_live() {
     let broker = start();
@@ -90,6 +92,7 @@ fn start_tail_serves_only_what_arrives_after_the_subscription() {
     assert_eq!(&*reader.recv_publish().payload, b"new");
 }
 
+/// A-077: Clean Start 0 with an expiry stores a position and resumes from it.
 #[test]
 fn a_durable_consumer_resumes_where_it_acknowledged_across_a_reconnect() {
     let broker = start();
@@ -110,6 +113,7 @@ fn a_durable_consumer_resumes_where_it_acknowledged_across_a_reconnect() {
     reader.expect_nothing(Duration::from_millis(300));
 }
 
+/// A-078: 3.1.1 publishes and subscribes; cleanSession=0 keeps a durable position.
 #[test]
 fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
     let broker = start();
@@ -142,7 +146,7 @@ fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
 
 /// Clean Start discards a stored position, within a run and across a restart: the
 /// sqlite provider reads whose positions the file holds when it opens, and skips the
-/// deletion only for a client that never stored one (gaps G-11).
+/// deletion only for a client that never stored one (gaps G-11). A-071.
 #[test]
 fn clean_start_discards_a_stored_position() {
     let mut broker = start();
@@ -200,6 +204,8 @@ fn a_consumer_whose_session_lapsed_starts_again_at_the_floor_a079() {
     }
 }
 
+/// C-232: the SUBACK is written before the current-state pass.
+/// A-081, A-086: a publish replaces the value; a 3.1.1 subscriber is served.
 #[test]
 fn a_latest_channel_serves_current_values_with_retain_and_an_empty_publish_deletes() {
     let broker = start();
@@ -251,6 +257,7 @@ fn current(topic: &str, payload: &str) -> (String, String, bool) {
     (topic.to_string(), payload.to_string(), true)
 }
 
+/// A-086: MQTT 5 filters touching the channel (`state/a`, `state/#`) are served.
 #[test]
 fn every_subscribe_to_a_latest_channel_is_shown_its_current_state_a083_a065() {
     let broker = start();
@@ -315,6 +322,7 @@ fn retain_handling_and_retain_as_published_on_a_latest_channel_a085_c235() {
     assert_eq!(state(&mut reader, 1), [current("state/a", "a2")]);
 }
 
+/// A-066, A-106: the queue's own filter 0x8F; a crossing one granted, never a job.
 #[test]
 fn a_plain_filter_inside_a_queue_is_refused_and_a_wide_one_never_sees_the_queue() {
     let broker = start();
@@ -351,6 +359,7 @@ fn a_dead_letter_channel_refuses_publishes_0x87() {
     assert!(matches!(publisher.recv(), Packet::PubComp(a) if a.code == 0x92));
 }
 
+/// A-116, A-118: a group on an append channel gets new records only, no replay.
 #[test]
 fn shared_groups_on_an_append_channel_get_new_records_only_split_across_members() {
     let broker = start();
@@ -448,6 +457,7 @@ fn a_durable_consumer_resumes_mid_read_across_a_restart_on_memory() {
     resume_after_restart_mid_read("memlog");
 }
 
+/// C-213: a retained publish to an append channel is an ordinary record.
 #[test]
 fn retained_on_a_channels_topic_is_just_a_record_and_not_kept_twice() {
     let broker = start();
@@ -467,6 +477,7 @@ fn retained_on_a_channels_topic_is_just_a_record_and_not_kept_twice() {
     reader.expect_nothing(Duration::from_millis(300));
 }
 
+/// A-116, A-120: a group on a latest channel gets changes only; A-070: `#` served from both.
 #[test]
 fn shared_groups_on_a_latest_channel_get_changes_only_and_a_filter_over_two_channels_gets_both() {
     let broker = start();
@@ -488,6 +499,358 @@ fn shared_groups_on_a_latest_channel_get_changes_only_and_a_filter_over_two_chan
     assert_eq!(got, [b"E".to_vec(), b"after".to_vec(), b"before".to_vec()]);
 }
 
+/// The channels of RFC 0002 "The topic space", on memory.
+const WATER: &str = "channels:
+  water-location:
+    type: latest
+    filter: iot/water/+/location/#
+  water-measurement:
+    type: append
+    filter: iot/water/+/+/#
+  weather-measurement:
+    type: append
+    filter: iot/weather/+/{data,events}
+  inspections:
+    type: queue
+    filter: iot/water/+/inspect
+";
+
+/// One delivery: (topic, payload, RETAIN, whether it is a channel record).
+type Served = (String, String, bool, bool);
+
+/// Receives `n` publishes, sorted.
+fn served(reader: &mut Raw, n: usize) -> Vec<Served> {
+    let mut got: Vec<Served> = (0..n)
+        .map(|_| {
+            let p = reader.recv_publish();
+            let record = user_property(&p, "saguin-offset").is_some();
+            let payload = String::from_utf8_lossy(&p.payload).into_owned();
+            (p.topic.to_string(), payload, p.retain, record)
+        })
+        .collect();
+    got.sort();
+    got
+}
+
+/// Current state of a latest channel: RETAIN set, a record.
+fn state_of(topic: &str, payload: &str) -> Served {
+    (topic.into(), payload.into(), true, true)
+}
+
+/// An append record, replayed or live.
+fn record(topic: &str, payload: &str) -> Served {
+    (topic.into(), payload.into(), false, true)
+}
+
+/// Live broadcast: no RETAIN, no offset.
+fn broadcast(topic: &str, payload: &str) -> Served {
+    (topic.into(), payload.into(), false, false)
+}
+
+/// A-057, A-058, A-059, A-060, A-061, A-062, A-063 (A-047, A-067, A-068, A-070, A-071,
+/// A-075): on the example channels every subscription is served from each channel it
+/// touches under that channel's semantics - latest as current state with RETAIN, append
+/// replayed, broadcast live - and never a queue's record.
+#[test]
+fn the_water_example_serves_each_record_under_its_own_channel_a057_a063() {
+    let broker = Broker::start(WATER);
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    for (topic, payload) in [
+        ("iot/water/w-7/location", "loc-7"),
+        ("iot/water/w-8/location", "loc-8"),
+        ("iot/water/w-7/flow", "flow-1"),
+        ("iot/water/w-7/flow", "flow-2"),
+        ("iot/water/w-8/flow", "flow-8"),
+        ("iot/water/w-7/inspect", "job"),
+        ("iot/weather/st-3/data", "data"),
+    ] {
+        assert_eq!(
+            producer.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0),
+            "{topic}"
+        );
+    }
+    let q = opts(QoS::AtLeastOnce);
+    // A-059: one device's location, as current state.
+    let mut one = Raw::connected(broker.addr, V5, "one-device");
+    assert_eq!(one.subscribe("iot/water/w-7/location", q), [1]);
+    assert_eq!(
+        served(&mut one, 1),
+        [state_of("iot/water/w-7/location", "loc-7")]
+    );
+    // A-060: every device's location.
+    let mut every = Raw::connected(broker.addr, V5, "every-device");
+    assert_eq!(every.subscribe("iot/water/+/location/#", q), [1]);
+    assert_eq!(
+        served(&mut every, 2),
+        [
+            state_of("iot/water/w-7/location", "loc-7"),
+            state_of("iot/water/w-8/location", "loc-8")
+        ]
+    );
+    // A-061: the location as state, the readings replayed, not the inspection job.
+    let mut device = Raw::connected(broker.addr, V5, "device");
+    assert_eq!(device.subscribe("iot/water/w-7/#", q), [1]);
+    assert_eq!(
+        served(&mut device, 3),
+        [
+            record("iot/water/w-7/flow", "flow-1"),
+            record("iot/water/w-7/flow", "flow-2"),
+            state_of("iot/water/w-7/location", "loc-7")
+        ]
+    );
+    // A-062: a topic no channel claims: nothing on subscribing, then live broadcast.
+    let mut raw = Raw::connected(broker.addr, V5, "raw-data");
+    assert_eq!(raw.subscribe("iot/weather/st-3/data/raw", q), [1]);
+    // A-063, A-067: `#` at QoS 0 is granted 0x00 and served every non-queue channel.
+    let mut all = Raw::connected(broker.addr, V5, "everything");
+    assert_eq!(all.subscribe("#", opts(QoS::AtMostOnce)), [0]);
+    assert_eq!(
+        served(&mut all, 6),
+        [
+            record("iot/water/w-7/flow", "flow-1"),
+            record("iot/water/w-7/flow", "flow-2"),
+            state_of("iot/water/w-7/location", "loc-7"),
+            record("iot/water/w-8/flow", "flow-8"),
+            state_of("iot/water/w-8/location", "loc-8"),
+            record("iot/weather/st-3/data", "data")
+        ]
+    );
+    // A-068: a filter matching no topic and no channel is granted.
+    let mut none = Raw::connected(broker.addr, V5, "nothing-yet");
+    assert_eq!(none.subscribe("no/such/+/topic", q), [1]);
+    for quiet in [
+        &mut one,
+        &mut every,
+        &mut device,
+        &mut raw,
+        &mut all,
+        &mut none,
+    ] {
+        quiet.expect_nothing(Duration::from_millis(200));
+    }
+    // Live: broadcast beneath the device and under the weather topic, a new reading.
+    for (topic, payload) in [
+        ("iot/water/w-7", "bare"),
+        ("iot/weather/st-3/data/raw", "raw"),
+        ("iot/water/w-7/flow", "flow-3"),
+    ] {
+        assert_eq!(
+            producer.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0),
+            "{topic}"
+        );
+    }
+    assert_eq!(
+        served(&mut device, 2),
+        [
+            broadcast("iot/water/w-7", "bare"),
+            record("iot/water/w-7/flow", "flow-3")
+        ]
+    );
+    assert_eq!(
+        served(&mut raw, 1),
+        [broadcast("iot/weather/st-3/data/raw", "raw")]
+    );
+    assert_eq!(
+        served(&mut all, 3),
+        [
+            broadcast("iot/water/w-7", "bare"),
+            record("iot/water/w-7/flow", "flow-3"),
+            broadcast("iot/weather/st-3/data/raw", "raw")
+        ]
+    );
+    for quiet in [&mut one, &mut every, &mut device, &mut raw, &mut all] {
+        quiet.expect_nothing(Duration::from_millis(200));
+    }
+}
+
+/// A-064: a filter over two durable channels gets each channel's records as its own
+/// delivery, with that channel's offsets and its own stored position: acknowledging
+/// one channel's record moves nothing in the other, across a restart.
+#[test]
+fn a_filter_over_two_append_channels_keeps_a_position_in_each_a064() {
+    let broker = start();
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    producer.publish("events/a", b"e1", QoS::AtLeastOnce, false);
+    producer.publish("memlog/a", b"m1", QoS::AtLeastOnce, false);
+    let mut c = connect(V5, "two-channels", false);
+    c.properties.edit().session_expiry_interval = Some(3600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(reader.subscribe("+/a", opts(QoS::AtLeastOnce)), [1]);
+    let mut got = [reader.recv_offer(), reader.recv_offer()];
+    got.sort_by(|a, b| a.payload.cmp(&b.payload));
+    let [e1, m1] = got;
+    assert_eq!((&*e1.payload, &*m1.payload), (&b"e1"[..], &b"m1"[..]));
+    for p in [&e1, &m1] {
+        assert_eq!(
+            user_property(p, "saguin-offset"),
+            Some("0"),
+            "each channel's own offsets"
+        );
+    }
+    reader.puback(&e1);
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    let _ = reader.read_to_close();
+    producer.publish("events/a", b"e2", QoS::AtLeastOnce, false);
+    producer.publish("memlog/a", b"m2", QoS::AtLeastOnce, false);
+    drop(producer);
+    let broker = Broker::start_in(broker.stop(), CHANNELS);
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let mut again: Vec<Vec<u8>> = (0..3)
+        .map(|_| reader.recv_publish().payload.to_vec())
+        .collect();
+    again.sort();
+    assert_eq!(
+        again,
+        [b"e2".to_vec(), b"m1".to_vec(), b"m2".to_vec()],
+        "events resumed past e1, memlog at m1"
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+/// A-074, A-080, A-094: append, latest and queue channels take PUBLISH at QoS 0, 1 and
+/// 2 from MQTT 5 and 3.1.1 clients alike, each stored once.
+#[test]
+fn every_channel_type_takes_qos_0_1_and_2_from_both_protocols_a074_a080_a094() {
+    let broker = start();
+    let mut tags = Vec::new();
+    for protocol in [V5, V311] {
+        let mut p = Raw::connected(broker.addr, protocol, &format!("producer-{protocol:?}"));
+        for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+            let tag = format!("{protocol:?}-{qos:?}");
+            for topic in [
+                format!("events/{tag}"),
+                format!("state/{tag}"),
+                format!("work/{tag}/todo"),
+            ] {
+                let want = (qos != QoS::AtMostOnce).then_some(0);
+                assert_eq!(
+                    p.publish(&topic, tag.as_bytes(), qos, false),
+                    want,
+                    "{topic}"
+                );
+            }
+            tags.push(tag);
+        }
+    }
+    tags.sort();
+    let payloads = |raw: &mut Raw| {
+        let mut got: Vec<String> = (0..6)
+            .map(|_| String::from_utf8_lossy(&raw.recv_publish().payload).into_owned())
+            .collect();
+        got.sort();
+        got
+    };
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(payloads(&mut reader), tags, "append");
+    assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(payloads(&mut reader), tags, "latest");
+    reader.expect_nothing(Duration::from_millis(300));
+    let mut worker = Raw::connected(broker.addr, V5, "worker");
+    assert_eq!(
+        worker.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut jobs = Vec::new();
+    for _ in 0..6 {
+        let offer = worker.recv_offer();
+        worker.puback(&offer);
+        worker.answer(&offer, b"ack");
+        jobs.push(String::from_utf8_lossy(&offer.payload).into_owned());
+    }
+    jobs.sort();
+    assert_eq!(jobs, tags, "queue");
+    worker.expect_nothing(Duration::from_millis(300));
+}
+
+/// A-119: a shared subscription creates no stored position and moves none - the same
+/// client's ordinary subscription's included, across a restart.
+#[test]
+fn a_shared_subscription_never_creates_or_moves_a_position_a119() {
+    let broker = start();
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    // Creates none: records acknowledged through the group leave no position behind.
+    let mut c = connect(V5, "member", false);
+    c.properties.edit().session_expiry_interval = Some(3600);
+    let (mut member, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(
+        member.subscribe("$share/g/events/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    producer.publish("events/1", b"1", QoS::AtLeastOnce, false);
+    assert_eq!(&*member.recv_publish().payload, b"1");
+    member.send(&Packet::Disconnect(Disconnect::new(0)));
+    let _ = member.read_to_close();
+    let (mut member, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    assert_eq!(member.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(
+        &*member.recv_publish().payload,
+        b"1",
+        "replayed from the floor: the group stored no position"
+    );
+    member.send(&Packet::Disconnect(Disconnect::new(0)));
+    let _ = member.read_to_close();
+    // Moves none: the group's acknowledgement leaves the ordinary position where it was.
+    let with_id = |id: u32| {
+        let mut p = saguin::codec::Properties::default();
+        p.edit().subscription_identifiers = vec![id];
+        p
+    };
+    let mut c = connect(V5, "both", false);
+    c.properties.edit().session_expiry_interval = Some(3600);
+    let (mut both, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(
+        both.subscribe_with("events/#", opts(QoS::AtLeastOnce), with_id(1)),
+        [1]
+    );
+    let replayed = both.recv_publish();
+    assert_eq!(
+        (
+            &*replayed.payload,
+            &replayed.properties.subscription_identifiers[..]
+        ),
+        (&b"1"[..], &[1][..])
+    );
+    assert_eq!(
+        both.subscribe_with("$share/h/events/#", opts(QoS::AtLeastOnce), with_id(2)),
+        [1]
+    );
+    producer.publish("events/2", b"2", QoS::AtLeastOnce, false);
+    drop(producer);
+    let offers = [both.recv_offer(), both.recv_offer()];
+    let shared = offers
+        .iter()
+        .find(|p| p.properties.subscription_identifiers == [2])
+        .expect("the group's delivery");
+    assert!(
+        offers
+            .iter()
+            .any(|p| p.properties.subscription_identifiers == [1] && &*p.payload == b"2"),
+        "the ordinary delivery"
+    );
+    both.puback(shared);
+    both.send(&Packet::Disconnect(Disconnect::new(0)));
+    let _ = both.read_to_close();
+    let broker = Broker::start_in(broker.stop(), CHANNELS);
+    let (mut both, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let again = both.recv_publish();
+    assert_eq!(
+        (
+            &*again.payload,
+            &again.properties.subscription_identifiers[..]
+        ),
+        (&b"2"[..], &[1][..]),
+        "the ordinary subscription's position did not move with the group's PUBACK"
+    );
+    both.expect_nothing(Duration::from_millis(300));
+}
+
+/// A-088: a reconnecting latest consumer is sent only the values that changed.
 #[test]
 fn a_reconnecting_durable_latest_consumer_is_sent_only_what_changed() {
     let broker = start();
@@ -719,4 +1082,207 @@ fn a_resumed_session_is_told_of_deletions_only_once_it_asks_again_g19() {
         (&b""[..], false),
         "asked again, told again"
     );
+}
+
+/// C-045: a filter narrower than a queue's filter (inside it) is refused 0x8F, and
+/// takes no share of the queue's jobs.
+#[test]
+fn a_filter_narrower_than_a_queues_filter_is_refused_0x8f_c045() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "nosy");
+    assert_eq!(
+        reader.subscribe("work/w1/todo", opts(QoS::AtLeastOnce)),
+        [0x8F]
+    );
+    let mut publisher = Raw::connected(broker.addr, V311, "producer");
+    assert_eq!(
+        publisher.publish("work/w1/todo", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-208: two publishes with the same saguin-id are two records, at two offsets.
+#[test]
+fn the_same_saguin_id_twice_is_two_records_c208() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for payload in [b"first", b"again"] {
+        let mut p = common::publish("events/dup", payload, QoS::AtLeastOnce, false);
+        p.properties.edit().user_properties = vec![("saguin-id".into(), "same-1".into())];
+        assert_eq!(publisher.publish_packet(p), Some(0));
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("events/dup", opts(QoS::AtLeastOnce));
+    let (a, b) = (reader.recv_publish(), reader.recv_publish());
+    assert_eq!((&*a.payload, &*b.payload), (&b"first"[..], &b"again"[..]));
+    assert_eq!(user_property(&a, "saguin-id"), Some("same-1"));
+    assert_eq!(user_property(&b, "saguin-id"), Some("same-1"));
+    assert_ne!(
+        user_property(&a, "saguin-offset"),
+        user_property(&b, "saguin-offset")
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-213: a retained publish to a latest channel's topic is accepted and is that
+/// channel's record, served once from the channel and not kept as a retained value.
+#[test]
+fn a_retained_publish_to_a_latest_channel_is_an_ordinary_record_c213() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("state/r", b"v1", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("state/r", opts(QoS::AtLeastOnce));
+    let got = reader.recv_publish();
+    assert_eq!(&*got.payload, b"v1");
+    assert!(
+        user_property(&got, "saguin-offset").is_some(),
+        "served from the channel"
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-252, C-250: a Will on a channel's topic is stored there, with its properties: a
+/// subscriber arriving after it fired is served it from the channel.
+#[test]
+fn a_will_on_a_channel_is_stored_with_its_properties_c252_c250() {
+    let broker = start();
+    let mut c = connect(V5, "dies", true);
+    let mut properties = saguin::codec::Properties::default();
+    properties.edit().content_type = Some("text/plain".into());
+    properties.edit().user_properties = vec![("k".into(), "v".into())];
+    c.will = Some(saguin::codec::Will {
+        topic: "events/will".into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties,
+    });
+    let (raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    drop(raw); // no DISCONNECT: the Will fires
+    std::thread::sleep(Duration::from_millis(500));
+    let mut reader = Raw::connected(broker.addr, V5, "late-reader");
+    reader.subscribe("events/will", opts(QoS::AtLeastOnce));
+    let got = reader.recv_publish();
+    assert_eq!(&*got.payload, b"gone");
+    assert!(user_property(&got, "saguin-offset").is_some(), "a record");
+    assert_eq!(got.properties.content_type.as_deref(), Some("text/plain"));
+    assert_eq!(user_property(&got, "k"), Some("v"));
+}
+
+/// A-165: on latest and queue channels too, a QoS 2 publish is held at its PUBREC and
+/// written to the channel only at its PUBREL.
+#[test]
+fn a_qos2_publish_to_a_latest_or_queue_channel_is_written_at_its_pubrel_a165() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for (id, topic) in [(1u16, "state/a"), (2, "work/w1/todo")] {
+        let mut p = common::publish(topic, topic.as_bytes(), QoS::ExactlyOnce, false);
+        p.packet_id = Some(id);
+        publisher.send(&Packet::Publish(p));
+        assert!(matches!(publisher.recv(), Packet::PubRec(a) if a.code == 0));
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut worker = Raw::connected(broker.addr, V5, "worker");
+    assert_eq!(
+        worker.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+    worker.expect_nothing(Duration::from_millis(100));
+    publisher.send(&Packet::PubRel(saguin::codec::Ack::new(1, 0)));
+    assert!(matches!(publisher.recv(), Packet::PubComp(a) if a.code == 0));
+    assert_eq!(&*reader.recv_publish().payload, b"state/a");
+    worker.expect_nothing(Duration::from_millis(300));
+    publisher.send(&Packet::PubRel(saguin::codec::Ack::new(2, 0)));
+    assert!(matches!(publisher.recv(), Packet::PubComp(a) if a.code == 0));
+    assert_eq!(&*worker.recv_offer().payload, b"work/w1/todo");
+}
+
+/// A-266: a channel's record, or a queue's job, over the Maximum Packet Size of the
+/// subscriber or worker it is for ends that connection with DISCONNECT 0x95.
+#[test]
+fn a_record_or_job_over_the_recipients_maximum_packet_size_is_disconnect_0x95_a266() {
+    let broker = start();
+    let small = |id: &str| {
+        let mut c = connect(V5, id, true);
+        c.properties.edit().maximum_packet_size = Some(64);
+        let (raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        raw
+    };
+    let mut reader = small("reader");
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut worker = small("worker");
+    assert_eq!(
+        worker.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("events/big", &[b'x'; 500], QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(reader.expect_disconnect(), 0x95);
+    assert_eq!(
+        publisher.publish("work/w1/todo", &[b'x'; 500], QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(worker.expect_disconnect(), 0x95);
+}
+
+/// B-149: one record per connection at a time: a broadcast sent behind a channel
+/// publish whose store is held up is not delivered until that store is done.
+#[test]
+fn the_next_publish_waits_for_the_previous_to_be_stored_b149() {
+    let broker = start();
+    let mut listener = Raw::connected(broker.addr, V5, "listener");
+    assert_eq!(listener.subscribe("b/#", opts(QoS::AtMostOnce)), [0]);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let lock = common::WriteLock::take(&broker);
+    publisher.send(&Packet::Publish(common::publish(
+        "events/1",
+        b"stored",
+        QoS::AtLeastOnce,
+        false,
+    )));
+    publisher.send(&Packet::Publish(common::publish(
+        "b/x",
+        b"behind",
+        QoS::AtMostOnce,
+        false,
+    )));
+    listener.expect_nothing(Duration::from_millis(1000));
+    publisher.expect_nothing(Duration::from_millis(100)); // the store is held up
+    drop(lock);
+    match publisher.recv() {
+        Packet::PubAck(ack) => assert_eq!(ack.code, 0),
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
+    assert_eq!(&*listener.recv_publish().payload, b"behind");
+}
+
+/// A-185, A-222: a publish whose topic lands in a dead-letter channel is answered 0x87
+/// and logged like every other refusal, at each QoS.
+#[test]
+fn a_publish_refused_by_a_dead_letter_channel_is_logged_a185() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for (qos, topic) in [
+        (QoS::AtMostOnce, "work/w0/todo/__dlq"),
+        (QoS::AtLeastOnce, "work/w1/todo/__dlq"),
+        (QoS::ExactlyOnce, "work/w2/todo/__dlq"),
+    ] {
+        let answer = publisher.publish(topic, b"x", qos, false);
+        if qos != QoS::AtMostOnce {
+            assert_eq!(answer, Some(0x87), "{qos:?}");
+        }
+        broker.wait_log(&format!("{topic:?} refused 0x87"));
+    }
 }

@@ -333,7 +333,12 @@ pub(super) async fn store(
         (channel.provider.clone(), channel.name.clone(), channel.kind)
     };
     if kind == Kind::DeadLetter {
-        // It takes its records from its queue alone.
+        // It takes its records from its queue alone, and the refusal is
+        // logged like every other.
+        log::info!(
+            "publish to {:?} refused 0x87: {name} is a dead-letter channel, written by its queue alone",
+            message.topic
+        );
         shared
             .broker
             .borrow()

@@ -1361,8 +1361,26 @@ impl Conn {
             Ok(()) => self.check_quota(publish),
         };
         // Asked after the rate, which spends before any authorization (B-120).
-        let code = self.authorize_publish(code, publish);
+        let code = match self.authorize_publish(code, publish) {
+            // Into a dead-letter channel, refused on the PUBREC, before anything is
+            // held: at the PUBREL it would hold the message for a
+            // retry that can never succeed. QoS 0 and 1 are refused as they are
+            // stored (`channels::store`), the topic resolved once.
+            reason::SUCCESS
+                if publish.qos == QoS::ExactlyOnce
+                    && shared
+                        .broker
+                        .borrow()
+                        .channels
+                        .is_dead_letter(&publish.topic) =>
+            {
+                refused("not authorized");
+                reason::NOT_AUTHORIZED
+            }
+            code => code,
+        };
         if code != reason::SUCCESS {
+            // Every refused publish is logged, whatever its QoS.
             log::info!(
                 "{}: publish by {} to {:?} refused 0x{code:02X}",
                 self.peer,
@@ -1370,21 +1388,6 @@ impl Conn {
                 publish.topic
             );
             return self.answer_publish(publish, code).map(|()| None);
-        }
-        // Refused on the PUBREC, before anything is held: at the
-        // PUBREL it would hold the message for a retry that can never succeed.
-        if publish.qos == QoS::ExactlyOnce
-            && self
-                .shared
-                .broker
-                .borrow()
-                .channels
-                .is_dead_letter(&publish.topic)
-        {
-            refused("not authorized");
-            return self
-                .answer_publish(publish, reason::NOT_AUTHORIZED)
-                .map(|()| None);
         }
         let code = if publish.qos == QoS::ExactlyOnce {
             let packet_id = publish.packet_id.unwrap_or(0);
