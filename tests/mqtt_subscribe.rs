@@ -12,6 +12,8 @@ use saguin::codec::{
     QoS, RetainHandling, Subscribe, SubscriptionOptions, Unsubscribe,
 };
 
+/// subscription wildcards match as MQTT says.
+/// a leading wildcard never matches a `$` topic.
 #[test]
 fn wildcards_match_as_mqtt_says_and_dollar_topics_escape_leading_wildcards() {
     let broker = Broker::start("");
@@ -24,6 +26,7 @@ fn wildcards_match_as_mqtt_says_and_dollar_topics_escape_leading_wildcards() {
     sub.expect_nothing(Duration::from_millis(200));
 }
 
+/// shapes 0x8F, reserved 0x87, still connected.
 #[test]
 fn invalid_filters_get_0x8f_and_reserved_ones_0x87() {
     let broker = Broker::start("");
@@ -55,6 +58,43 @@ fn invalid_filters_get_0x8f_and_reserved_ones_0x87() {
     );
 }
 
+/// every refused filter's SUBACK carries a Reason String naming it, unless
+/// Request Problem Information is 0, when the code comes alone.
+#[test]
+fn every_refused_filter_is_told_why_unless_problem_information_is_0_a184() {
+    let broker = Broker::start("");
+    for (id, asked) in [("talkative", None), ("quiet", Some(0u8))] {
+        let mut c = connect(V5, id, true);
+        c.properties.edit().request_problem_information = asked;
+        let (mut raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        let mut unread = Properties::default();
+        unread.edit().user_properties = vec![("saguin-unknown".into(), "1".into())];
+        for (filter, properties, code) in [
+            ("$SYS/#", Properties::default(), 0x87),
+            ("a/#/b", Properties::default(), 0x8F),
+            ("t/#", unread, 0x83),
+        ] {
+            raw.send(&Packet::Subscribe(Subscribe {
+                packet_id: 7,
+                properties,
+                filters: vec![(filter.into(), opts(QoS::AtMostOnce))],
+            }));
+            let ack = match raw.recv() {
+                Packet::SubAck(ack) => ack,
+                other => panic!("expected SUBACK, got {other:?}"),
+            };
+            assert_eq!(ack.codes, [code], "{id} {filter}");
+            let why = ack.properties.reason_string.clone();
+            match asked {
+                None => assert!(why.is_some_and(|w| !w.is_empty()), "{id} {filter}"),
+                Some(_) => assert_eq!(why, None, "{id} {filter}"),
+            }
+        }
+    }
+}
+
+/// 3.1.1 refusals are 0x80 and the client may subscribe again.
 #[test]
 fn a_3_1_1_client_is_refused_shared_subscriptions_with_0x80() {
     let broker = Broker::start("");
@@ -63,6 +103,7 @@ fn a_3_1_1_client_is_refused_shared_subscriptions_with_0x80() {
     assert_eq!(sub.subscribe("$SYS/#", opts(QoS::AtMostOnce)), [0x80]);
 }
 
+/// No Local on a shared subscription is DISCONNECT 0x82.
 #[test]
 fn a_shared_subscription_with_no_local_ends_the_connection_0x82() {
     let broker = Broker::start("");
@@ -93,6 +134,8 @@ fn retain_handling_3_is_a_protocol_error() {
     assert_eq!(sub.expect_disconnect(), 0x82);
 }
 
+/// over broadcast a group gets every message, each to one member.
+/// one member per message, turns in client-id order.
 #[test]
 fn shared_groups_take_turns_in_client_id_order() {
     let broker = Broker::start("");
@@ -154,6 +197,97 @@ fn a_shared_message_passes_over_a_member_too_small_for_it_a125_a126() {
     assert_eq!(&*large.recv_publish().payload, &[1u8][..]);
 }
 
+/// C-236: no retained value to a shared subscription.
+/// a member whose Receive Maximum window is full is passed over; each message
+/// goes to exactly one member, and the member takes its turn again once it acknowledges.
+#[test]
+fn a_shared_message_passes_over_a_member_whose_window_is_full_a123() {
+    let broker = Broker::start("");
+    let mut narrow = Raw::connected_with_receive_maximum(broker.addr, "m-a", Some(1));
+    let mut wide = Raw::connected(broker.addr, V5, "m-b");
+    for member in [&mut narrow, &mut wide] {
+        assert_eq!(
+            member.subscribe("$share/grp/work/#", opts(QoS::AtLeastOnce)),
+            [1]
+        );
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    publisher.publish("work/x", b"0", QoS::AtLeastOnce, false);
+    let held = narrow.recv_offer();
+    assert_eq!(&*held.payload, b"0");
+    // m-a's one-message window is full: every turn of its goes to m-b.
+    for i in 1..4 {
+        publisher.publish("work/x", format!("{i}").as_bytes(), QoS::AtLeastOnce, false);
+        assert_eq!(&*wide.recv_publish().payload, format!("{i}").as_bytes());
+    }
+    narrow.expect_nothing(Duration::from_millis(300));
+    narrow.puback(&held);
+    narrow.send(&Packet::PingReq);
+    assert!(matches!(narrow.recv(), Packet::PingResp));
+    publisher.publish("work/x", b"4", QoS::AtLeastOnce, false);
+    assert_eq!(&*narrow.recv_publish().payload, b"4");
+    wide.expect_nothing(Duration::from_millis(300));
+}
+
+/// a string that is not a topic filter, from a 3.1.1 client, closes the
+/// connection with no SUBACK (3.1.1 has no code for it).
+#[test]
+fn an_invalid_filter_from_a_3_1_1_client_closes_with_no_suback_a156() {
+    let broker = Broker::start("");
+    for filter in ["a/#/b", "a+"] {
+        let mut sub = Raw::connected(broker.addr, V311, "old");
+        sub.send(&Packet::Subscribe(Subscribe {
+            packet_id: 1,
+            properties: Properties::default(),
+            filters: vec![(filter.into(), opts(QoS::AtMostOnce))],
+        }));
+        sub.expect_closed_silently();
+    }
+}
+
+/// every refused filter is counted under the code Sagüin decided, a 3.1.1
+/// client's included, though it was sent 0x80.
+#[test]
+fn a_refusal_sent_to_a_3_1_1_client_as_0x80_is_counted_under_its_own_code_a159() {
+    let dir = common::temp_dir("refused-metric");
+    let extra = "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n";
+    let broker = Broker::start_in(dir, &common::config(extra));
+    let mut old = Raw::connected(broker.addr, V311, "old");
+    assert_eq!(old.subscribe("$SYS/#", opts(QoS::AtMostOnce)), [0x80]);
+    let deep = vec!["l"; 201].join("/");
+    assert_eq!(old.subscribe(&deep, opts(QoS::AtMostOnce)), [0x80]);
+    let mut new = Raw::connected(broker.addr, V5, "new");
+    assert_eq!(new.subscribe("$SYS/#", opts(QoS::AtMostOnce)), [0x87]);
+    broker.assert_metric("saguin_subscriptions_refused_total{code=\"0x87\"} 2");
+    broker.assert_metric("saguin_subscriptions_refused_total{code=\"0x8F\"} 1");
+}
+
+/// no ShareName is reserved: groups named after Sagüin's own words are
+/// granted and served.
+#[test]
+fn no_share_name_is_reserved_a115() {
+    let broker = Broker::start("");
+    let names = [
+        "saguin", "$saguin", "queue", "SYS", "share", "consumer", "__dlq",
+    ];
+    let mut member = Raw::connected(broker.addr, V5, "member");
+    for (i, name) in names.iter().enumerate() {
+        let filter = format!("$share/{name}/names/{i}");
+        assert_eq!(
+            member.subscribe(&filter, opts(QoS::AtLeastOnce)),
+            [1],
+            "{filter}"
+        );
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    for (i, name) in names.iter().enumerate() {
+        let topic = format!("names/{i}");
+        publisher.publish(&topic, name.as_bytes(), QoS::AtLeastOnce, false);
+        assert_eq!(&*member.recv_publish().payload, name.as_bytes(), "{name}");
+    }
+}
+
+/// a group is served nothing published before it began.
 #[test]
 fn shared_subscriptions_get_no_retained_messages() {
     let broker = Broker::start("");
@@ -208,6 +342,7 @@ fn no_local_withholds_a_clients_own_publishes() {
     assert_eq!(&*me.recv_publish().payload, b"theirs");
 }
 
+/// C-216, C-217, C-218, C-237, C-232: SUBACK first, stored value with RETAIN, empty deletes, live flag cleared.
 #[test]
 fn retained_values_follow_the_suback_with_retain_set_and_zero_length_deletes() {
     let broker = Broker::start("");
@@ -226,6 +361,7 @@ fn retained_values_follow_the_suback_with_retain_set_and_zero_length_deletes() {
     assert!(!sub.recv_publish().retain);
 }
 
+/// C-237: Retain As Published carries the publisher's flag live.
 #[test]
 fn retain_as_published_keeps_the_flag_on_live_deliveries() {
     let broker = Broker::start("");
@@ -343,4 +479,37 @@ fn a_groups_backlog_is_dropped_after_share_expires_after() {
     let (mut raw, _) = Raw::handshake(broker.addr, own);
     assert_eq!(&*raw.recv_publish().payload, b"stale");
     assert_eq!(&*raw.recv_publish().payload, b"fresh");
+}
+
+/// C-215: one retained value per broadcast topic: a second retained publish replaces
+/// the first, and a new subscriber is sent only the newest.
+#[test]
+fn a_retained_publish_replaces_the_topics_previous_value_c215() {
+    let broker = Broker::start("");
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    publisher.publish("rep/t", b"old", QoS::AtLeastOnce, true);
+    publisher.publish("rep/t", b"new", QoS::AtLeastOnce, true);
+    let mut sub = Raw::connected(broker.addr, V5, "s");
+    assert_eq!(sub.subscribe("rep/#", opts(QoS::AtLeastOnce)), [1]);
+    let got = sub.recv_publish();
+    assert_eq!((&*got.payload, got.retain), (&b"new"[..], true));
+    sub.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-234: retained values are sent at SUBSCRIBE, never at connect: a session resumed
+/// without subscribing again is sent none.
+#[test]
+fn a_resumed_session_is_sent_no_retained_value_at_connect_c234() {
+    let broker = Broker::start("");
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    publisher.publish("kept/t", b"v", QoS::AtLeastOnce, true);
+    let mut c = connect(V5, "resumer", false);
+    c.properties.edit().session_expiry_interval = Some(300);
+    let (mut sub, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(sub.subscribe("kept/#", opts(QoS::AtLeastOnce)), [1]);
+    assert!(sub.recv_publish().retain, "sent at the SUBSCRIBE");
+    sub.disconnect();
+    let (mut sub, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    sub.expect_nothing(Duration::from_millis(500));
 }

@@ -1782,6 +1782,8 @@ impl Conn {
                         .session(&self.client_id)
                         .and_then(|s| s.subscriptions.get(filter.as_str()).cloned());
                     changed.push((codes.len(), filter.clone(), before));
+                    // In the index before the SUBACK is written, so a publish in
+                    // between is delivered (C-233).
                     let existed = broker.subscribe(&self.client_id, sub);
                     if !shared_sub {
                         let messages =
@@ -1797,6 +1799,11 @@ impl Conn {
                     .borrow()
                     .metrics
                     .refuse_subscription(granted);
+                // Every refusal says why; one more particular said it already.
+                if self.suback_reason.is_none() {
+                    self.suback_reason =
+                        Some(format!("{filter:?} refused: {}", refusal_text(granted)).into());
+                }
             }
             codes.push(match self.protocol {
                 ProtocolVersion::V311 if granted >= 0x80 => reason::v311::SUBACK_FAILURE,
@@ -1890,6 +1897,9 @@ impl Conn {
             k.starts_with("saguin-") && !(k == DELETIONS && v == "true") && k != partition::PROPERTY
         };
         if properties.user_properties.iter().any(unread) {
+            self.suback_reason = Some(
+                "a saguin- property a SUBSCRIBE does not take: saguin-deletions: true and saguin-filter are the two".into(),
+            );
             return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
         }
         // A malformed declaration refuses every filter; a valid one refuses a shared
@@ -2366,6 +2376,9 @@ fn refusal_text(code: u8) -> &'static str {
         reason::MALFORMED_PACKET => "malformed packet",
         reason::PROTOCOL_ERROR => "protocol error",
         reason::NOT_AUTHORIZED => "not authorized: a reserved topic, or not granted to this client",
+        reason::TOPIC_FILTER_INVALID => {
+            "topic filter invalid: malformed, too deep, or inside a queue's filter"
+        }
         reason::TOPIC_NAME_INVALID => {
             "topic name invalid: too long, too deep, or in a reserved space"
         }
