@@ -45,6 +45,7 @@ fn refused(text: &str, key: &str, line: u32) -> String {
     err.to_string()
 }
 
+/// B-017: an absent log_level is info.
 #[test]
 fn b015_minimal_file_loads_from_disk_with_defaults() {
     let c = config::load(Path::new("tests/fixtures/config/minimal.yaml")).unwrap();
@@ -54,12 +55,14 @@ fn b015_minimal_file_loads_from_disk_with_defaults() {
     assert_eq!(c.broker.pid_file, None);
 }
 
+/// B-015: broker.id is required, no default.
 #[test]
 fn b015_broker_id_is_required() {
     let report = refused("broker:\n  log_level: info\n", "broker.id", 1);
     assert!(report.contains("no default"), "{report}");
 }
 
+/// B-018, B-019: the invalid log_level finding, in the report's shape.
 #[test]
 fn b019_report_shape_names_file_key_value_and_remedy() {
     let err = load("broker:\n  id: edge-1\n  log_level: verbose\n").unwrap_err();
@@ -69,6 +72,7 @@ fn b019_report_shape_names_file_key_value_and_remedy() {
     );
 }
 
+/// B-017: debug, info, warn and error.
 #[test]
 fn b020_log_levels() {
     for (w, l) in [
@@ -86,6 +90,7 @@ fn b020_log_levels() {
     }
 }
 
+/// B-002, B-479: a top-level block other than broker, channels, bridges is refused.
 #[test]
 fn b479_unknown_key_is_a_finding_whatever_its_value() {
     refused("broker:\n  id: a\n  colour: ~\n", "broker.colour", 3);
@@ -107,6 +112,7 @@ fn key_written_twice_is_refused_naming_both_lines() {
     assert!(report.contains("lines 3 and 4"), "{report}");
 }
 
+/// B-480: every finding is reported, not only the first.
 #[test]
 fn b480_every_finding_is_reported_at_once() {
     let err = load(
@@ -130,6 +136,7 @@ fn yaml_syntax_error_names_the_line() {
     assert!(err.findings()[0].line > 0, "{err}");
 }
 
+/// B-213, B-217: "3.1.1" or "5", quoted or not; anything else refused.
 #[test]
 fn b217_min_protocol_version_quoted_or_not() {
     assert_eq!(
@@ -165,6 +172,7 @@ fn b217_min_protocol_version_quoted_or_not() {
     );
 }
 
+/// B-516: no MQTT listener named is tcp :1883 on every interface.
 #[test]
 fn b486_no_listener_named_means_tcp_1883() {
     let c = ok("broker:\n  id: a\n");
@@ -173,6 +181,8 @@ fn b486_no_listener_named_means_tcp_1883() {
     assert!(c.broker.mqtt.listen.defaulted);
 }
 
+/// B-171, B-516, B-221: the unix mapping form is the door named `unix`; naming it
+/// turns the :1883 default off; its mode defaults to 0660.
 #[test]
 fn b486_one_unix_listener_turns_the_default_off() {
     let c = ok(
@@ -183,6 +193,7 @@ fn b486_one_unix_listener_turns_the_default_off() {
     assert_eq!(c.broker.mqtt.listen.unix[0].name, "unix");
 }
 
+/// B-005, B-171, B-172: door keys; a mapping is named after its kind, a list by `name`.
 #[test]
 fn b005_listener_shapes_mapping_and_named_list() {
     let c = ok("broker:
@@ -238,6 +249,29 @@ fn b170_two_doors_one_name_are_refused() {
 }
 
 #[test]
+fn a_one_entry_list_without_a_name_is_named_after_its_kind_b172() {
+    let c = ok(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        - address: 127.0.0.1:1883\n      unix:\n        - path: /run/saguin/s.sock\n",
+    );
+    assert_eq!(c.broker.mqtt.listen.tcp[0].name, "tcp");
+    assert_eq!(c.broker.mqtt.listen.unix[0].name, "unix");
+}
+
+/// B-176: a nameless door among several is refused quoting the doors concerned (RFC
+/// 0002: "by name with both doors quoted").
+#[test]
+fn a_nameless_door_among_several_is_refused_quoting_both_b176() {
+    let report = refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        - address: 127.0.0.1:1883\n        - name: fleet\n          address: 127.0.0.1:1884\n",
+        "broker.mqtt.listen.tcp[0]",
+        6,
+    );
+    assert!(report.contains("fleet"), "{report}");
+}
+
+/// B-008, B-046, B-064, B-069, B-070, B-073, B-079, B-092, B-099: the limits' defaults.
+/// A-031, A-034: max_client_id_length 256, max_session_expiry 30d.
+#[test]
 fn b008_limits_defaults() {
     let l = ok("broker:\n  id: a\n").broker.limits;
     assert_eq!(l.max_message_size, 1 << 20);
@@ -259,6 +293,7 @@ fn b008_limits_defaults() {
     assert_eq!(l.max_connect_rate, Some(500));
 }
 
+/// B-008, B-013: every limits key, sizes and durations with their units.
 #[test]
 fn b008_limits_spec_example_reads() {
     let l = ok("broker:
@@ -288,6 +323,7 @@ fn b008_limits_spec_example_reads() {
     assert_eq!(l.publish_bytes, Some(128 * 1024));
 }
 
+/// B-069: max_connect_size's default and ceiling.
 #[test]
 fn b069_max_connect_size_defaults_to_max_message_size_when_smaller_and_never_exceeds_it() {
     let l = ok("broker:\n  id: a\n  limits:\n    max_message_size: 64KiB\n")
@@ -301,6 +337,7 @@ fn b069_max_connect_size_defaults_to_max_message_size_when_smaller_and_never_exc
     );
 }
 
+/// B-079, B-090: session_queue_bytes' default and floor.
 #[test]
 fn b079_b090_session_queue_bytes_default_and_floor() {
     let l = ok("broker:\n  id: a\n  limits:\n    max_message_size: 4MiB\n")
@@ -319,6 +356,7 @@ fn b079_b090_session_queue_bytes_default_and_floor() {
     );
 }
 
+/// A-033: below 23 refused, 23 accepted.
 #[test]
 fn a033_client_id_length_below_23_is_refused() {
     refused(
@@ -335,6 +373,7 @@ fn a033_client_id_length_below_23_is_refused() {
     );
 }
 
+/// A-035: `none` refused for max_session_expiry.
 #[test]
 fn a035_max_session_expiry_refuses_none() {
     refused(
@@ -344,6 +383,7 @@ fn a035_max_session_expiry_refuses_none() {
     );
 }
 
+/// B-073, B-077: max_keepalive is a duration; past 65535 s refused, not truncated.
 #[test]
 fn b078_max_keepalive_over_65535_seconds_reads_as_the_spec_says() {
     let report = refused(
@@ -364,6 +404,7 @@ fn b078_max_keepalive_over_65535_seconds_reads_as_the_spec_says() {
     );
 }
 
+/// B-064: connect_timeout in whole seconds, `none` refused.
 #[test]
 fn b064_connect_timeout_refuses_none_and_milliseconds() {
     refused(
@@ -378,6 +419,7 @@ fn b064_connect_timeout_refuses_none_and_milliseconds() {
     );
 }
 
+/// B-046: write_timeout takes ms and `none`.
 #[test]
 fn b518_write_timeout_accepts_milliseconds_and_none() {
     assert_eq!(
@@ -396,6 +438,7 @@ fn b518_write_timeout_accepts_milliseconds_and_none() {
     );
 }
 
+/// B-097, B-110: max_subscriptions and max_topic_levels below 1 refused.
 #[test]
 fn b096_b105_counts_below_one_are_refused() {
     refused(
@@ -424,6 +467,7 @@ fn b118_publish_rate_zero_is_refused_not_unset() {
     );
 }
 
+/// B-517: a compound duration (1h30m) is refused.
 #[test]
 fn b513_durations_take_one_unit() {
     let report = refused(
@@ -443,4 +487,153 @@ fn a_file_that_is_not_a_mapping_says_so() {
 #[test]
 fn log_level_maps_to_the_log_crate() {
     assert_eq!(LogLevel::Warn.to_level_filter(), log::LevelFilter::Warn);
+}
+
+/// A storage block with defaults that are not `none`, and two providers, so an
+/// inherited value and a default can be told apart from a written one.
+const TWO_PROVIDERS: &str = "  storage:
+    default: local
+    default_retention_period: 3d
+    default_retention_bytes: 5GiB
+    providers:
+      local: {type: sqlite, file_path: /var/lib/saguin/s.db}
+      mem: {type: memory, snapshot_dir: none}
+";
+
+/// B-356: every operations key loads: tcp address, tls and password_file; unix path,
+/// mode, password_file and proxy_protocol; the block's password_file and
+/// min_scrape_interval.
+#[test]
+fn every_operations_key_loads_b356() {
+    let c = ok("broker:
+  id: a
+  operations:
+    password_file: /etc/saguin/ops.passwd
+    min_scrape_interval: 2m
+    listen:
+      tcp:
+        address: 127.0.0.1:9090
+        password_file: /etc/saguin/tcp.passwd
+        tls:
+          cert_file: /etc/saguin/c.pem
+          key_file: /etc/saguin/k.pem
+      unix:
+        path: /run/saguin/o.sock
+        mode: \"0600\"
+        password_file: /etc/saguin/unix.passwd
+        proxy_protocol: true
+");
+    let ops = c.broker.operations.as_ref().expect("the operations block");
+    assert_eq!(
+        ops.password_file.as_deref(),
+        Some(Path::new("/etc/saguin/ops.passwd"))
+    );
+    assert_eq!(ops.min_scrape_interval, Duration::from_secs(120));
+    let tcp = &ops.listen.tcp[0];
+    assert_eq!(tcp.address.written, "127.0.0.1:9090");
+    assert_eq!(
+        tcp.password_file.as_deref(),
+        Some(Path::new("/etc/saguin/tcp.passwd"))
+    );
+    assert_eq!(
+        tcp.tls.as_ref().map(|t| t.cert_file.clone()),
+        Some("/etc/saguin/c.pem".into())
+    );
+    let unix = &ops.listen.unix[0];
+    assert_eq!(unix.path, Path::new("/run/saguin/o.sock"));
+    assert_eq!(unix.mode, 0o600);
+    assert!(unix.proxy_protocol);
+    assert_eq!(
+        unix.password_file.as_deref(),
+        Some(Path::new("/etc/saguin/unix.passwd"))
+    );
+}
+
+/// B-410: a bridge writing none of them gets session_expiry 1d, receive_maximum 20
+/// and ack_interval 5ms.
+#[test]
+fn bridge_defaults_b410() {
+    let c = ok(&format!(
+        "broker:\n  id: a\n{STORAGE}bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics: [{{filter: a/#, direction: both}}]\n"
+    ));
+    let b = &c.bridges[0];
+    assert_eq!(b.session_expiry, Duration::from_secs(86_400));
+    assert_eq!(b.receive_maximum, 20);
+    assert_eq!(b.ack_interval, Duration::from_millis(5));
+}
+
+/// B-421: a queue's dlq_ keys are copied onto its `<queue>__dlq` channel, which takes
+/// the queue's provider, not the default one.
+#[test]
+fn a_dead_letter_channel_takes_its_queues_dlq_keys_and_provider_b421() {
+    let c = ok(&format!(
+        "broker:\n  id: a\n{TWO_PROVIDERS}channels:\n  q:\n    type: queue\n    filter: q/#\n    storage: mem\n    dlq_retention_period: 30d\n    dlq_retention_bytes: 1GiB\n"
+    ));
+    let dlq = c.channel("q__dlq").expect("the derived channel");
+    assert_eq!(dlq.storage, "mem");
+    assert_eq!(dlq.retention_period, Some(Duration::from_secs(30 * 86_400)));
+    assert_eq!(dlq.retention_bytes, Some(1 << 30));
+}
+
+/// B-422: the storage defaults apply to a channel that states none of its own, a
+/// channel's own value wins, and `none` is accepted for both.
+#[test]
+fn storage_retention_defaults_apply_where_a_channel_states_none_b422() {
+    let c = ok(&format!(
+        "broker:\n  id: a\n{TWO_PROVIDERS}channels:\n  plain:\n    type: append\n  own:\n    type: append\n    retention_period: 1d\n    retention_bytes: 1GiB\n"
+    ));
+    let plain = c.channel("plain").expect("plain");
+    assert_eq!(
+        plain.retention_period,
+        Some(Duration::from_secs(3 * 86_400))
+    );
+    assert_eq!(plain.retention_bytes, Some(5 << 30));
+    let own = c.channel("own").expect("own");
+    assert_eq!(own.retention_period, Some(Duration::from_secs(86_400)));
+    assert_eq!(own.retention_bytes, Some(1 << 30));
+    let c = ok(&format!(
+        "broker:\n  id: a\n{}channels:\n  plain:\n    type: append\n",
+        TWO_PROVIDERS
+            .replace(
+                "default_retention_period: 3d",
+                "default_retention_period: none"
+            )
+            .replace(
+                "default_retention_bytes: 5GiB",
+                "default_retention_bytes: none"
+            )
+    ));
+    let plain = c.channel("plain").expect("plain");
+    assert_eq!(
+        (plain.retention_period, plain.retention_bytes),
+        (None, None)
+    );
+}
+
+/// B-425, B-451: with no retained or session block, both are kept by
+/// broker.storage.default, retained values for ever (not the channels' default
+/// period) and acknowledgements committed every 200ms.
+#[test]
+fn retained_and_session_blocks_are_optional_b425_b451() {
+    let c = ok(&format!("broker:\n  id: a\n{TWO_PROVIDERS}"));
+    assert_eq!(c.broker.retained.storage, "local");
+    assert_eq!(c.broker.retained.retention_period, None);
+    assert_eq!(c.broker.session.storage, "local");
+    assert_eq!(
+        c.broker.session.ack_commit_interval,
+        Duration::from_millis(200)
+    );
+}
+
+/// B-510: a queue without job_expires_after has none: its work never expires.
+#[test]
+fn job_expires_after_has_no_default_b510() {
+    let c = ok(&format!(
+        "broker:\n  id: a\n{TWO_PROVIDERS}channels:\n  q:\n    type: queue\n    filter: q/#\n"
+    ));
+    let q = c
+        .channel("q")
+        .and_then(|q| q.queue.as_ref())
+        .expect("a queue");
+    assert_eq!(q.job_expires_after, None);
 }

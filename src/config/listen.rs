@@ -192,13 +192,18 @@ pub(crate) fn read(
             _ => vec![(None, n)],
         };
         let listed = entries.len() > 1;
+        let first = lines.len();
+        let mut nameless = Vec::new();
         for (idx, door) in entries {
             let dpath = match idx {
                 Some(i) => format!("{kpath}[{i}]"),
                 None => kpath.clone(),
             };
-            read_door(ctx, door, &dpath, kind, listed, block, &mut out, &mut lines);
+            if !read_door(ctx, door, &dpath, kind, listed, block, &mut out, &mut lines) {
+                nameless.push(lines.len() - 1);
+            }
         }
+        refuse_nameless(ctx, kind, &lines[first..], &nameless, first);
     }
     f.finish(ctx);
     check_names(ctx, &lines);
@@ -225,6 +230,33 @@ pub(crate) enum Bind {
     Unix(PathBuf),
 }
 
+/// A door written without a name among several of its kind, quoting the others
+/// (B-176): which name is whose is what the finding asks the operator to settle.
+fn refuse_nameless(
+    ctx: &mut Ctx,
+    kind: &str,
+    doors: &[DoorLine],
+    nameless: &[usize],
+    first: usize,
+) {
+    for &at in nameless {
+        let door = &doors[at - first];
+        let others: Vec<String> = doors
+            .iter()
+            .filter(|d| d.path != door.path)
+            .map(|d| match d.name.as_str() {
+                "" => format!("{} (line {}, no name either)", d.path, d.line),
+                name => format!("{} (line {}, named {name:?})", d.path, d.line),
+            })
+            .collect();
+        let text = format!(
+            "is one of several {kind} doors and has no name, beside {}; write `name:` with a name unique across the listener's doors",
+            others.join(" and ")
+        );
+        ctx.say(door.line, &door.path, None, text);
+    }
+}
+
 /// Two doors of one listener sharing a name, each named with its line.
 pub(crate) fn check_names(ctx: &mut Ctx, doors: &[DoorLine]) {
     for (i, door) in doors.iter().enumerate() {
@@ -243,6 +275,8 @@ pub(crate) fn check_names(ctx: &mut Ctx, doors: &[DoorLine]) {
     }
 }
 
+/// Reads one door into `out` and `lines`; false if it is one of several of its kind
+/// and written without a name.
 #[allow(clippy::too_many_arguments)]
 fn read_door(
     ctx: &mut Ctx,
@@ -253,7 +287,7 @@ fn read_door(
     block: Block,
     out: &mut Listeners,
     lines: &mut Vec<DoorLine>,
-) {
+) -> bool {
     let known = match (block, kind) {
         (Block::Mqtt, "tcp") => TCP_MQTT,
         (Block::Mqtt, "ws") => WS_MQTT,
@@ -262,12 +296,11 @@ fn read_door(
         (Block::Operations, _) => UNIX_OPS,
     };
     let mut f = Fields::open(ctx, node, path, known);
+    let named = f.has("name") || !listed;
     let name = match f.take("name") {
         Some(n) => walk::string(ctx, n, &f.path("name")).unwrap_or_default(),
-        None if listed => {
-            ctx.say(node.line, path, None, format!("is one of several {kind} doors and has no name; write `name:` with a name unique across the listener's doors"));
-            String::new()
-        }
+        // Refused by the caller, which knows the other doors (B-176).
+        None if listed => String::new(),
         None => kind.to_string(),
     };
     let password_file = f
@@ -371,6 +404,7 @@ fn read_door(
         }
     }
     f.finish(ctx);
+    named
 }
 
 fn tls(ctx: &mut Ctx, node: &Node, path: &str) -> Option<Tls> {
