@@ -80,8 +80,9 @@ fn as_user(broker: &Broker, client_id: &str, user: &str) -> Raw {
     raw
 }
 
-/// B-287, B-259, B-254: write on a channel narrowed by filter: with %u, and a
+/// B-287, B-259, B-254, C-014: write on a channel narrowed by filter: with %u, and a
 /// topic: rule for broadcast; anything else is PUBACK 0x87.
+/// A-170: a publish the roles do not allow is 0x87.
 #[test]
 fn publishes_need_a_grant_on_their_route_b287() {
     let broker = start("publish", ACL);
@@ -130,6 +131,7 @@ fn a_refused_qos0_publish_is_dropped_b287() {
 /// B-279, B-288: a subscription is granted whole: read on every channel it is
 /// served from and a topic: rule where it matches broadcast; otherwise 0x87 in
 /// that filter's place. A wrong shape is still 0x8F, never 0x87 (B-291).
+/// A-150: a filter the roles do not allow is 0x87.
 #[test]
 fn subscriptions_are_granted_whole_or_refused_b279() {
     let broker = start("subscribe", ACL);
@@ -165,8 +167,9 @@ fn will(topic: &str) -> Will {
     }
 }
 
-/// B-289: a Will on a topic the client may not publish to is CONNACK 0x87 (3.1.1:
+/// B-289, C-259: a Will on a topic the client may not publish to is CONNACK 0x87 (3.1.1:
 /// 0x05); one it may publish to connects.
+/// A-241: a Will topic the roles may not publish to is 0x87 (3.1.1 0x05).
 #[test]
 fn a_will_the_client_may_not_publish_is_refused_b289() {
     let broker = start("will", ACL);
@@ -312,7 +315,7 @@ fn the_catalogue_is_scoped_to_the_verbs_held_b324() {
     assert_eq!(events["filter"], "iot/+/events/#");
 }
 
-/// B-292, B-233: SIGUSR1 re-reads the acl_file; an open connection's next publish
+/// B-028, B-292, B-233: SIGUSR1 re-reads the acl_file; an open connection's next publish
 /// is asked of the new file. A file that does not load changes nothing.
 #[test]
 fn sigusr1_rereads_the_acl_file_for_open_connections_b292() {
@@ -382,6 +385,7 @@ fn features_acl(denied: &str) -> String {
 
 /// B-310, B-317: will denied - a CONNECT with a Will is 0x87 (3.1.1 0x05), one
 /// without connects; a wrong password is still 0x86 whatever is denied.
+/// A-240: a Will under a `will` denial is 0x87 (3.1.1 0x05).
 #[test]
 fn a_denied_will_is_refused_at_connect_b310() {
     let broker = start("deny-will", &features_acl("will"));
@@ -404,6 +408,7 @@ fn a_denied_will_is_refused_at_connect_b310() {
 
 /// B-309: persistent denied - MQTT 5 is told Session Expiry Interval 0, and the
 /// session does not survive; 3.1.1's session is made clean.
+/// A-274: a `persistent` denial is told Session Expiry Interval 0.
 #[test]
 fn a_denied_persistent_session_ends_with_the_connection_b309() {
     let broker = start("deny-persistent", &features_acl("persistent"));
@@ -428,6 +433,7 @@ fn a_denied_persistent_session_ends_with_the_connection_b309() {
 
 /// B-311: share denied - Shared Subscription Available 0, and a $share/ filter
 /// anyway is DISCONNECT 0x9E.
+/// A-137, A-277: Shared Subscription Available 0, then DISCONNECT 0x9E.
 #[test]
 fn a_denied_share_is_a_protocol_error_b311() {
     let broker = start("deny-share", &features_acl("share"));
@@ -442,9 +448,10 @@ fn a_denied_share_is_a_protocol_error_b311() {
     assert_eq!(raw.expect_disconnect(), 0x9E);
 }
 
-/// B-312, B-313: retained denied - a retained broadcast publish is DISCONNECT 0x9A
+/// B-312, B-313, B-434, C-246, C-247, C-262: retained denied - a retained broadcast publish is DISCONNECT 0x9A
 /// (3.1.1: closed); on a channel's topic nothing changes and Retain Available
 /// stays 1; a retained Will aimed at broadcast is 0x9A (3.1.1 0x05).
+/// A-195: a retained broadcast under a `retained` denial is DISCONNECT 0x9A.
 #[test]
 fn a_denied_retained_value_on_broadcast_is_0x9a_b312() {
     let broker = start("deny-retained", &features_acl("retained"));
@@ -480,6 +487,7 @@ fn a_denied_retained_value_on_broadcast_is_0x9a_b312() {
 
 /// B-314, B-315: qos2 denied - Maximum QoS 1, a QoS 2 subscription granted 1, a
 /// QoS 2 publish DISCONNECT 0x9B (3.1.1: closed), a QoS 2 Will 0x9B (3.1.1 0x05).
+/// A-141, A-197, A-271: Maximum QoS 1, granted 1, a QoS 2 publish DISCONNECT 0x9B.
 #[test]
 fn a_denied_qos2_is_capped_and_refused_b314() {
     let broker = start("deny-qos2", &features_acl("qos2"));
@@ -538,7 +546,7 @@ fn a_qos2_denial_read_later_caps_what_was_granted_before_b314() {
     assert_eq!((&*got.payload, got.qos), (&b"1"[..], QoS::AtLeastOnce));
 }
 
-/// B-290: a Will is asked again, as its client, when it fires: after a re-read
+/// B-290, C-264: a Will is asked again, as its client, when it fires: after a re-read
 /// that took the grant away it is logged and not published; before, it is.
 #[test]
 fn a_will_is_asked_again_when_it_fires_b290() {
@@ -899,4 +907,44 @@ fn the_operations_listener_explains_the_acl_file_it_holds_b320() {
             "subscriptions": 0,
         }])
     );
+}
+
+/// C-015: read alone on a latest channel allows point reads and subscriptions and
+/// refuses publishes and deletions.
+#[test]
+fn read_alone_on_a_latest_channel_reads_and_never_writes_c015() {
+    let acl = "roles:\n  writer:\n    - channel: state\n      allow: [write, delete]\n  viewer:\n    - channel: state\n      allow: [read]\nusers:\n  alice: [writer]\n  bob: [viewer]\n";
+    let broker = start("read-only", acl);
+    let q1 = QoS::AtLeastOnce;
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(alice.publish("iot/a/state/k", b"v", q1, false), Some(0));
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(verb(&mut bob, "$saguin/kv/get", b"iot/a/state/k"), 0);
+    assert_eq!(&*bob.recv_publish().payload, b"v");
+    assert_eq!(bob.subscribe("iot/+/state/+", opts(q1)), vec![1]);
+    assert_eq!(&*bob.recv_publish().payload, b"v");
+    assert_eq!(
+        bob.publish("iot/a/state/k", b"w", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    assert_eq!(
+        bob.publish("iot/a/state/k", b"", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+    bob.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-245: retained denied - a retained broadcast publish at QoS 0 is DISCONNECT 0x9A
+/// too, and the value is not stored.
+#[test]
+fn a_denied_retained_value_is_0x9a_at_qos0_and_not_stored_c245() {
+    let broker = start("deny-retained-qos0", &features_acl("retained"));
+    for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+        let mut raw = as_user(&broker, "alice-r", "alice");
+        raw.send(&Packet::Publish(publish("alerts/x", b"1", qos, true)));
+        assert_eq!(raw.expect_disconnect(), 0x9A, "{qos:?}");
+    }
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.subscribe("alerts/#", opts(QoS::AtLeastOnce)), vec![1]);
+    bob.expect_nothing(Duration::from_millis(300));
 }

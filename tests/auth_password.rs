@@ -57,8 +57,46 @@ fn right_passwords_from_mosquitto_passwd_are_admitted_b230() {
     }
 }
 
+/// with no acl_file, an authenticated client may publish to and subscribe to
+/// every channel, and broadcast.
+#[test]
+fn without_an_acl_file_an_authenticated_client_may_use_every_channel_a171() {
+    let broker = start(
+        "no-acl",
+        "    password_file: {dir}/clients.passwd\nchannels:\n  events:\n    type: append\n  state:\n    type: latest\n  jobs:\n    type: queue\n",
+    );
+    let login = |id: &str, user: &str, password: &str| {
+        let mut c = common::connect(V5, id, true);
+        c.username = Some(user.into());
+        c.password = Some(password.as_bytes().to_vec());
+        let (raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0, "{user}");
+        raw
+    };
+    let mut alice = login("alice-1", "alice", "secret");
+    let q1 = common::opts(saguin::codec::QoS::AtLeastOnce);
+    for filter in ["events/#", "state/#", "plain/#", "$saguin/queue/jobs"] {
+        assert_eq!(alice.subscribe(filter, q1), [1], "{filter}");
+    }
+    let mut bob = login("bob-1", "bob", "hunter2");
+    let topics = ["events/a", "jobs/a", "plain/a", "state/a"];
+    for topic in topics {
+        assert_eq!(
+            bob.publish(topic, b"x", saguin::codec::QoS::AtLeastOnce, false),
+            Some(0),
+            "{topic}"
+        );
+    }
+    let mut got: Vec<String> = (0..4)
+        .map(|_| alice.recv_publish().topic.to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, topics);
+}
+
 /// B-226: a wrong password, an unknown user and no user name at all are one code on
 /// the wire: 0x86 on MQTT 5, 0x04 on 3.1.1. The log says which it was.
+/// wrong and missing credentials are 0x86 (3.1.1 0x04).
 #[test]
 fn wrong_unknown_and_missing_credentials_are_all_0x86_b226() {
     let broker = start("wrong", "    password_file: {dir}/clients.passwd\n");
@@ -123,7 +161,7 @@ fn anonymous_true_beside_a_file_still_checks_names_b224() {
     );
 }
 
-/// B-220, B-222: per-door keys win. The first door writes its own password_file
+/// B-173, B-220, B-222: per-door keys win. The first door writes its own password_file
 /// (and so does not inherit the broker's allow_anonymous: true); the second inherits
 /// the broker's file and answer.
 #[test]
@@ -241,7 +279,7 @@ fn an_unreadable_file_stops_the_broker() {
     assert!(out.contains("missing.passwd"), "{out}");
 }
 
-/// B-227, B-228: a user added to the file is refused until SIGUSR1; a reload that
+/// B-028, B-227, B-228: a user added to the file is refused until SIGUSR1; a reload that
 /// cannot read the file keeps what was held (B-229).
 #[test]
 fn sigusr1_re_reads_the_file_b227_b229() {

@@ -133,7 +133,7 @@ fn with_property(topic: &str, payload: &[u8], key: &str, value: &str) -> Publish
     p
 }
 
-/// B-375, B-380, B-391, B-368, B-370, B-371, B-402: an in rule subscribes at the
+/// B-375, B-380, B-391, B-368, B-370, B-371, B-402, B-390: an in rule subscribes at the
 /// peer and stores what arrives through the publish path, mapped by its template,
 /// into the channel the mapped topic resolves to; a saguin-id it came with is kept,
 /// one that came without is minted.
@@ -469,7 +469,7 @@ fn expect_puback(peer: &mut Raw, packet_id: u16) {
     }
 }
 
-/// B-376, B-403, B-212, B-375, B-400, B-402, B-373, B-377, A-267: the CONNECT keeps
+/// B-376, B-403, B-412 (inbound), B-212, B-375, B-400, B-402, B-373, B-377, A-267, C-226: the CONNECT keeps
 /// a session for session_expiry with the configured Receive Maximum and no
 /// credentials; the SUBSCRIBE is the filter verbatim with No Local; a record is
 /// acknowledged once stored; its redelivery with DUP after the link dropped is
@@ -931,7 +931,7 @@ fn nothing_more(reader: &mut Raw, why: &str) {
     }
 }
 
-/// B-382, B-383, B-386: an out rule's position in an append channel outlives a
+/// B-382, B-383, B-386, C-224: an out rule's position in an append channel outlives a
 /// restart of Sagüin itself; a latest channel is carried as it changes, never as a
 /// pass over its current state, and what changed while the link was down crosses as
 /// the newest value per topic, a deletion included.
@@ -1050,7 +1050,7 @@ bridges:
     nothing_more(&mut far, "B-386: the newest per topic, once");
 }
 
-/// B-372: the RETAIN flag crosses both ways: a retained publish at the peer is kept
+/// B-372, C-226: the RETAIN flag crosses both ways: a retained publish at the peer is kept
 /// here as a retained value, and one published here is kept retained at the peer.
 #[test]
 fn the_retain_flag_crosses_both_ways() {
@@ -1110,7 +1110,7 @@ fn the_retain_flag_crosses_both_ways() {
     assert!(there.retain && &*there.topic == "there/y", "{there:?}");
 }
 
-/// B-387, B-388: an out rule sends one record at a time per topic and at most
+/// B-387, B-388, B-412 (outbound): an out rule sends one record at a time per topic and at most
 /// min(peer Receive Maximum, receive_maximum) altogether; a refusal stops the rule,
 /// and the refused record is offered again from the position.
 #[test]
@@ -1344,7 +1344,7 @@ fn carries_both_ways_over(hub: &Broker, scheme: &str, keys: &str, dir: PathBuf) 
     assert_eq!(lines_of(&mut at_hub, 1), ["there/b out"]);
 }
 
-/// RFC 0003 "Retained messages", B-372: a peer that keeps no retained messages is
+/// RFC 0003 "Retained messages", B-372, C-228: a peer that keeps no retained messages is
 /// sent a retained value with the flag down, said once per link in the log.
 #[test]
 fn a_peer_without_retained_messages_gets_the_value_with_the_flag_down() {
@@ -1656,4 +1656,83 @@ bridges:
             && !metrics.contains("saguin_consumer_gap_records_total{channel=\"short\"}"),
         "the other rule and client consumers are not charged:\n{metrics}"
     );
+}
+
+/// Asserts the bridge sends the peer no PUBLISH within `wait`, answering PINGREQs.
+fn no_publish_within(peer: &mut Raw, wait: Duration, why: &str) {
+    let deadline = Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match peer.expect_nothing_or_packet(left) {
+            Err(e) if e.contains("read:") => return,
+            Ok(Packet::PingReq) => peer.send(&Packet::PingResp),
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+}
+
+/// A link that asks the peer for its stored set only on a new subscription, and
+/// sends none of ours (C-222, C-227).
+fn no_stored_pass(peer: &mut Raw, why: &str) {
+    let filters = expect_subscribe(peer);
+    assert!(
+        filters
+            .iter()
+            .all(|(_, o)| o.retain_handling == saguin::codec::RetainHandling::OnNewSubscribe),
+        "{filters:?}"
+    );
+    no_publish_within(peer, Duration::from_millis(800), why);
+}
+
+/// C-222, C-227: an out rule carries what is published while it runs and never a
+/// stored pass: a retained value stored before it ran is not sent at the first
+/// connection, and nothing already carried is sent again when the link is dialled
+/// again; inbound, every SUBSCRIBE asks Retain Handling 1 (no stored set re-sent).
+#[test]
+fn an_out_rule_never_sends_the_stored_retained_set_c222_c227() {
+    let (listener, port) = peer_listener();
+    let rules = format!(
+        "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-pass
+    topics:
+      - filter: up/#
+        topic: far/$#
+        direction: out
+      - filter: down/#
+        topic: here/$#
+        direction: in
+"
+    );
+    let broker = Broker::start_in(temp_dir("bridge-no-pass"), SQLITE);
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("up/old", b"stored", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    drop(local);
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &format!("{SQLITE}{rules}"));
+    let (mut peer, _) = accept_bridge(&listener, false);
+    // Inbound: the peer's stored set is asked for only on a new subscription.
+    no_stored_pass(&mut peer, "a stored value went out");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("up/new", b"live", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let p = next_publish(&mut peer);
+    assert_eq!(
+        (&*p.topic, &*p.payload, p.retain),
+        ("far/new", &b"live"[..], true)
+    );
+    peer.puback(&p);
+    std::thread::sleep(Duration::from_millis(300));
+    drop(peer);
+    let (mut peer, _) = accept_bridge(&listener, true);
+    no_stored_pass(&mut peer, "the link's return re-shipped a retained value");
 }

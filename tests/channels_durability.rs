@@ -147,6 +147,7 @@ fn retained_broadcast_values_survive_a_restart_and_a_deletion_stays_deleted() {
     reader.expect_nothing(Duration::from_millis(300));
 }
 
+/// a record the channel's storage cannot keep is PUBACK 0x83.
 #[test]
 fn a_failing_disk_answers_0x83_and_the_broker_keeps_serving() {
     if std::process::Command::new("prlimit")
@@ -188,6 +189,62 @@ fn a_failing_disk_answers_0x83_and_the_broker_keeps_serving() {
         other.publish("plain/also", b"up", QoS::AtLeastOnce, false),
         Some(0)
     );
+}
+
+/// after a filter edit, new records route by the new filter: a topic the
+/// narrowed latest filter no longer claims is broadcast, one it still claims a record.
+#[test]
+fn after_a_filter_edit_new_records_route_by_the_new_filter_a051() {
+    let dir = temp_dir("filter-edit");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, CHANNELS);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("state/+/deep", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        producer.publish("state/x/deep", b"before", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let got = reader.recv_publish();
+    assert_eq!(&*got.payload, b"before");
+    assert!(user_property(&got, "saguin-offset").is_some(), "a record");
+    drop((reader, producer));
+    let narrowed = CHANNELS.replace(
+        "  state:\n    type: latest\n",
+        "  state:\n    type: latest\n    filter: state/+\n",
+    );
+    assert_ne!(narrowed, CHANNELS);
+    let broker = Broker::start_in(broker.stop(), &narrowed);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("state/+/deep", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(reader.subscribe("state/y", opts(QoS::AtLeastOnce)), [1]);
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    for (topic, payload) in [("state/x/deep", "after"), ("state/y", "kept")] {
+        assert_eq!(
+            producer.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut got: Vec<(String, bool)> = (0..2)
+        .map(|_| {
+            let p = reader.recv_publish();
+            let record = user_property(&p, "saguin-offset").is_some();
+            (String::from_utf8_lossy(&p.payload).into_owned(), record)
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [("after".to_string(), false), ("kept".to_string(), true)],
+        "state/x/deep is broadcast now; state/y is still the channel's"
+    );
+    reader.expect_nothing(Duration::from_millis(300));
 }
 
 /// a latest channel's filter narrowed while the broker was stopped moves

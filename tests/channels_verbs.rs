@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Raw, connect, opts, start_with_channels as start, user_property};
+use common::{Broker, Raw, connect, opts, start_with_channels as start, user_property};
 use saguin::codec::{
     Packet,
     ProtocolVersion::{V5, V311},
@@ -19,6 +19,7 @@ fn get(key: &str, response: Option<&str>) -> Publish {
     p
 }
 
+/// the payload is the topic, read from its latest channel.
 #[test]
 fn a_point_read_answers_the_current_value_with_its_age_and_position() {
     let broker = start();
@@ -86,6 +87,58 @@ fn a_point_read_at_qos0_is_dropped_unanswered_c005() {
     asker.expect_nothing(Duration::from_millis(300));
 }
 
+/// a channel's name, not its filter, builds its verbs: the seek topic, the
+/// queue's form and response topic, and the dead-letter channel's name.
+#[test]
+fn a_channels_name_not_its_filter_builds_its_verbs_a029() {
+    let broker = common::Broker::start(
+        "channels:\n  readings:\n    type: append\n    filter: iot/water/+/flow\n  inspections:\n    type: queue\n    filter: iot/water/+/inspect\n",
+    );
+    let mut client = Raw::connected(broker.addr, V5, "client");
+    for (channel, code) in [("readings", 0), ("inspections__dlq", 0), ("iot", 0x90)] {
+        let topic = format!("$saguin/consumer/{channel}/seek");
+        let seek = common::publish(&topic, b"0", QoS::AtLeastOnce, false);
+        client.send(&Packet::Publish(seek));
+        // The PUBACK and, when the seek is taken, its answer on the reply topic.
+        let (mut acked, mut answered) = (None, code != 0);
+        while acked.is_none() || !answered {
+            match client.recv() {
+                Packet::PubAck(ack) => acked = Some(ack.code),
+                Packet::Publish(answer) => {
+                    assert_eq!(*answer.topic, *format!("{topic}/reply"));
+                    answered = true;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(acked, Some(code), "{topic}");
+    }
+    let mut worker = Raw::connected(broker.addr, V5, "worker");
+    assert_eq!(
+        worker.subscribe("$saguin/queue/iot", opts(QoS::AtLeastOnce)),
+        [0x8F]
+    );
+    assert_eq!(
+        worker.subscribe("$saguin/queue/inspections", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(
+        client.publish("iot/water/w-7/inspect", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let offer = worker.recv_offer();
+    worker.puback(&offer);
+    assert_eq!(
+        offer.properties.response_topic.as_deref(),
+        Some("$saguin/queue/inspections/response")
+    );
+    let correlation = offer.properties.correlation_data.clone();
+    assert_eq!(
+        worker.answer_qos1("$saguin/queue/inspections/response", correlation, b"ack"),
+        0
+    );
+}
+
 #[test]
 fn a_seek_naming_no_append_channel_says_which_it_names_a207() {
     let broker = start();
@@ -116,6 +169,7 @@ fn a_seek_naming_no_append_channel_says_which_it_names_a207() {
     assert!(reasons[2].contains("queue"), "{reasons:?}");
 }
 
+/// C-002, C-004: an empty key or no Response Topic is 0x83, nothing answered.
 #[test]
 fn point_reads_are_refused_on_the_puback_with_the_spec_codes() {
     let broker = start();
@@ -161,6 +215,7 @@ fn point_reads_are_refused_on_the_puback_with_the_spec_codes() {
     asker.expect_nothing(Duration::from_millis(200));
 }
 
+/// the reply goes to the seek's Response Topic.
 #[test]
 fn a_seek_to_an_offset_replays_from_there_and_answers_on_the_response_topic() {
     let broker = start();
@@ -218,6 +273,7 @@ fn a_seek_to_an_offset_replays_from_there_and_answers_on_the_response_topic() {
     assert_eq!(replayed, [b"2".to_vec(), b"3".to_vec()]);
 }
 
+/// with no Response Topic the reply goes to `.../seek/reply`.
 #[test]
 fn a_seek_by_time_and_the_3_1_1_reply_topic() {
     let broker = start();
@@ -252,6 +308,7 @@ fn a_seek_by_time_and_the_3_1_1_reply_topic() {
     );
 }
 
+/// not an offset or a time, or outside the channel: 0x83.
 #[test]
 fn a_seek_outside_the_channel_or_not_a_position_is_refused_0x83() {
     let broker = start();
@@ -309,6 +366,8 @@ fn ask_catalogue(asker: &mut Raw, name: &str) -> (Option<u8>, Option<Publish>) {
     (code, reply)
 }
 
+/// B-321, B-326: Response Topic and Correlation Data echoed; PUBACK 0x00 answered
+/// (channel or empty reply), 0x90 for a name holding `/`.
 #[test]
 fn the_catalogue_says_what_a_channel_is_and_nothing_about_one_that_does_not_exist() {
     let broker = start();
@@ -338,4 +397,221 @@ fn the_catalogue_says_what_a_channel_is_and_nothing_about_one_that_does_not_exis
     assert!(reply.expect("the empty reply").payload.is_empty());
     let (code, _) = ask_catalogue(&mut asker, "a/b");
     assert_eq!(code, Some(0x90));
+}
+
+/// B-321, B-322, B-326: without a Response Topic the catalogue is 0x83 and answers
+/// nothing; the answer goes to the asker alone, though another client subscribes to
+/// the Response Topic and the asker does not.
+#[test]
+fn the_catalogue_needs_a_response_topic_and_answers_the_asker_alone_b322_b326() {
+    let broker = start();
+    let mut listener = Raw::connected(broker.addr, V5, "listener");
+    assert_eq!(listener.subscribe("me/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    let bare = common::publish("$saguin/catalogue/events", b"", QoS::AtLeastOnce, false);
+    assert_eq!(asker.publish_packet(bare), Some(0x83));
+    asker.expect_nothing(Duration::from_millis(300));
+    let (code, reply) = ask_catalogue(&mut asker, "events");
+    assert_eq!(code, Some(0));
+    let reply = reply.expect("the answer, with no subscription");
+    assert_eq!(&*reply.topic, "me/catalogue");
+    let answer: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
+    assert_eq!(answer["name"], "events");
+    listener.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-001: a point read is answered from latest channels only: an append channel's
+/// record is not returned and a queue's job is neither taken nor changed.
+#[test]
+fn a_point_read_never_returns_an_append_record_nor_touches_a_queue_job_c001() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("events/x", b"logged", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        publisher.publish("work/a/todo", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(
+        asker.publish_packet(get("events/x", Some("replies/me"))),
+        Some(0x90)
+    );
+    assert_eq!(
+        asker.publish_packet(get("work/a/todo", Some("replies/me"))),
+        Some(0x90)
+    );
+    asker.expect_nothing(Duration::from_millis(300));
+    // The job is still there, untaken: its first attempt goes to a worker.
+    let mut worker = Raw::connected(broker.addr, V5, "worker");
+    assert_eq!(
+        worker.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let offer = worker.recv_offer();
+    assert_eq!(&*offer.payload, b"job");
+    assert_eq!(user_property(&offer, "saguin-attempt"), Some("1"));
+}
+
+/// C-008: the reply goes to the asking connection alone, which needs no subscription;
+/// a client subscribed to the same Response Topic is sent nothing.
+#[test]
+fn a_point_read_reply_goes_to_the_asker_alone_c008() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/pump", b"on", QoS::AtLeastOnce, false);
+    let mut eavesdropper = Raw::connected(broker.addr, V5, "eavesdropper");
+    assert_eq!(
+        eavesdropper.subscribe("replies/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(
+        asker.publish_packet(get("state/pump", Some("replies/me"))),
+        Some(0)
+    );
+    let reply = asker.recv_publish();
+    assert_eq!((&*reply.topic, &*reply.payload), ("replies/me", &b"on"[..]));
+    eavesdropper.expect_nothing(Duration::from_millis(300));
+}
+
+/// A producer that set `state/pump` to "on", and an asker whose point read said so.
+fn pump_read_as_on(broker: &Broker) -> (Raw, Raw) {
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/pump", b"on", QoS::AtLeastOnce, false);
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(
+        asker.publish_packet(get("state/pump", Some("replies/me"))),
+        Some(0)
+    );
+    assert_eq!(&*asker.recv_publish().payload, b"on");
+    (publisher, asker)
+}
+
+/// C-009: a point read subscribes nobody: a later publish to the key read is not
+/// delivered to the asker.
+#[test]
+fn a_point_read_does_not_subscribe_the_asker_c009() {
+    let broker = start();
+    let (mut publisher, mut asker) = pump_read_as_on(&broker);
+    assert_eq!(
+        publisher.publish("state/pump", b"off", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    asker.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-010: a zero-length publish deletes a latest topic's value: a point read after
+/// it answers the empty payload, not the deleted value.
+#[test]
+fn a_zero_length_publish_deletes_what_a_point_read_returns_c010() {
+    let broker = start();
+    let (mut publisher, mut asker) = pump_read_as_on(&broker);
+    assert_eq!(
+        publisher.publish("state/pump", b"", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        asker.publish_packet(get("state/pump", Some("replies/me"))),
+        Some(0)
+    );
+    let reply = asker.recv_publish();
+    assert!(reply.payload.is_empty(), "{reply:?}");
+}
+
+/// in `$saguin/` a queue's form and a seek's reply topic are the
+/// only subscribable topics and are refused as publish topics (0x90); the five
+/// publish-only topics are refused as subscriptions.
+#[test]
+fn the_reserved_space_splits_into_publish_only_and_subscribe_only_topics_a200_a202() {
+    let broker = start();
+    let mut client = Raw::connected(broker.addr, V5, "client");
+    assert_eq!(
+        client.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(
+        client.subscribe("$saguin/consumer/events/seek/reply", opts(QoS::AtMostOnce)),
+        [0]
+    );
+    for topic in ["$saguin/queue/jobs", "$saguin/consumer/events/seek/reply"] {
+        assert_eq!(
+            client.publish(topic, b"0", QoS::AtLeastOnce, false),
+            Some(0x90),
+            "{topic}"
+        );
+    }
+    for topic in [
+        "$saguin/consumer/events/seek",
+        "$saguin/queue/jobs/response",
+        "$saguin/kv/get",
+        "$saguin/sessions/disconnect",
+        "$saguin/catalogue/events",
+    ] {
+        let code = client.subscribe(topic, opts(QoS::AtLeastOnce));
+        assert!(code.len() == 1 && code[0] >= 0x80, "{topic}: {code:?}");
+    }
+}
+
+/// a seek without a Response Topic is answered on the seeker's
+/// own connection under `.../seek/reply`, and nobody else subscribed there (or to `#`)
+/// sees it; a refused seek is 0x83 with a Response Topic too.
+#[test]
+fn a_seek_reply_goes_to_the_seeker_alone_a205() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
+    let mut other = Raw::connected(broker.addr, V5, "other");
+    assert_eq!(
+        other.subscribe("$saguin/consumer/events/seek/reply", opts(QoS::AtMostOnce)),
+        [0]
+    );
+    assert_eq!(other.subscribe("#", opts(QoS::AtMostOnce)), [0]);
+    let mut seeker = Raw::connected(broker.addr, V5, "seeker");
+    assert_eq!(
+        seeker.subscribe("$saguin/consumer/events/seek/reply", opts(QoS::AtMostOnce)),
+        [0]
+    );
+    assert_eq!(seeker.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let offset = user_property(&seeker.recv_publish(), "saguin-offset")
+        .expect("offset")
+        .to_string();
+    assert_eq!(&*other.recv_publish().topic, "events/x");
+    seeker.send(&Packet::Publish(common::publish(
+        "$saguin/consumer/events/seek",
+        offset.as_bytes(),
+        QoS::AtLeastOnce,
+        false,
+    )));
+    let (mut acked, mut replied, mut replayed) = (false, false, false);
+    while !(acked && replied && replayed) {
+        match seeker.recv() {
+            Packet::PubAck(ack) => {
+                assert_eq!(ack.code, 0);
+                acked = true;
+            }
+            Packet::Publish(p) if &*p.topic == "$saguin/consumer/events/seek/reply" => {
+                replied = true;
+            }
+            Packet::Publish(p) => {
+                assert_eq!(&*p.topic, "events/x");
+                if let Some(id) = p.packet_id {
+                    seeker.send(&Packet::PubAck(saguin::codec::Ack::new(id, 0)));
+                }
+                replayed = true;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    other.expect_nothing(Duration::from_millis(300));
+    let mut refused = common::publish(
+        "$saguin/consumer/events/seek",
+        b"999999",
+        QoS::AtLeastOnce,
+        false,
+    );
+    refused.properties.edit().response_topic = Some("me/seek".into());
+    assert_eq!(seeker.publish_packet(refused), Some(0x83));
 }

@@ -32,6 +32,7 @@ fn finding<'a>(err: &'a ConfigError, key: &str) -> &'a config::Finding {
         .unwrap_or_else(|| panic!("no finding for {key}:\n{err}"))
 }
 
+/// B-004, B-012, B-013: the mqtt keys, brace expansion, sizes and durations.
 #[test]
 fn spec_example_loads_with_every_value_typed() {
     let c = config::load(&fixture("spec-example.yaml")).unwrap_or_else(|e| panic!("{e}"));
@@ -75,6 +76,7 @@ fn spec_example_loads_with_every_value_typed() {
     );
 }
 
+/// B-001, B-006, B-125, B-127, B-135: `!include` under channels and providers.
 #[test]
 fn b124_b127_b135_b136_split_files_resolve_against_the_including_file() {
     let c = config::load(&fixture("split/saguin.yaml")).unwrap_or_else(|e| panic!("{e}"));
@@ -101,6 +103,7 @@ fn b124_b127_b135_b136_split_files_resolve_against_the_including_file() {
     assert_eq!(c.channel("vessel-jobs").unwrap().storage, "volatile");
 }
 
+/// moving channels between `!include` files changes no route.
 #[test]
 fn b131_the_order_files_are_named_in_decides_nothing() {
     let a = config::load(&fixture("split/saguin.yaml")).unwrap();
@@ -125,6 +128,7 @@ fn b131_the_order_files_are_named_in_decides_nothing() {
 
 const HEAD: &str = "broker:\n  id: a\n  storage:\n    default: local\n    default_retention_period: 3d\n    default_retention_bytes: none\n    providers:\n      local: {type: memory, snapshot_dir: none}\n";
 
+/// B-001, B-126: `!include` elsewhere is refused.
 #[test]
 fn b126_include_anywhere_else_is_refused() {
     let dir = scratch(
@@ -138,6 +142,7 @@ fn b126_include_anywhere_else_is_refused() {
     assert_eq!(finding(&err, "broker.mqtt").line, 9, "{err}");
 }
 
+/// B-128: no nested `!include`.
 #[test]
 fn b128_includes_do_not_nest() {
     let dir = scratch(
@@ -156,6 +161,7 @@ fn b128_includes_do_not_nest() {
     assert!(f.file.ends_with("a.yaml") && f.line == 3, "{err}");
 }
 
+/// B-129: a channel defined in two files names both.
 #[test]
 fn b129_a_name_defined_twice_names_both_files() {
     let dir = scratch(
@@ -175,6 +181,7 @@ fn b129_a_name_defined_twice_names_both_files() {
     assert!(f.text.contains("one.yaml line 1"), "{err}");
 }
 
+/// B-130: one filter in two files names both.
 #[test]
 fn b130_the_same_filter_in_two_files_names_both() {
     let dir = scratch(
@@ -209,6 +216,7 @@ fn b132_globs_are_refused() {
     assert_eq!(finding(&err, "channels[0]").line, 10, "{err}");
 }
 
+/// B-133: an unknown key in an included file names that file.
 #[test]
 fn b133_b134_an_unknown_key_in_an_included_file_names_that_file_and_its_line() {
     let dir = scratch(
@@ -274,6 +282,62 @@ fn b137_two_providers_on_one_store_are_refused_after_cleaning() {
 }
 
 #[test]
+fn two_providers_on_one_snapshot_dir_are_refused_naming_both_and_both_files_b137() {
+    let dir = scratch(
+        "b137-snap",
+        &[
+            (
+                "p.yaml",
+                "b:\n  type: memory\n  snapshot_dir: /var/lib/./x/snaps\n",
+            ),
+            (
+                "saguin.yaml",
+                "broker:\n  id: a\n  storage:\n    default: a\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      - a: {type: memory, snapshot_dir: /var/lib/x/snaps}\n      - !include p.yaml\n",
+            ),
+        ],
+    );
+    let err = config::load(&dir.join("saguin.yaml")).unwrap_err();
+    let f = finding(&err, "broker.storage.providers.b.snapshot_dir");
+    assert!(
+        f.file.ends_with("p.yaml")
+            && f.text.contains("provider a")
+            && f.text.contains("saguin.yaml line 8"),
+        "{err}"
+    );
+}
+
+/// B-019: `--check-config` on a refused file prints the header, the file and one
+/// `  - ` line per finding, and exits non-zero.
+#[test]
+fn check_config_prints_the_report_shape_b019() {
+    let dir = scratch(
+        "b019",
+        &[(
+            "saguin.yaml",
+            &format!("{HEAD}  log_level: verbose\n  colour: blue\n"),
+        )],
+    );
+    let path = dir.join("saguin.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines[0], "configuration is invalid:", "{err}");
+    assert_eq!(lines[1], format!("{}:", path.display()), "{err}");
+    assert_eq!(lines.len(), 4, "{err}");
+    assert_eq!(
+        lines[2],
+        "  - line 9: broker.log_level \"verbose\": it is one of debug, info, warn or error; omit the key for info",
+        "{err}"
+    );
+    assert!(lines[3].starts_with("  - line 10: broker.colour"), "{err}");
+}
+
+#[test]
 fn b556_b557_output_loads_again_unchanged() {
     for p in [
         "spec-example.yaml",
@@ -333,6 +397,7 @@ fn b556_output_marks_each_channel_with_its_file_and_omits_dead_letters() {
     );
 }
 
+/// B-551: every unreadable named file (password file, certificate, key) at once.
 #[test]
 fn b551_check_files_reports_every_unreadable_file_at_once() {
     let c = config::load(&fixture("spec-example.yaml")).unwrap();
@@ -361,6 +426,7 @@ fn b550_summary_lists_the_file_and_channels() {
     assert!(s.contains("  jobs__dlq") && s.contains("append"), "{s}");
 }
 
+/// B-002, B-003, B-005, B-006, B-173: every block, broker key and door key loads.
 #[test]
 fn full_fixture_reads_every_shape() {
     let c = config::load(&fixture("full.yaml")).unwrap_or_else(|e| panic!("{e}"));

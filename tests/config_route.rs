@@ -22,6 +22,7 @@ fn lands(r: &Router, topic: &str) -> Option<&'static str> {
     }
 }
 
+/// A-001, A-002, A-007, A-042, A-047: overlapping filters load; each claims what it matches.
 #[test]
 fn a008_the_water_table() {
     let (_, r) = router("route-water.yaml");
@@ -58,6 +59,23 @@ fn a008_the_water_table() {
     }
 }
 
+/// A-010: a written `filter:` replaces `<name>/#`; the name claims nothing of its own.
+#[test]
+fn a_written_filter_replaces_the_default_name_filter_a010() {
+    let (_, r) = router("route-water.yaml");
+    for topic in [
+        "water-location/x",
+        "water-measurement/a/b",
+        "inspections/x",
+        "weather-measurement/data",
+    ] {
+        assert_eq!(lands(&r, topic), None, "{topic}");
+    }
+    assert_eq!(lands(&r, "iot/water/w-7/location"), Some("water-location"));
+}
+
+/// A-043, A-044, A-045, A-046: the first differing level decides, literal > `+` > `#`.
+/// A-161: a publish goes to the most exact filter's channel (broadcast: a008).
 #[test]
 fn most_exact_rules_level_by_level() {
     let chans = |v: &[(&str, &str)]| {
@@ -87,6 +105,7 @@ fn most_exact_rules_level_by_level() {
     assert_eq!(lands(&r, "iot/w/location"), Some("loc"));
 }
 
+/// A-048: routing ignores file order.
 #[test]
 fn b131_file_order_never_changes_an_answer() {
     let filters = [
@@ -149,6 +168,8 @@ fn what_a_filter_reaches_the_spec_table() {
     assert_eq!(names("#").len(), 5);
 }
 
+/// A-106, A-112: the queue's own filter and one inside it are refused; a crossing one is not.
+/// A-220: the dead-letter filter is more exact, so a plain filter on it is not 0x8F.
 #[test]
 fn a_plain_filter_inside_a_queue_is_refused_0x8f_and_a_crossing_one_is_not() {
     let (_, r) = router("route-water.yaml");
@@ -169,6 +190,8 @@ fn a_plain_filter_inside_a_queue_is_refused_0x8f_and_a_crossing_one_is_not() {
     );
 }
 
+/// B-349, B-350, B-351: the header and four columns, input first; a topic's type and
+/// claiming filter or `-`/broadcast/`-`; a filter's replayed/current/excluded, __dlq too.
 #[test]
 fn b347_b351_the_depot_table_golden() {
     let (_, r) = router("route-depot.yaml");
@@ -204,6 +227,7 @@ fn b353_json_one_object_per_line_null_for_dash() {
     );
 }
 
+/// B-352: blank lines and `#…` comments skipped; a bare `#` is a filter.
 #[test]
 fn b352_input_skips_blanks_and_comments_but_answers_a_bare_hash() {
     let subjects = routing::read_subjects(
@@ -428,4 +452,43 @@ fn reserved_and_shared_subjects_say_what_subscribe_would() {
     ] {
         assert!(out.contains(want), "{want:?} not in\n{out}");
     }
+}
+
+/// B-349, B-350, B-352: `saguin --route FILE` reading its subjects on standard input
+/// prints the header, then each subject first in four tab-separated columns; a
+/// comment and a blank line are skipped.
+#[test]
+fn route_reads_its_subjects_on_standard_input_b349() {
+    use std::io::Write;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config/route-depot.yaml");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--route")
+        .arg(&path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run saguin");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"# a note\n\niot/depot/state/device-1\niot/depot/health/device-1\n")
+        .expect("write the subjects");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("saguin --route exits")
+        .expect("its output");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "# topic-or-filter\tchannel\ttype\twhy
+iot/depot/state/device-1\tstate\tlatest\tiot/+/state/+
+iot/depot/health/device-1\t-\tbroadcast\t-
+"
+    );
 }

@@ -141,6 +141,7 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "channels.b.filter",
         "  b:",
     ),
+    // an operator's filter with a `__dlq` level is refused at startup.
     (
         "B-487",
         "channels:\n  x:\n    type: append\n    filter: a/__dlq/b\n",
@@ -263,8 +264,14 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "start:",
     ),
     (
-        "deletion",
+        "A-093",
         "channels:\n  x:\n    type: append\n    deletion_retention_period: 1d\n",
+        "channels.x.deletion_retention_period",
+        "deletion_retention_period",
+    ),
+    (
+        "A-093",
+        "channels:\n  x:\n    type: queue\n    deletion_retention_period: 1d\n",
         "channels.x.deletion_retention_period",
         "deletion_retention_period",
     ),
@@ -306,6 +313,7 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "retention_period",
     ),
     // Providers (B-498, B-499, B-501, B-503, B-144 … B-158).
+    // C-116: a max_bytes below twice the reserve is a startup error.
     (
         "B-498",
         "      mem:\n        type: memory\n        max_bytes: 1MiB\n        snapshot_dir: none\n",
@@ -529,6 +537,42 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "  mqtt:\n    listen:\n      unix:\n        path: /run/saguin/\n",
         "broker.mqtt.listen.unix.path",
         "path:",
+    ),
+    (
+        "B-170",
+        "  mqtt:\n    listen:\n      unix:\n        path: /run/s.sock\n        tls:\n          cert_file: /c.pem\n          key_file: /k.pem\n",
+        "broker.mqtt.listen.unix.tls",
+        "tls:",
+    ),
+    (
+        "B-176",
+        "  mqtt:\n    listen:\n      tcp:\n        - address: 127.0.0.1:1883\n        - name: b\n          address: 127.0.0.1:1884\n",
+        "broker.mqtt.listen.tcp[0]",
+        "- address: 127.0.0.1:1883",
+    ),
+    (
+        "B-186",
+        "  mqtt:\n    listen:\n      tcp:\n        address: :8883\n        tls:\n          key_file: /k.pem\n",
+        "broker.mqtt.listen.tcp.tls.cert_file",
+        "tls:",
+    ),
+    (
+        "B-174",
+        "  mqtt:\n    listen:\n      tcp:\n        address: :1883\n        acl_file: /etc/saguin/acl.yaml\n",
+        "broker.mqtt.listen.tcp.acl_file",
+        "acl_file",
+    ),
+    (
+        "B-110",
+        "  limits:\n    max_topic_levels: none\n",
+        "broker.limits.max_topic_levels",
+        "max_topic_levels",
+    ),
+    (
+        "B-064",
+        "  limits:\n    connect_timeout: 0s\n",
+        "broker.limits.connect_timeout",
+        "connect_timeout",
     ),
     (
         "B-514",
@@ -878,6 +922,8 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+/// B-148: each commit-key refusal (B-144 … B-147 rows) names its key and says why.
+/// B-488 (row A-022: braces in a queue filter), B-489 (rows A-016..A-018).
 #[test]
 fn every_validation_rule_is_refused_naming_its_key_and_line() {
     let mut failures = Vec::new();
@@ -1103,6 +1149,7 @@ fn b498_names_both_figures_and_which_limit_to_lower() {
     assert!(e.contains("lower limits.max_message_size"), "{e}");
 }
 
+/// two channels with one filter are refused at load, naming both.
 #[test]
 fn b486_names_both_channels_and_the_colliding_expansion() {
     let (_, r) = load(
@@ -1125,6 +1172,8 @@ fn b546_an_unused_substitution_is_a_note_not_a_finding() {
     assert!(config::summary(&c).contains("note:"));
 }
 
+/// no `filter:` means `<name>/#`; A-029: the dead-letter name comes from the name.
+/// every queue derives an append `<name>__dlq` (configuring one: the A-027 row).
 #[test]
 fn a009_b011_derived_names_and_filters() {
     let (_, r) = load("channels:\n  events:\n    type: append\n  jobs:\n    type: queue\n");
@@ -1135,6 +1184,17 @@ fn a009_b011_derived_names_and_filters() {
         c.channel("jobs__dlq").unwrap().dlq_of.as_deref(),
         Some("jobs")
     );
+}
+
+/// a dead-letter channel is on its queue's provider, not the default one.
+#[test]
+fn a215_a_dead_letter_channel_takes_its_queues_provider() {
+    let (_, r) = load(
+        "      mem:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: none\nchannels:\n  jobs:\n    type: queue\n    storage: mem\n",
+    );
+    let c = r.unwrap();
+    assert_eq!(c.channel("jobs").unwrap().storage, "mem");
+    assert_eq!(c.channel("jobs__dlq").unwrap().storage, "mem");
 }
 
 #[test]

@@ -46,6 +46,35 @@ fn past_max_connections_an_mqtt5_client_is_told_0x89_and_a_311_client_0x03() {
     );
 }
 
+/// B-174: max_connections is one count across every door of every kind: a client
+/// on the tcp door takes the one slot from the unix door too.
+#[test]
+fn max_connections_is_one_count_across_every_door_b174() {
+    let dir = common::temp_dir("slots-doors");
+    let yaml = common::config(&format!(
+        "      unix:\n        path: {{dir}}/m.sock\n{ONE_SLOT}"
+    ));
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let unix_connect = || {
+        let mut s = std::os::unix::net::UnixStream::connect(dir.join("m.sock")).expect("unix");
+        s.set_read_timeout(Some(WAIT)).expect("timeout");
+        std::io::Write::write_all(&mut s, &connect_bytes(ProtocolVersion::V311, "unix"))
+            .expect("write");
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head).expect("a CONNACK");
+        head
+    };
+    let holder = Raw::connected(broker.addr, ProtocolVersion::V5, "holder");
+    assert_eq!(
+        unix_connect(),
+        [0x20, 0x02, 0x00, 0x03],
+        "Server unavailable"
+    );
+    holder.disconnect();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(unix_connect(), [0x20, 0x02, 0x00, 0x00], "the slot is free");
+}
+
 #[test]
 fn a_silent_socket_in_the_overflow_budget_is_closed_long_before_connect_timeout() {
     // B-052: every socket not admitted is closed within 100 ms of arrival; the

@@ -10,6 +10,26 @@ use std::os::unix::net::UnixStream;
 use common::{Broker, Raw, WAIT, opts, temp_dir};
 use saguin::codec::{self, Packet, ProtocolVersion::V5, QoS};
 
+/// two channels with one filter stop the start as the configuration
+/// loads, naming both channels, before any door is bound.
+#[test]
+fn two_channels_with_one_filter_are_refused_before_any_door_opens_a012_a049() {
+    let dir = temp_dir("same-filter");
+    let sock = dir.join("saguin.sock");
+    let yaml = common::config(&format!(
+        "      unix:\n        path: {}\nchannels:\n  first:\n    type: append\n    filter: site/#\n  second:\n    type: latest\n    filter: site/#\n",
+        sock.display()
+    ));
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(
+        text.contains("channels.second.filter") && text.contains("as channel first"),
+        "{text}"
+    );
+    assert!(!text.contains("listening on"), "{text}");
+    assert!(!sock.exists(), "no door was bound");
+}
+
+/// B-524: with nothing at the path and the lock free, the socket is created.
 #[test]
 fn a_unix_socket_door_serves_mqtt_beside_tcp() {
     let dir = temp_dir("unix-door");
@@ -102,6 +122,168 @@ fn an_abstract_unix_name_serves_without_a_lock_file_b529() {
             );
         }
     }
+}
+
+/// B-221, B-360: an MQTT Unix door and an operations Unix door that write no `mode`
+/// are created 0660.
+#[test]
+fn unix_sockets_written_without_a_mode_are_0660_b221_b360() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("unix-mode");
+    let (mqtt, ops) = (dir.join("m.sock"), dir.join("o.sock"));
+    let yaml = common::config(&format!(
+        "      unix:\n        path: {}\n  operations:\n    listen:\n      unix:\n        path: {}\n",
+        mqtt.display(),
+        ops.display()
+    ));
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log(&format!("operations listening on {}", ops.display()));
+    for sock in [&mqtt, &ops] {
+        let mode = std::fs::metadata(sock)
+            .expect("the socket")
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o660, "{}: {mode:o}", sock.display());
+    }
+}
+
+/// B-480, B-481: a configuration with two findings is refused whole, both reported
+/// at once, before any door opens: nothing listens, no socket or lock is created.
+#[test]
+fn an_invalid_configuration_starts_nothing_and_reports_every_finding_b480_b481() {
+    let dir = temp_dir("invalid-whole");
+    let sock = dir.join("m.sock");
+    let yaml = common::config(&format!("      unix:\n        path: {}\n", sock.display())).replace(
+        "  log_level: debug\n",
+        "  log_level: loud\n  colour: blue\n",
+    );
+    let text = common::refused_at_startup(&dir, &yaml);
+    assert!(text.contains("broker.log_level"), "{text}");
+    assert!(text.contains("broker.colour"), "{text}");
+    assert!(!text.contains("listening on"), "{text}");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the test's directory")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["saguin.yaml"], "no socket, no lock");
+}
+
+/// B-552: a plain start names every unreadable file (a password file, a certificate
+/// and its key) in one message.
+#[test]
+fn a_start_reports_every_unreadable_named_file_at_once_b552() {
+    let dir = temp_dir("unreadable-all");
+    let yaml = common::config(&format!(
+        "    password_file: {0}/nowhere.passwd\n",
+        dir.display()
+    ))
+    .replace(
+        "        address: 127.0.0.1:0\n",
+        &format!(
+            "        address: 127.0.0.1:0\n        tls:\n          cert_file: {0}/no-cert.pem\n          key_file: {0}/no-key.pem\n",
+            dir.display()
+        ),
+    );
+    let text = common::refused_at_startup(&dir, &yaml);
+    for file in ["nowhere.passwd", "no-cert.pem", "no-key.pem"] {
+        assert!(text.contains(file), "{file} not in:\n{text}");
+    }
+    assert_eq!(
+        text.matches("configuration is invalid").count(),
+        1,
+        "one message:\n{text}"
+    );
+}
+
+/// B-549: `--check-config` on a file naming a sqlite provider, a snapshot directory,
+/// an MQTT and an operations Unix socket and a pid file creates none of them and
+/// exits 0; the same file with one finding exits non-zero.
+#[test]
+fn check_config_creates_nothing_and_fails_on_a_finding_b549() {
+    let dir = temp_dir("check-nothing");
+    let yaml = common::CHANNELS
+        .replace("{dir}", &dir.display().to_string())
+        .replace(
+            "  log_level: debug\n",
+            &format!(
+                "  log_level: debug\n  pid_file: {0}/saguin.pid\n  operations:\n    listen:\n      unix:\n        path: {0}/o.sock\n",
+                dir.display()
+            ),
+        )
+        .replace(
+            "        address: 127.0.0.1:0\n",
+            &format!(
+                "        address: 127.0.0.1:0\n      unix:\n        path: {}/m.sock\n",
+                dir.display()
+            ),
+        );
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, &yaml).expect("write the configuration");
+    let out = common::run_saguin(&["--check-config".as_ref(), path.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the test's directory")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["saguin.yaml"], "--check-config created something");
+    std::fs::write(
+        &path,
+        yaml.replace("  log_level: debug\n", "  log_level: loud\n"),
+    )
+    .expect("write the configuration");
+    let out = common::run_saguin(&["--check-config".as_ref(), path.as_os_str()]);
+    assert!(!out.status.success(), "{out:?}");
+}
+
+/// B-548: with no `--config` the broker refuses to start, though the working
+/// directory holds a valid `saguin.yaml`.
+#[test]
+fn no_config_option_is_refused_whatever_the_working_directory_holds_b548() {
+    let dir = temp_dir("no-config");
+    std::fs::write(dir.join("saguin.yaml"), common::config("")).expect("a valid file");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run saguin");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx.recv_timeout(WAIT).unwrap_or_else(|_| {
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .arg(pid.to_string())
+            .status();
+        panic!("saguin started without --config");
+    });
+    let out = out.expect("its output");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--config"),
+        "{out:?}"
+    );
+}
+
+/// B-555: `--output` beside `--config` (without `--check-config`) is refused; the
+/// broker does not start.
+#[test]
+fn output_without_check_config_is_refused_b555() {
+    let dir = temp_dir("output-alone");
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, common::config("")).expect("a valid file");
+    let out = common::run_saguin(&["--config".as_ref(), path.as_os_str(), "--output".as_ref()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--output"),
+        "{out:?}"
+    );
 }
 
 /// B-183, B-185: a host name passes --check-config, so a plain start serves on it.

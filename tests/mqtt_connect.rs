@@ -10,6 +10,8 @@ use saguin::codec::{
     QoS, Will,
 };
 
+/// B-434: Retain Available 1 among the CONNACK's limits.
+/// Maximum QoS and Shared Subscription Available left out.
 #[test]
 fn a_v5_connack_advertises_the_limits_the_spec_tables() {
     let broker = Broker::start("");
@@ -25,6 +27,16 @@ fn a_v5_connack_advertises_the_limits_the_spec_tables() {
         "QoS 2 is offered by leaving Maximum QoS out"
     );
     assert_eq!(p.shared_subscription_available, None);
+}
+
+/// B-215: MQTT 3.1 is never admitted (here under the default setting).
+/// Maximum Packet Size is `limits.max_message_size`, whatever it is set to.
+#[test]
+fn the_connack_maximum_packet_size_is_max_message_size_a273() {
+    let broker = Broker::start("  limits:\n    max_message_size: 5KiB\n");
+    let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, "mps", true));
+    assert_eq!(ack.code, 0);
+    assert_eq!(ack.properties.maximum_packet_size, Some(5 * 1024));
 }
 
 #[test]
@@ -55,6 +67,7 @@ fn an_unknown_protocol_level_gets_unsupported_protocol_version() {
     );
 }
 
+/// B-213, B-214: with "5", a 3.1.1 CONNECT is refused 0x01 and MQTT 5 admitted.
 #[test]
 fn min_protocol_version_5_turns_3_1_1_away_with_0x01() {
     let broker = Broker::start("    min_protocol_version: 5\n");
@@ -62,6 +75,20 @@ fn min_protocol_version_5_turns_3_1_1_away_with_0x01() {
     assert_eq!(ack.code, 0x01);
     let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, "new", true));
     assert_eq!(ack.code, 0x00);
+}
+
+/// B-215: MQTT 3.1 (level 3) is refused under min_protocol_version "5" too.
+#[test]
+fn mqtt_3_1_is_refused_under_min_protocol_version_5_b215() {
+    let broker = Broker::start("    min_protocol_version: 5\n");
+    let mut raw = Raw::open(broker.addr, V311);
+    let mut body = vec![0x00, 0x06];
+    body.extend_from_slice(b"MQIsdp");
+    body.extend_from_slice(&[0x03, 0x02, 0x00, 0x3C, 0x00, 0x01, b'a']);
+    let mut packet = vec![0x10, body.len() as u8];
+    packet.extend(body);
+    raw.send_bytes(&packet);
+    assert_eq!(raw.read_to_close(), [0x20, 0x02, 0x00, 0x01]);
 }
 
 #[test]
@@ -73,6 +100,8 @@ fn an_authentication_method_is_refused_0x8c() {
     assert_eq!(ack.code, 0x8C);
 }
 
+/// by default 256 bytes of client id are taken and 257 refused.
+/// empty with Clean Start 0, or a control character: 0x85 (3.1.1 0x02).
 #[test]
 fn client_ids_too_long_with_control_characters_or_empty_and_kept_are_refused() {
     let broker = Broker::start("");
@@ -121,6 +150,8 @@ fn a_user_name_with_a_control_character_is_refused_0x86() {
     assert_eq!(ack.code, 0x04);
 }
 
+/// accepted, granted the 30-day default cap, told in the CONNACK.
+/// the granted expiry, capped.
 #[test]
 fn session_expiry_is_capped_and_the_granted_value_told() {
     let broker = Broker::start("");
@@ -131,6 +162,35 @@ fn session_expiry_is_capped_and_the_granted_value_told() {
     assert_eq!(ack.properties.session_expiry_interval, Some(30 * 24 * 3600));
 }
 
+/// B-066: max_connect_size counts the whole CONNECT, its fixed header included: a
+/// packet of exactly the limit is admitted, one byte more is refused 0x95.
+#[test]
+fn max_connect_size_bounds_the_whole_packet_fixed_header_included_b066() {
+    let broker = Broker::start("  limits:\n    max_connect_size: 1KiB\n");
+    let sized = |id: &str, total: usize| {
+        let mut c = connect(V5, id, true);
+        c.properties
+            .edit()
+            .user_properties
+            .push(("k".into(), "v".repeat(200)));
+        // Past 127 bytes already, so the lengths' encodings keep their size.
+        let mut bytes = Vec::new();
+        saguin::codec::encode(&Packet::Connect(Box::new(c.clone())), V5, &mut bytes);
+        let pad = 200 + total - bytes.len();
+        c.properties.edit().user_properties[0].1 = "v".repeat(pad);
+        bytes.clear();
+        saguin::codec::encode(&Packet::Connect(Box::new(c.clone())), V5, &mut bytes);
+        assert_eq!(bytes.len(), total, "the remaining length grew a byte");
+        c
+    };
+    let (_raw, ack) = Raw::handshake(broker.addr, sized("exact", 1024));
+    assert_eq!(ack.code, 0, "exactly max_connect_size");
+    let (_raw, ack) = Raw::handshake(broker.addr, sized("over", 1025));
+    assert_eq!(ack.code, 0x95, "one byte over");
+}
+
+/// B-067: refused on the declared length, before the body is read.
+/// an oversized MQTT 5 CONNECT is CONNACK 0x95.
 #[test]
 fn a_connect_over_max_connect_size_is_refused_0x95_before_it_is_read() {
     let broker = Broker::start("");
@@ -172,7 +232,7 @@ fn a_3_1_1_connect_over_max_connect_size_is_closed_with_nothing_written_b068() {
 }
 
 /// B-101, C-255, C-258: a Will topic deeper than max_topic_levels, longer than
-/// max_topic_length, or under $share/ is refused 0x90 (3.1.1: 0x05).
+/// max_topic_length, or under $share/ is refused 0x90 (3.1.1: 0x05). A-013.
 #[test]
 fn a_will_topic_past_the_topic_limits_or_under_share_is_refused_0x90() {
     let broker = Broker::start("  limits:\n    max_topic_levels: 3\n    max_topic_length: 32\n");
@@ -207,6 +267,7 @@ fn a_saguin_user_property_on_connect_is_refused_0x83() {
     assert_eq!(ack.code, 0x83);
 }
 
+/// C-253, C-257: a Will topic under `$saguin/` or `$SYS` is 0x90.
 #[test]
 fn a_will_that_could_never_be_delivered_is_refused_0x90() {
     let broker = Broker::start("");
@@ -351,4 +412,46 @@ fn at_info_connects_and_disconnects_are_logged_and_every_line_names_the_broker_b
     assert!(line.contains(" test] "), "{line}");
     raw.disconnect();
     broker.wait_log("logged disconnected");
+}
+
+/// C-256, C-260: a Will topic holding `+` or `#` is 0x90, and every non-zero CONNACK
+/// for a Will is followed by the close.
+#[test]
+fn a_wildcard_will_topic_is_refused_0x90_and_the_connection_closed_c256_c260() {
+    let broker = Broker::start("");
+    for topic in ["a/#", "#", "a/+/b", "$SYS/x", "$saguin/x"] {
+        let mut c = connect(V5, "w", true);
+        c.will = Some(Will {
+            topic: topic.into(),
+            payload: b"x".to_vec(),
+            qos: QoS::AtMostOnce,
+            retain: false,
+            properties: Properties::default(),
+        });
+        let (mut raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0x90, "{topic}");
+        raw.expect_closed_silently();
+    }
+}
+
+/// C-261: a retained Will is accepted wherever a retained publish would be: append
+/// and latest channels, a queue, broadcast.
+#[test]
+fn a_retained_will_is_accepted_on_channels_queues_and_broadcast_c261() {
+    let broker = Broker::start(
+        "channels:\n  log:\n    type: append\n    filter: log/#\n  state:\n    type: latest\n    filter: state/#\n  jobs:\n    type: queue\n    filter: jobs/#\n",
+    );
+    for topic in ["log/x", "state/x", "jobs/x", "news/x"] {
+        let mut c = connect(V5, "rw", true);
+        c.will = Some(Will {
+            topic: topic.into(),
+            payload: b"x".to_vec(),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+            properties: Properties::default(),
+        });
+        let (raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0, "{topic}");
+        raw.disconnect();
+    }
 }

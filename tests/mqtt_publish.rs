@@ -13,6 +13,8 @@ use saguin::codec::{
     QoS,
 };
 
+/// C-209: no subscribers is still 0x00, never 0x10.
+/// success is 0x00, never 0x10.
 #[test]
 fn a_broadcast_nobody_hears_is_acknowledged_0x00_not_0x10() {
     let broker = Broker::start("");
@@ -27,6 +29,7 @@ fn a_broadcast_nobody_hears_is_acknowledged_0x00_not_0x10() {
     );
 }
 
+/// the SUBACK grants the QoS asked.
 #[test]
 fn qos_0_1_2_are_delivered_at_the_lower_of_publish_and_subscription_qos() {
     let broker = Broker::start("");
@@ -49,6 +52,7 @@ fn qos_0_1_2_are_delivered_at_the_lower_of_publish_and_subscription_qos() {
     }
 }
 
+/// reserved and oversized topics refused.
 #[test]
 fn reserved_spaces_are_refused_with_their_codes() {
     let broker = Broker::start("");
@@ -79,6 +83,7 @@ fn reserved_spaces_are_refused_with_their_codes() {
     assert_eq!(raw.publish("ok", b"x", QoS::AtLeastOnce, false), Some(0x00));
 }
 
+/// a refused QoS 1 publish from 3.1.1 is closed, never acknowledged.
 #[test]
 fn a_3_1_1_refusal_closes_the_connection_instead_of_acknowledging() {
     let broker = Broker::start("");
@@ -149,6 +154,7 @@ fn saguin_properties_a_client_sets_never_reach_broadcast_subscribers_c017_c249()
     assert_eq!(kept(&sub.recv_publish()), want);
 }
 
+/// Payload Format Indicator 1 with bad UTF-8 is 0x99.
 #[test]
 fn payload_format_utf8_with_bad_bytes_is_refused_0x99() {
     let broker = Broker::start("");
@@ -158,6 +164,7 @@ fn payload_format_utf8_with_bad_bytes_is_refused_0x99() {
     assert_eq!(raw.publish_packet(p), Some(0x99));
 }
 
+/// an alias never registered is DISCONNECT 0x82.
 #[test]
 fn topic_aliases_register_and_resolve_and_an_unknown_one_is_a_protocol_error() {
     let broker = Broker::start("");
@@ -182,6 +189,7 @@ fn topic_aliases_register_and_resolve_and_an_unknown_one_is_a_protocol_error() {
     assert_eq!(raw.expect_disconnect(), 0x82);
 }
 
+/// 16 aliases at most; 17 is DISCONNECT 0x94.
 #[test]
 fn a_topic_alias_above_sixteen_is_refused_0x94() {
     let broker = Broker::start("");
@@ -217,6 +225,7 @@ fn a_topic_that_is_not_utf8_closes_with_nothing_sent() {
     raw.expect_closed_silently();
 }
 
+/// refused 0x95 on the declared length alone.
 #[test]
 fn a_packet_over_the_maximum_packet_size_is_refused_0x95_from_its_header() {
     let broker = Broker::start(
@@ -296,7 +305,7 @@ fn garbage_and_half_packets_harm_no_other_client() {
 
 /// Large and small publishes back to back, in one write and split across writes, reach
 /// a subscriber whole and in order: the reader sizes its reads by the last packet
-/// (server/frame.rs) and must still find every packet's edge.
+/// (server/frame.rs) and must still find every packet's edge. C-205: in publish order.
 #[test]
 fn large_and_small_publishes_in_any_split_arrive_whole_and_in_order() {
     let broker = Broker::start("");
@@ -370,4 +379,134 @@ fn a_subscriber_that_reads_late_gets_every_publish_whole_and_in_order() {
         );
     }
     late.expect_nothing(Duration::from_millis(200));
+}
+
+/// C-011: a publisher's Content Type and Payload Format Indicator reach every
+/// subscriber unchanged, on broadcast and from a channel.
+#[test]
+fn content_type_and_payload_format_are_carried_on_every_delivery_c011() {
+    let broker = Broker::start("channels:\n  log:\n    type: append\n    filter: log/#\n");
+    let mut a = Raw::connected(broker.addr, V5, "a");
+    let mut b = Raw::connected(broker.addr, V5, "b");
+    for sub in [&mut a, &mut b] {
+        assert_eq!(sub.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+        assert_eq!(sub.subscribe("log/#", opts(QoS::AtLeastOnce)), [1]);
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    for topic in ["news/t", "log/t"] {
+        let mut p = publish(topic, b"text", QoS::AtLeastOnce, false);
+        p.properties.edit().content_type = Some("text/plain; charset=utf-8".into());
+        p.properties.edit().payload_format_indicator = Some(1);
+        assert_eq!(publisher.publish_packet(p), Some(0));
+        for sub in [&mut a, &mut b] {
+            let got = sub.recv_publish();
+            assert_eq!(&*got.topic, topic);
+            assert_eq!(
+                got.properties.content_type.as_deref(),
+                Some("text/plain; charset=utf-8")
+            );
+            assert_eq!(got.properties.payload_format_indicator, Some(1));
+        }
+    }
+}
+
+/// a successful QoS 1 PUBACK to a 3.1.1 client is the two-byte form, no code.
+#[test]
+fn a_3_1_1_puback_carries_no_reason_code_a163() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V311, "p311");
+    raw.send(&Packet::Publish(publish(
+        "t",
+        b"x",
+        QoS::AtLeastOnce,
+        false,
+    )));
+    raw.send_bytes(&[0xE0, 0x00]);
+    assert_eq!(raw.read_to_close(), [0x40, 0x02, 0x00, 0x01]);
+}
+
+/// a refused QoS 2 publish from a 3.1.1 client is not acknowledged: closed.
+#[test]
+fn a_refused_qos2_publish_from_3_1_1_is_closed_unacknowledged_a182() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V311, "p311");
+    raw.send(&Packet::Publish(publish(
+        "$SYS/x",
+        b"x",
+        QoS::ExactlyOnce,
+        false,
+    )));
+    raw.expect_closed_silently();
+}
+
+/// every refused PUBACK and PUBREC carries a Reason String, unless Request
+/// Problem Information is 0, when the code comes alone.
+#[test]
+fn every_refusal_carries_a_reason_string_unless_problem_information_is_0_a184() {
+    let broker = Broker::start("  limits:\n    max_header_count: 1\n");
+    for (id, asked) in [("talkative", None), ("quiet", Some(0u8))] {
+        let mut c = common::connect(V5, id, true);
+        c.properties.edit().request_problem_information = asked;
+        let (mut raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        let mut refusals = vec![
+            (publish("$SYS/x", b"x", QoS::AtLeastOnce, false), 0x87),
+            (publish("$saguin/x", b"x", QoS::AtLeastOnce, false), 0x90),
+            (publish("$SYS/x", b"x", QoS::ExactlyOnce, false), 0x87),
+        ];
+        let mut p = publish("t", &[0xFF], QoS::AtLeastOnce, false);
+        p.properties.edit().payload_format_indicator = Some(1);
+        refusals.push((p, 0x99));
+        let mut p = publish("t", b"x", QoS::AtLeastOnce, false);
+        p.properties.edit().user_properties =
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())];
+        refusals.push((p, 0x97));
+        for (p, code) in refusals {
+            let topic = p.topic.clone();
+            raw.send(&Packet::Publish(p));
+            let ack = match raw.recv() {
+                Packet::PubAck(ack) | Packet::PubRec(ack) => ack,
+                other => panic!("expected PUBACK or PUBREC, got {other:?}"),
+            };
+            assert_eq!(ack.code, code, "{id} {topic}");
+            let why = ack.properties.reason_string.clone();
+            match asked {
+                None => assert!(why.is_some_and(|w| !w.is_empty()), "{id} {topic}"),
+                Some(_) => assert_eq!(why, None, "{id} {topic}"),
+            }
+        }
+    }
+}
+
+/// a refused publish is logged whatever its QoS, QoS 0 included.
+#[test]
+fn a_refused_publish_is_logged_at_every_qos_a185() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "logged");
+    raw.publish("$SYS/zero", b"x", QoS::AtMostOnce, false);
+    broker.wait_log("\"$SYS/zero\" refused 0x87");
+    raw.publish("$SYS/one", b"x", QoS::AtLeastOnce, false);
+    broker.wait_log("\"$SYS/one\" refused 0x87");
+    raw.publish("$saguin/two", b"x", QoS::ExactlyOnce, false);
+    broker.wait_log("\"$saguin/two\" refused 0x90");
+}
+
+/// a new connection starts with no topic aliases: one registered on the previous
+/// connection of the same client id and session is a protocol error.
+#[test]
+fn an_alias_from_a_previous_connection_is_a_protocol_error_a258() {
+    let broker = Broker::start("");
+    let mut c = common::connect(V5, "aliaser", false);
+    c.properties.edit().session_expiry_interval = Some(300);
+    let (mut raw, _) = Raw::handshake(broker.addr, c.clone());
+    let mut p = publish("alias/t", b"1", QoS::AtLeastOnce, false);
+    p.properties.edit().topic_alias = Some(3);
+    assert_eq!(raw.publish_packet(p), Some(0));
+    raw.disconnect();
+    let (mut raw, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let mut p = publish("", b"2", QoS::AtLeastOnce, false);
+    p.properties.edit().topic_alias = Some(3);
+    raw.send(&Packet::Publish(p));
+    assert_eq!(raw.expect_disconnect(), 0x82);
 }

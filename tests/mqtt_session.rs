@@ -47,6 +47,7 @@ fn clean_start_discards_the_old_session() {
     sub.expect_nothing(Duration::from_millis(200));
 }
 
+/// the existing connection is told 0x8E.
 #[test]
 fn a_second_connection_with_the_same_client_id_takes_over_0x8e() {
     let broker = Broker::start("");
@@ -112,6 +113,7 @@ fn a_client_that_only_receives_is_still_disconnected_after_its_keepalive() {
     publishing.join().expect("the publishing thread");
 }
 
+/// a DISCONNECT turning expiry 0 into non-zero is a Protocol Error.
 #[test]
 fn disconnect_may_not_turn_a_zero_session_expiry_into_a_kept_session() {
     let broker = Broker::start("");
@@ -120,6 +122,34 @@ fn disconnect_may_not_turn_a_zero_session_expiry_into_a_kept_session() {
     d.properties.edit().session_expiry_interval = Some(60);
     raw.send(&Packet::Disconnect(d));
     assert_eq!(raw.expect_disconnect(), 0x82);
+}
+
+/// a DISCONNECT's Session Expiry Interval above the cap is kept as the cap, and
+/// the client is told nothing.
+#[test]
+fn a_disconnect_expiry_over_the_cap_is_kept_as_the_cap_untold_a040() {
+    let broker = Broker::start("  limits:\n    max_session_expiry: 2s\n");
+    for id in ["capped-a", "capped-b"] {
+        let mut c = connect(V5, id, false);
+        c.properties.edit().session_expiry_interval = Some(2);
+        let (mut raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        let mut d = Disconnect::new(0);
+        d.properties.edit().session_expiry_interval = Some(600);
+        raw.send(&Packet::Disconnect(d));
+        assert!(raw.read_to_close().is_empty(), "{id}: nothing is sent back");
+    }
+    let resume = |id: &str| {
+        let (_raw, ack) = Raw::handshake(broker.addr, connect(V5, id, false));
+        ack.session_present
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(resume("capped-a"), "the DISCONNECT kept the session");
+    std::thread::sleep(Duration::from_millis(3200));
+    assert!(
+        !resume("capped-b"),
+        "600 s was kept as the 2 s cap: the session expired"
+    );
 }
 
 fn with_will(
@@ -171,6 +201,7 @@ fn the_will_is_published_on_an_abnormal_close_and_not_on_disconnect() {
     assert_eq!(&*watcher.recv_publish().topic, "wills/asks");
 }
 
+/// C-269: a delayed Will is held and published when the delay expires.
 #[test]
 fn a_will_delay_is_cancelled_by_a_resuming_connection_and_otherwise_fires() {
     let broker = Broker::start("");
@@ -227,6 +258,7 @@ fn a_refused_connect_does_not_cancel_a_waiting_will_c270() {
     assert_eq!(&*watcher.recv_publish().topic, "wills/waits");
 }
 
+/// C-273: a delay longer than the session: the Will goes when the session expires.
 #[test]
 fn a_will_never_outlives_its_session() {
     let broker = Broker::start("");
@@ -243,6 +275,7 @@ fn a_will_never_outlives_its_session() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// shutting down is DISCONNECT 0x8B.
 #[test]
 fn sigterm_tells_mqtt5_clients_0x8b_and_the_broker_exits() {
     let mut broker = Broker::start("");
@@ -252,11 +285,88 @@ fn sigterm_tells_mqtt5_clients_0x8b_and_the_broker_exits() {
     assert!(broker.wait_exit().success());
 }
 
+/// B-031: SIGHUP neither reloads nor stops the broker, and says so at warn.
 #[test]
 fn sighup_is_logged_and_ignored() {
     let broker = Broker::start("");
     broker.signal("HUP");
-    broker.wait_log("SIGHUP ignored");
+    let line = broker.wait_log("SIGHUP ignored");
+    assert!(line.contains(" WARN "), "{line}");
     let mut raw = Raw::connected(broker.addr, V5, "after-hup");
     assert_eq!(raw.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
+}
+
+/// C-272: a session that ends with its connection (Clean Start and no expiry, or
+/// 3.1.1 Clean Session 1) publishes its Will at the disconnect, whatever its delay.
+#[test]
+fn a_will_of_a_session_ending_with_its_connection_ignores_its_delay_c272() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    for protocol in [V5, V311] {
+        let (raw, ack) = Raw::handshake(
+            broker.addr,
+            with_will(protocol, "brief", "wills/brief", Some(30), 0),
+        );
+        assert_eq!(ack.code, 0);
+        drop(raw);
+        let started = Instant::now();
+        assert_eq!(&*watcher.recv_publish().topic, "wills/brief");
+        assert!(started.elapsed() < Duration::from_secs(3), "{protocol:?}");
+    }
+}
+
+/// C-273, C-274 (scaled from 1 h / 1 min to 1 h / 2 s): the granted expiry, capped by
+/// `limits.max_session_expiry`, ends the session and publishes the delayed Will.
+#[test]
+fn a_delayed_will_goes_when_the_capped_session_expires_c274() {
+    let broker = Broker::start("  limits:\n    max_session_expiry: 2s\n");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    let (raw, ack) = Raw::handshake(
+        broker.addr,
+        with_will(V5, "capped", "wills/capped", Some(120), 3600),
+    );
+    assert_eq!(ack.properties.session_expiry_interval, Some(2));
+    drop(raw);
+    let started = Instant::now();
+    assert_eq!(&*watcher.recv_publish().topic, "wills/capped");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+}
+
+/// C-250: a Will's Content Type, Payload Format Indicator, Message Expiry Interval,
+/// Response Topic, Correlation Data and User Properties are delivered with it.
+#[test]
+fn a_wills_properties_are_delivered_with_it_c250() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    let mut c = with_will(V5, "rich", "wills/rich", None, 0);
+    if let Some(will) = &mut c.will {
+        let p = will.properties.edit();
+        p.content_type = Some("text/plain".into());
+        p.payload_format_indicator = Some(1);
+        p.message_expiry_interval = Some(600);
+        p.response_topic = Some("replies/rich".into());
+        p.correlation_data = Some(b"corr".to_vec());
+        p.user_properties = vec![("k".into(), "v".into())];
+    }
+    let (raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    drop(raw);
+    let got = watcher.recv_publish();
+    let p = &got.properties;
+    assert_eq!(p.content_type.as_deref(), Some("text/plain"));
+    assert_eq!(p.payload_format_indicator, Some(1));
+    assert!(
+        p.message_expiry_interval
+            .is_some_and(|s| s <= 600 && s > 590)
+    );
+    assert_eq!(p.response_topic.as_deref(), Some("replies/rich"));
+    assert_eq!(p.correlation_data.as_deref(), Some(&b"corr"[..]));
+    assert_eq!(common::user_property(&got, "k"), Some("v"));
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Broker, Raw, WAIT, connect, http_get, tcp, temp_dir};
 use saguin::codec::{ProtocolVersion::V5, QoS};
 
+/// B-355: broker.operations serves /health and /metrics (tcp and unix doors).
 #[test]
 fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
     let dir = temp_dir("ops");
@@ -43,6 +44,7 @@ fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
     assert_eq!((status, body.contains("ok")), (200, true));
 }
 
+/// B-526: a socket whose lock is held refuses the start, naming the lock.
 #[test]
 fn a_second_broker_on_the_same_operations_socket_is_refused_naming_the_lock() {
     let dir = temp_dir("ops-lock");
@@ -57,6 +59,64 @@ fn a_second_broker_on_the_same_operations_socket_is_refused_naming_the_lock() {
     assert!(text.contains("ops.sock.lock"), "{text}");
 }
 
+/// B-034: the pid file is written after the handlers are installed - a SIGUSR1 sent
+/// the moment it appears does not kill the broker (its default disposition would)
+/// - and removed at a clean stop.
+#[test]
+fn a_signal_sent_as_soon_as_the_pid_file_appears_is_handled_b034() {
+    let dir = temp_dir("pid-race");
+    let pid_file = dir.join("saguin.pid");
+    let yaml = common::config("").replace(
+        "  id: test\n",
+        &format!("  id: test\n  pid_file: {}\n", pid_file.display()),
+    );
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, yaml).expect("config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+        .arg("--config")
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start saguin");
+    let pid = child.id();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{name}");
+    };
+    let started = Instant::now();
+    while !pid_file.exists() {
+        assert!(started.elapsed() < WAIT, "no pid file within {WAIT:?}");
+        assert!(child.try_wait().expect("try_wait").is_none(), "exited");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    signal("USR1");
+    std::thread::sleep(Duration::from_millis(300));
+    let alive = child.try_wait().expect("try_wait").is_none();
+    if !alive {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(
+        alive,
+        "SIGUSR1 at the pid file's appearance ended the broker"
+    );
+    signal("TERM");
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "no exit within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(!pid_file.exists(), "removed at a clean stop");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// B-034: written, and removed on a clean stop.
 #[test]
 fn the_pid_file_is_written_and_removed_on_a_clean_stop() {
     let dir = temp_dir("pid");
@@ -86,6 +146,8 @@ fn a_pid_file_that_cannot_be_written_stops_the_broker_b033() {
     assert!(text.contains("saguin.pid"), "{text}");
 }
 
+/// B-028, B-030: SIGUSR1 re-reads log_level; a file that does not parse changes
+/// nothing and the broker serves on.
 #[test]
 fn sigusr1_rereads_the_log_level_and_says_what_changed() {
     let dir = temp_dir("usr1");
@@ -109,6 +171,108 @@ fn sigusr1_rereads_the_log_level_and_says_what_changed() {
     assert_eq!(raw.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
 }
 
+/// B-014: SIGUSR1 applies a file whose channels, listener address and storage
+/// changed, and none of them changes: the old door serves, the channel keeps its
+/// records.
+#[test]
+fn sigusr1_never_changes_channels_addresses_or_storage_b014() {
+    let dir = temp_dir("usr1-startup-only");
+    let yaml = common::config("channels:\n  events:\n    type: append\n")
+        .replace("log_level: debug", "log_level: info");
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "before");
+    assert_eq!(
+        publisher.publish("events/1", b"kept", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let edited = yaml
+        .replace("channels:\n  events:\n    type: append\n", "")
+        .replace("address: 127.0.0.1:0", "address: 127.0.0.1:1")
+        .replace("max_bytes: 64MiB", "max_bytes: 32MiB")
+        .replace("log_level: info", "log_level: debug");
+    assert!(!edited.contains("channels:"), "{edited}");
+    std::fs::write(dir.join("saguin.yaml"), edited).expect("edit");
+    broker.signal("USR1");
+    let line = broker.wait_log("SIGUSR1: log_level");
+    assert!(
+        line.contains("info -> debug"),
+        "the edited file was read: {line}"
+    );
+    // The door the broker started with still serves, and events/ is still a channel:
+    // a new subscriber is replayed the record it stored.
+    let mut reader = Raw::connected(broker.addr, V5, "after");
+    assert_eq!(
+        reader.subscribe("events/#", common::opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let p = reader.recv_publish();
+    assert_eq!(&*p.topic, "events/1");
+    assert_eq!(&p.payload[..], b"kept");
+}
+
+/// B-022: at info the broker logs its start, its listeners, connects and
+/// disconnects, and not one line per record.
+#[test]
+fn at_info_connects_are_logged_and_records_are_not_b022() {
+    let yaml = common::config("channels:\n  events:\n    type: append\n")
+        .replace("log_level: debug", "log_level: info");
+    let broker = Broker::start_with(&yaml);
+    let startup = broker.startup.join("\n");
+    assert!(startup.contains("starting as test"), "{startup}");
+    assert!(startup.contains(" INFO  test] listening on "), "{startup}");
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    for filter in ["events/#", "b/#"] {
+        assert_eq!(
+            reader.subscribe(filter, common::opts(QoS::AtLeastOnce)),
+            [1]
+        );
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "writer");
+    for i in 0..20 {
+        for topic in ["events/x", "b/x"] {
+            let payload = format!("{i}");
+            assert_eq!(
+                publisher.publish(topic, payload.as_bytes(), QoS::AtLeastOnce, false),
+                Some(0)
+            );
+            reader.recv_publish();
+        }
+    }
+    publisher.disconnect();
+    reader.disconnect();
+    let lines = broker.wait_log_lines("reader disconnected");
+    let all = lines.join("\n");
+    assert!(
+        startup.contains("retention: ") || all.contains("retention: "),
+        "the retention sweeps' schedule:\n{startup}\n{all}"
+    );
+    for said in [
+        "reader connected",
+        "writer connected",
+        "writer disconnected",
+    ] {
+        assert!(all.contains(said), "{said:?} not in:\n{all}");
+    }
+    assert!(
+        lines.len() < 10 && !all.contains("events/x") && !all.contains("b/x"),
+        "40 records went through:\n{all}"
+    );
+}
+
+/// B-063: after the CONNECT, keepalive governs and connect_timeout no longer does.
+#[test]
+fn after_connect_the_keepalive_governs_not_connect_timeout_b063() {
+    let broker = Broker::start("  limits:\n    connect_timeout: 1s\n");
+    let mut c = connect(V5, "quiet", true);
+    c.keep_alive = 30;
+    let (mut raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    std::thread::sleep(Duration::from_millis(2500));
+    raw.send(&saguin::codec::Packet::PingReq);
+    assert!(matches!(raw.recv(), saguin::codec::Packet::PingResp));
+}
+
+/// B-063: a socket with no CONNECT is closed at connect_timeout, nothing written.
 #[test]
 fn a_socket_that_never_sends_connect_is_closed_at_connect_timeout() {
     let broker = Broker::start("  limits:\n    connect_timeout: 1s\n");
@@ -177,6 +341,7 @@ fn a_socket_past_max_connections_streaming_an_unreadable_connect_is_closed() {
     );
 }
 
+/// B-366: a scrape sooner than min_scrape_interval gets the previous answer.
 #[test]
 fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_answer() {
     let dir = temp_dir("ops-channels");
@@ -283,6 +448,31 @@ fn ops_broker(name: &str) -> (Broker, String) {
     let broker = Broker::start_in(dir, &yaml);
     let addr = broker.ops_addr();
     (broker, addr)
+}
+
+/// B-359: with no broker.operations block no operations door opens: none is
+/// announced before the first client is served, and nothing is at a socket path.
+#[test]
+fn no_operations_block_opens_no_operations_listener_b359() {
+    let dir = temp_dir("ops-none");
+    let broker = Broker::start_in(dir.clone(), &common::config(""));
+    assert!(
+        !broker.startup.iter().any(|l| l.contains("operations")),
+        "{:?}",
+        broker.startup
+    );
+    let _probe = Raw::connected(broker.addr, V5, "ops-probe");
+    let lines = broker.wait_log_lines("ops-probe connected");
+    assert!(
+        !lines.iter().any(|l| l.contains("operations listening")),
+        "{lines:?}"
+    );
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the broker's directory")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["saguin.yaml"]);
 }
 
 /// C-197 (gaps §4): `/v1/operations/subscriptions?client=` lists a session's

@@ -265,7 +265,7 @@ fn a_non_loopback_door_with_a_password_file_starts_b361() {
     assert_unauthorized(&get_tcp(&addr, "/health", None));
 }
 
-/// B-228: SIGUSR1 re-reads the operations password file from the path the broker
+/// B-028, B-228: SIGUSR1 re-reads the operations password file from the path the broker
 /// started with: a user added is admitted and a user removed is refused from the
 /// next request.
 #[test]

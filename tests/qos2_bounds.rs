@@ -84,6 +84,7 @@ fn by_default_the_21st_unreleased_qos2_publish_is_refused_0x97() {
     assert_eq!(pubrec(&mut raw).code, 0x97);
 }
 
+/// B-440: past expires_after the held publish is dropped; a late PUBREL gets 0x92.
 #[test]
 fn a_held_qos2_publish_is_abandoned_after_expires_after_and_its_late_pubrel_gets_0x92() {
     // an exchange that outlived broker.qos2.expires_after is gone.

@@ -61,8 +61,9 @@ fn prop<'a>(p: &'a saguin::codec::Publish, key: &str) -> &'a str {
     user_property(p, key).unwrap_or_else(|| panic!("no {key} on {p:?}"))
 }
 
-/// C-088, C-118..C-132, A-216, A-218: the last return moves the job into jobs__dlq,
+/// C-088, C-118..C-132, A-216, A-218, C-041, C-133: the last return moves the job into jobs__dlq,
 /// topic `jobs/__dlq/j1`, id, payload and own properties kept, every header set.
+/// `jobs/#` gives `jobs/__dlq/j1`, and a plain filter on it is granted.
 #[test]
 fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
     let broker = start();
@@ -113,6 +114,7 @@ fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
 
 /// C-121: with a filter carrying no `#` the level goes on the end; the dead letter is
 /// read through the derived filter.
+/// `+` keeps its value; read through an ordinary filter.
 #[test]
 fn a_filter_without_hash_appends_the_level() {
     let broker = start();
@@ -199,7 +201,8 @@ fn a_job_in_its_backoff_gap_is_skipped_not_waited_on() {
     );
 }
 
-/// C-109, C-110, C-111: at max_bytes a publish is refused 0x97; an ack frees the room.
+/// B-420, C-109, C-110, C-111: at max_bytes a publish is refused 0x97; an ack frees the room.
+/// a channel at its max_bytes refuses 0x97.
 #[test]
 fn a_full_queue_refuses_0x97_until_an_ack_frees_room() {
     let broker = start();
@@ -251,6 +254,7 @@ fn redriving_a_dead_letter_keeps_its_id() {
 
 /// C-134, C-143: the dead-letter channel is an append channel: a reader arriving later
 /// replays it from the floor, and `#` reads dead letters among everything else.
+/// replayed through `#` like any append channel.
 #[test]
 fn dead_letters_replay_like_any_append_channel() {
     let broker = start();
@@ -341,4 +345,38 @@ channels:
     w.answer(&second, b"ack");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(put(&broker, "jobs/again", &payload), 0);
+}
+
+/// C-212, C-266: a Will into a full queue is accepted at CONNECT (the acl_file is the
+/// only refusal a Will meets); when it fires and the queue refuses it 0x97, that is
+/// logged and nothing more: the broker serves on and the queue holds what it held.
+#[test]
+fn a_will_refused_by_a_full_queue_when_it_fires_is_only_logged_c212_c266() {
+    let broker = start();
+    let payload = [b'x'; 100];
+    let mut accepted = 0;
+    while put(&broker, &format!("small/{accepted}"), &payload) == 0 {
+        accepted += 1;
+        assert!(accepted < 10, "max_bytes never refused");
+    }
+    let mut c = common::connect(V5, "dies", true);
+    c.will = Some(saguin::codec::Will {
+        topic: "small/will".into(),
+        payload: payload.to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Default::default(),
+    });
+    let (raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    drop(raw);
+    broker.wait_log("a Will to \"small/will\" was refused 0x97");
+    let mut w = worker(&broker, "w", "small");
+    for _ in 0..accepted {
+        let offer = w.recv_offer();
+        assert_ne!(&*offer.topic, "small/will");
+        w.puback(&offer);
+        w.answer(&offer, b"ack");
+    }
+    w.expect_nothing(Duration::from_millis(300));
 }

@@ -46,6 +46,7 @@ fn attempt(offer: &saguin::codec::Publish) -> &str {
 /// C-048..C-057, A-04: the publisher's topic, payload and properties, the queue's
 /// Response Topic and a Delivery ID of at most 32 bytes as Correlation Data (replacing
 /// the publisher's), and the saguin- properties.
+/// offered at QoS 1 with Response Topic and Correlation Data.
 #[test]
 fn an_offer_is_the_original_message_plus_the_queues_properties() {
     let broker = start();
@@ -87,8 +88,9 @@ fn an_offer_is_the_original_message_plus_the_queues_properties() {
     assert_eq!(attempt(&offer), "1");
 }
 
-/// C-074, C-040, C-065, C-061: one job at a time; an ack resolves it and the next is
+/// C-074, C-040, C-065, C-061, C-039, C-073, C-204, C-059: one job at a time; an ack resolves it and the next is
 /// offered at once, not on the owner's next tick; a resolved job never comes back.
+/// one job at a time; `ack` on the response topic, Correlation Data echoed.
 #[test]
 fn ack_resolves_and_the_next_job_follows_at_once() {
     const JOBS: usize = 21;
@@ -123,7 +125,7 @@ fn ack_resolves_and_the_next_job_follows_at_once() {
     w.expect_nothing(Duration::from_millis(1500));
 }
 
-/// C-046: offers go round robin over the workers that can take one.
+/// C-046: offers go round robin over the workers that can take one. A-103.
 #[test]
 fn offers_take_turns_over_free_workers() {
     let broker = start();
@@ -175,7 +177,7 @@ fn a_worker_holds_one_job_from_each_queue() {
     assert_eq!(got, [b"j".to_vec(), b"o".to_vec()]);
 }
 
-/// C-084, C-078, C-071, C-089: an ack from another session is acknowledged and
+/// C-084, C-078, C-071, C-089, C-041, C-083: an ack from another session is acknowledged and
 /// ignored; the job comes back as attempt 2 with a new Delivery ID once the visibility
 /// timeout (from the PUBACK) passes.
 #[test]
@@ -201,7 +203,7 @@ fn an_ack_from_another_session_is_ignored_and_the_job_times_out() {
     );
 }
 
-/// C-092: after a redelivery to another worker, the first worker's late ack resolves
+/// C-092, C-091: after a redelivery to another worker, the first worker's late ack resolves
 /// nothing: the second still holds the job and can return it.
 #[test]
 fn a_late_ack_after_redelivery_changes_nothing() {
@@ -247,7 +249,8 @@ fn a_payload_other_than_ack_or_return_is_ignored() {
     assert_eq!((&*again.payload, attempt(&again)), (&b"j"[..], "2"));
 }
 
-/// C-075, C-087: `return` before the PUBACK counts the attempt; the job comes back.
+/// C-075, C-087, C-041: `return` before the PUBACK counts the attempt; the job comes back.
+/// a worker returns a delivery on the response topic.
 #[test]
 fn return_before_puback_counts_and_the_job_comes_back() {
     let broker = start();
@@ -276,7 +279,7 @@ fn a_job_without_puback_is_never_timed_out() {
     w.answer(&offer, b"ack");
 }
 
-/// C-090, C-038, A-01, A-03: a connection ending returns its job at once; one never
+/// C-090, C-038, A-01, A-03, C-041: a connection ending returns its job at once; one never
 /// acknowledged goes back with its attempt unspent.
 #[test]
 fn a_workers_connection_ending_returns_its_job_at_once() {
@@ -296,7 +299,7 @@ fn a_workers_connection_ending_returns_its_job_at_once() {
     assert_eq!(attempt(&third), "2");
 }
 
-/// a retained publish into a queue is work, its flag dropped.
+/// A-193, C-214: a retained publish into a queue is work, its flag dropped.
 #[test]
 fn a_retained_publish_into_a_queue_is_ordinary_work() {
     let broker = start();
@@ -326,7 +329,7 @@ fn a_response_naming_no_queue_is_refused_0x90() {
     assert_eq!(c.answer_qos1("$saguin/queue/jobs", None, b"ack"), 0x90);
 }
 
-/// C-065/C-066 with Receive Maximum 1: the PUBACK that reopens the window offers the
+/// C-065/C-066, C-039 with Receive Maximum 1: the PUBACK that reopens the window offers the
 /// next job, even when the answer came first.
 #[test]
 fn receive_maximum_1_drains_when_the_answer_precedes_the_puback() {
@@ -384,7 +387,7 @@ fn an_offer_carries_the_forms_subscription_identifier() {
     assert_eq!(offer.properties.subscription_identifiers, [7]);
 }
 
-/// C-058, C-137: a job whose publisher-set expiry has passed is still offered, carrying
+/// B-511, C-058, C-137: a job whose publisher-set expiry has passed is still offered, carrying
 /// `saguin-expires` in the past; the publisher's clock removes nothing.
 #[test]
 fn a_job_past_its_publishers_expiry_is_still_offered() {
@@ -508,4 +511,144 @@ fn another_queues_puback_that_reopens_the_window_offers_the_next_job() {
     broker.wait_log("queue jobs: w's window reopened");
     let offer = w.recv_offer();
     assert_eq!(&*offer.payload, b"j");
+}
+
+/// C-251, C-252: a Will whose topic the queue claims is an ordinary job, offered with a
+/// Delivery ID and the queue's Response Topic, and taken back by the visibility timeout.
+#[test]
+fn a_will_into_a_queue_is_a_job_reclaimed_by_the_visibility_timeout_c251_c252() {
+    let broker = start();
+    let mut c = common::connect(V5, "dies", true);
+    c.will = Some(saguin::codec::Will {
+        topic: "jobs/will".into(),
+        payload: b"gone".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Default::default(),
+    });
+    let (raw, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    drop(raw);
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    assert_eq!(
+        (&*offer.topic, &*offer.payload),
+        ("jobs/will", &b"gone"[..])
+    );
+    assert_eq!(
+        offer.properties.response_topic.as_deref(),
+        Some("$saguin/queue/jobs/response")
+    );
+    assert!(
+        offer
+            .properties
+            .correlation_data
+            .as_ref()
+            .is_some_and(|id| !id.is_empty())
+    );
+    assert_eq!(attempt(&offer), "1");
+    w.puback(&offer);
+    // No answer: past the 1 s visibility timeout the job comes back.
+    let again = w.recv_offer();
+    assert_eq!((&*again.payload, attempt(&again)), (&b"gone"[..], "2"));
+}
+
+/// C-072: Delivery IDs are matched by exact bytes: an `ack` whose Correlation Data
+/// differs by one byte resolves nothing, and the job times out.
+#[test]
+fn an_ack_with_correlation_data_off_by_one_byte_is_ignored_c072() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    let mut id = offer
+        .properties
+        .correlation_data
+        .clone()
+        .expect("a Delivery ID");
+    let last = id.len() - 1;
+    id[last] ^= 1;
+    assert_eq!(
+        w.answer_qos1("$saguin/queue/jobs/response", Some(id), b"ack"),
+        0
+    );
+    let again = w.recv_offer();
+    assert_eq!((&*again.payload, attempt(&again)), (&b"j"[..], "2"));
+}
+
+/// C-079: the fencing check runs on `return` too: after a redelivery, the first
+/// worker's stale `return` takes nothing from the holder.
+#[test]
+fn a_stale_return_after_redelivery_changes_nothing_c079() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut a = worker(&broker, "a");
+    let first = a.recv_offer();
+    a.puback(&first);
+    let mut b = worker(&broker, "b");
+    std::thread::sleep(Duration::from_millis(1400));
+    let second = match b.try_recv() {
+        Ok(Packet::Publish(p)) => p,
+        other => panic!("expected the job at b after a timed out, got {other:?}"),
+    };
+    b.puback(&second);
+    a.answer(&first, b"return"); // stale: a no longer holds it
+    // Had it been applied the job would be free and offered to a at once.
+    a.expect_nothing(Duration::from_millis(500));
+    b.answer(&second, b"ack");
+    a.expect_nothing(Duration::from_millis(1200));
+    b.expect_nothing(Duration::from_millis(100));
+}
+
+/// C-091: a `return` advances the delivery epoch: the Delivery ID just used is dead,
+/// so an `ack` naming it after the job came back resolves nothing.
+#[test]
+fn a_returned_jobs_old_delivery_id_is_dead_c091() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = worker(&broker, "w");
+    let first = w.recv_offer();
+    w.puback(&first);
+    w.answer(&first, b"return");
+    let second = w.recv_offer();
+    assert_eq!(attempt(&second), "2");
+    assert_ne!(
+        second.properties.correlation_data,
+        first.properties.correlation_data
+    );
+    w.puback(&second);
+    w.answer(&first, b"ack"); // the dead Delivery ID
+    // Still held under the new one: it times out and comes back as attempt 3.
+    let third = w.recv_offer();
+    assert_eq!((&*third.payload, attempt(&third)), (&b"j"[..], "3"));
+}
+
+/// B-039: a worker hung up at write_timeout (its socket full of broadcast) gives
+/// its lease back as any worker that goes: the job goes to the next worker long
+/// before its visibility_timeout.
+#[test]
+fn a_worker_hung_up_at_write_timeout_gives_its_lease_back_b039() {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: 1s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\nchannels:\n  jobs:\n    type: queue\n    filter: jobs/#\n    visibility_timeout: 1h\n",
+    );
+    let mut deaf = worker(&broker, "deaf");
+    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+    put(&broker, "jobs/1", b"j");
+    let offer = deaf.recv_offer();
+    deaf.puback(&offer);
+    // From here on `deaf` reads nothing: broadcast fills its socket.
+    let mut publisher = Raw::connected(broker.addr, V5, "flooder");
+    let payload = vec![b'x'; 200 * 1024];
+    for _ in 0..100 {
+        assert_eq!(
+            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    broker.wait_log("write_timeout passed");
+    let mut next = worker(&broker, "next");
+    let again = next.recv_offer();
+    assert_eq!(&*again.payload, b"j");
+    drop(deaf);
 }

@@ -41,7 +41,7 @@ fn line_value(text: &str, prefix: &str) -> Option<u64> {
 }
 
 /// The counters move as jobs are offered, acknowledged, returned and dead-lettered, and
-/// a retained publish into a queue is counted as ignored.
+/// a retained publish into a queue is counted as ignored (C-214).
 #[test]
 fn queue_counters_follow_the_work() {
     let dir = common::temp_dir("queue-metrics");

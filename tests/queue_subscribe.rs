@@ -121,6 +121,7 @@ fn a_311_worker_is_refused_0x80() {
 
 /// C-042, A-113, A-121, invariant 11: `#`, a crossing filter and a shared group inside
 /// the queue are granted and never see a job; the worker does.
+/// only the form's subscriber is offered the job.
 #[test]
 fn nothing_but_the_form_receives_a_queues_records() {
     let broker = start();

@@ -66,7 +66,7 @@ fn topics(values: &[codec::Publish]) -> Vec<String> {
     t
 }
 
-/// B-430: a retained broadcast value carries none of a channel record's headers,
+/// B-430, C-244: a retained broadcast value carries none of a channel record's headers,
 /// live or after a restart (its durable copy is a `$retained` record).
 #[test]
 fn retained_values_carry_no_saguin_headers_b430() {

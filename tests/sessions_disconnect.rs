@@ -33,6 +33,7 @@ fn outcome(operator: &mut Raw) -> String {
     String::from_utf8_lossy(&reply.payload).into_owned()
 }
 
+/// the target gets DISCONNECT 0x98 and resumes its session.
 #[test]
 fn an_operator_hangs_up_a_client_which_gets_0x98_and_keeps_its_session() {
     // B-296, B-298, B-303, B-304, B-306.

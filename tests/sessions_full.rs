@@ -166,7 +166,7 @@ fn b473_a_message_nothing_can_make_room_for_is_not_kept() {
     );
 }
 
-/// B-465, B-469: sessions are charged against the memory provider (3,500 bytes and
+/// B-418, B-465, B-469: sessions are charged against the memory provider (3,500 bytes and
 /// more each, here about 9KiB usable): two persistent sessions fit, the third CONNECT
 /// is accepted with Session Expiry Interval 0 in its CONNACK, counted, and its
 /// session is not there after it disconnects.
@@ -202,6 +202,7 @@ fn b469_a_session_the_store_has_no_room_for_ends_with_its_connection() {
 /// B-470, B-471: with the store full, a SUBSCRIBE that would add a filter is
 /// refused 0x97 (3.1.1: 0x80), from a persistent session and from a clean one alike,
 /// and the subscriptions held go on matching.
+/// 0x97 on an added filter (3.1.1 0x80).
 #[test]
 fn b470_b471_a_full_store_refuses_new_filters_and_serves_the_old() {
     let broker = Broker::start_in(fresh_dir(), TIGHT);
@@ -220,6 +221,38 @@ fn b470_b471_a_full_store_refuses_new_filters_and_serves_the_old() {
     let mut p = Raw::connected(broker.addr, V5, "publisher");
     assert_eq!(p.publish("a2", b"still", QoS::AtLeastOnce, false), Some(0));
     assert_eq!(receive(&mut two, 1), ["still"]);
+    two.expect_nothing(Duration::from_millis(200));
+}
+
+/// a SUBSCRIBE the full store has no room for is 0x97 on every filter it would
+/// add or change, the change included, and the session stays as it was.
+#[test]
+fn a_full_store_refuses_every_filter_the_packet_would_add_or_change_a147() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (mut one, _) = connected(&broker, persistent("one", true, 300));
+    assert_eq!(one.subscribe("a1", opts(QoS::AtLeastOnce)), [1]);
+    let (mut two, _) = connected(&broker, persistent("two", true, 300));
+    assert_eq!(two.subscribe("a2", opts(QoS::AtLeastOnce)), [1]);
+    two.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![
+            ("a2".into(), opts(QoS::ExactlyOnce)),
+            ("b/2/x/y".into(), opts(QoS::AtLeastOnce)),
+        ],
+    }));
+    let Packet::SubAck(ack) = two.recv() else {
+        panic!("expected SUBACK")
+    };
+    assert_eq!(ack.codes, [0x97, 0x97]);
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(
+        p.publish("b/2/x/y", b"no", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(p.publish("a2", b"still", QoS::ExactlyOnce, false), Some(0));
+    let got = two.recv_publish();
+    assert_eq!((&*got.payload, got.qos), (&b"still"[..], QoS::AtLeastOnce));
     two.expect_nothing(Duration::from_millis(200));
 }
 
@@ -242,6 +275,47 @@ fn b476_a_session_record_takes_its_room_from_the_log() {
     );
     // Metrics are computed at most once a minute: one read, at the end.
     assert!(dropped_storage_full(&broker) >= 1);
+}
+
+/// B-424: to make room the provider gives up only its broadcast log: channel records
+/// on it take their room from the log, and once the log holds nothing the next
+/// record is refused 0x97 rather than an older record given up; broadcasts after it
+/// are not kept, and a reader still replays every record the channel took.
+#[test]
+fn b424_room_is_taken_from_the_log_never_from_a_channels_records() {
+    let yaml = format!("{TIGHT}channels:\n  ev:\n    type: append\n    filter: ev/#\n");
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    subscribe_and_leave(&broker, "keeper", "news/#", QoS::AtLeastOnce);
+    flood(&broker, 8);
+    broker.wait_log("broadcast log on storage provider tight is full");
+    let mut p = Raw::connected(broker.addr, V5, "recorder");
+    let mut taken = 0;
+    loop {
+        let mut payload = format!("ev-{taken}").into_bytes();
+        payload.resize(1000, b' ');
+        match p.publish("ev/x", &payload, QoS::AtLeastOnce, false) {
+            Some(0) => taken += 1,
+            Some(0x97) => break,
+            other => panic!("ev-{taken}: {other:?}"),
+        }
+        assert!(taken < 20, "the provider never filled");
+    }
+    // The log had filled what the session left: every record took its room from it.
+    assert!(taken >= 2, "room was taken from the log: {taken} records");
+    p.disconnect();
+    flood(&broker, 3);
+    let (mut keeper, present) = connected(&broker, persistent("keeper", false, 300));
+    assert!(present);
+    keeper.expect_nothing(Duration::from_millis(300));
+    keeper.disconnect();
+    broker.wait_log("keeper disconnected");
+    // The keeper's session ends, so a new filter has room again (B-470).
+    let (keeper, _) = connected(&broker, persistent("keeper", true, 0));
+    keeper.disconnect();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("ev/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(receive(&mut reader, taken), expected("ev", 0..taken));
+    reader.expect_nothing(Duration::from_millis(300));
 }
 
 /// B-461: a CONNECT carrying a Will the full store has no room for is refused 0x97,

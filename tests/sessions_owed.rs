@@ -30,7 +30,7 @@ fn log_rows(dir: &Path) -> i64 {
     .expect("count the log")
 }
 
-/// B-456, B-455: QoS 1 broadcasts queued for a session that is away, each PUBACKed,
+/// B-456, B-455, C-210: QoS 1 broadcasts queued for a session that is away, each PUBACKed,
 /// survive SIGKILL on sqlite and go out in order on resume.
 #[test]
 fn b456_owed_broadcasts_survive_sigkill_on_sqlite() {

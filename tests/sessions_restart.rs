@@ -87,6 +87,34 @@ fn a_session_that_expired_while_stopped_is_gone() {
     assert!(!present, "the expired session did not come back");
 }
 
+/// the Session Expiry Interval a DISCONNECT sends governs the session from then
+/// on, across a restart: lengthened it outlives its CONNECT's interval, shortened it
+/// ends on the new one.
+#[test]
+fn a_disconnects_session_expiry_governs_across_a_restart_a038() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut longer, _) = connected(&broker, persistent("lengthened", true, 1));
+    assert_eq!(longer.subscribe("news/l", opts(QoS::AtLeastOnce)), [1]);
+    let mut bye = codec::Disconnect::new(0);
+    bye.properties.edit().session_expiry_interval = Some(600);
+    longer.send(&Packet::Disconnect(bye));
+    let _ = longer.read_to_close();
+    let (mut shorter, _) = connected(&broker, persistent("shortened", true, 600));
+    assert_eq!(shorter.subscribe("news/s", opts(QoS::AtLeastOnce)), [1]);
+    let mut bye = codec::Disconnect::new(0);
+    bye.properties.edit().session_expiry_interval = Some(1);
+    shorter.send(&Packet::Disconnect(bye));
+    let _ = shorter.read_to_close();
+    // Past both records being written, and past the 1 s either would end on.
+    std::thread::sleep(Duration::from_millis(1500));
+    let dir = kill(broker);
+    std::thread::sleep(Duration::from_millis(1000));
+    let broker = Broker::start_in(dir, &config("local"));
+    let (_, present) = connected(&broker, persistent("shortened", false, 600));
+    assert!(!present, "expiry 1 s from the DISCONNECT ran out");
+    resumes_and_receives(&broker, persistent("lengthened", false, 600), "news/l");
+}
+
 /// Clean Start 1 (G-10), DISCONNECT with expiry 0, and UNSUBSCRIBE (B-463) are what a
 /// restart finds.
 #[test]

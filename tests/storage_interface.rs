@@ -166,6 +166,7 @@ fn queue_delivery_state_and_the_dead_letter_move() {
     }
 }
 
+/// one position per (client id, channel).
 #[test]
 fn consumer_positions_are_kept_per_client_and_channel() {
     for p in both("positions") {

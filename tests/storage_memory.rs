@@ -39,7 +39,7 @@ fn dlq() -> ChannelSettings {
     }
 }
 
-/// C-115, C-113: publishes stop at max_bytes less the reserve, exactly; the relieving
+/// C-115, C-113, C-114: publishes stop at max_bytes less the reserve, exactly; the relieving
 /// operations still work there, and resolution makes room again (C-110).
 #[test]
 fn publishes_stop_short_of_the_reserve_and_relief_still_works() {

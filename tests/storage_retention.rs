@@ -27,6 +27,7 @@ fn providers(tag: &str) -> Vec<Arc<Provider>> {
     ]
 }
 
+/// C-023: the age sweep interval is a tenth of the period (10 s → 1 s).
 /// C-030: both sweeps run once at startup; C-024: the age sweep then runs on its own
 /// timer, so a channel nobody writes to still ages out; C-022: the size sweep brings a
 /// channel back under retention_bytes.

@@ -272,7 +272,7 @@ fn channel_max_bytes_refuses_the_publish_that_would_exceed_it() {
     });
 }
 
-/// C-113, C-115, B-419: the provider bounds its file in pages and keeps a reserve that
+/// C-113, C-115, B-419, C-114: the provider bounds its file in pages and keeps a reserve that
 /// publishes may not use and the relieving operations may.
 #[test]
 fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {

@@ -232,7 +232,7 @@ fn a_key_not_matching_its_certificate_stops_the_broker_b187() {
     assert!(out.contains("broker.mqtt.listen.tcp: key_file"), "{out}");
 }
 
-/// B-188: SIGUSR1 serves a renewed certificate to the next handshake.
+/// B-028, B-188: SIGUSR1 serves a renewed certificate to the next handshake.
 #[test]
 fn sigusr1_serves_a_renewed_certificate_b188() {
     let old = Ca::new("old-ca");
@@ -249,6 +249,108 @@ fn sigusr1_serves_a_renewed_certificate_b188() {
         connack(broker.addr, client(&new, None, BOTH), V5, None),
         Ok(0)
     );
+}
+
+/// A client trusting only `ca_pem` (PEM), with `resolver` answering any certificate
+/// request.
+fn client_trusting(
+    ca_pem: &str,
+    resolver: Arc<dyn rustls::client::ResolvesClientCert>,
+) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).expect("a CA"))
+        .expect("trust the CA");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(BOTH)
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_client_cert_resolver(resolver);
+    Arc::new(config)
+}
+
+/// Notes whether the server asked for a client certificate; offers none.
+#[derive(Debug, Default)]
+struct AskedForCertificate(std::sync::atomic::AtomicBool);
+
+impl rustls::client::ResolvesClientCert for AskedForCertificate {
+    fn resolve(
+        &self,
+        _hints: &[&[u8]],
+        _schemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        None
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// B-194: without client_ca_file a TLS door does not ask for a client certificate;
+/// with one (not required) it does, so the probe can tell.
+#[test]
+fn without_client_ca_file_no_certificate_is_requested_b194() {
+    for (client_ca, asked) in [
+        ("", false),
+        (
+            "          client_ca_file: {dir}/ca.pem\n          require_certificate: false\n",
+            true,
+        ),
+    ] {
+        let ca = Ca::new("test-ca");
+        let broker = Broker::start_in(
+            tls_dir("tls-no-request", &ca),
+            &common::config(&door(client_ca, "")),
+        );
+        let probe = Arc::new(AskedForCertificate::default());
+        let config = client_trusting(&ca.pem(), probe.clone());
+        assert_eq!(connack(broker.addr, config, V5, None), Ok(0), "{client_ca}");
+        assert_eq!(
+            probe.0.load(std::sync::atomic::Ordering::SeqCst),
+            asked,
+            "asked for a certificate with {client_ca:?}"
+        );
+    }
+}
+
+/// B-192: a cert_file holding the leaf and its intermediate serves both: a client
+/// trusting only the root connects, where the leaf alone is not enough.
+#[test]
+fn a_cert_file_holding_the_chain_serves_the_whole_chain_b192() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let root_key = KeyPair::generate().expect("key");
+    let mut root = CertificateParams::new(Vec::<String>::new()).expect("params");
+    root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    root.distinguished_name.push(DnType::CommonName, "root");
+    let root_pem = root.self_signed(&root_key).expect("root").pem();
+    let root = Issuer::new(root, root_key);
+    let mid_key = KeyPair::generate().expect("key");
+    let mut mid = CertificateParams::new(Vec::<String>::new()).expect("params");
+    mid.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    mid.distinguished_name
+        .push(DnType::CommonName, "intermediate");
+    let mid_pem = mid.signed_by(&mid_key, &root).expect("intermediate").pem();
+    let mid = Issuer::new(mid, mid_key);
+    let leaf_key = KeyPair::generate().expect("key");
+    let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("params")
+        .signed_by(&leaf_key, &mid)
+        .expect("leaf")
+        .pem();
+    for (cert_file, serves) in [(format!("{leaf}{mid_pem}"), true), (leaf.clone(), false)] {
+        let dir = common::temp_dir("tls-chain");
+        std::fs::write(dir.join("server.pem"), cert_file).expect("write");
+        std::fs::write(dir.join("server-key.pem"), leaf_key.serialize_pem()).expect("write");
+        let broker = Broker::start_in(dir, &common::config(&door("", "")));
+        let config = client_trusting(&root_pem, Arc::new(AskedForCertificate::default()));
+        let answer = connack(broker.addr, config, V5, None);
+        assert_eq!(answer.is_ok(), serves, "chain served {serves}: {answer:?}");
+    }
 }
 
 /// Interoperability: Debian's mosquitto_pub publishes over the TLS door with

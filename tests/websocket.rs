@@ -201,6 +201,7 @@ fn a_page_from_another_origin_is_refused_403_and_one_without_origin_is_admitted(
     assert!(open(addr, None).is_ok());
 }
 
+/// B-028: SIGUSR1 re-reads the ws door's allowed_origins.
 #[test]
 fn allowed_origins_admit_only_the_listed_pages_and_sigusr1_rereads_them() {
     // B-161, B-165, B-168.
@@ -274,6 +275,25 @@ fn a_request_that_is_no_upgrade_is_refused_and_the_broker_serves_on() {
     let _ = stream.read_to_end(&mut answer);
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = WsClient::connected(addr, "after");
+}
+
+/// B-060: an otherwise valid upgrade over HTTP/1.0 is refused 505.
+#[test]
+fn an_upgrade_over_http_1_0_is_refused_505_b060() {
+    let broker = Broker::start(WS_DOOR);
+    let addr = ws_addr(&broker);
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    let request = format!(
+        "GET /mqtt HTTP/1.0\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n"
+    );
+    std::io::Write::write_all(&mut stream, request.as_bytes()).expect("write");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 505"), "{answer}");
     std::thread::sleep(Duration::from_millis(50));
     let _ = WsClient::connected(addr, "after");
 }

@@ -295,6 +295,7 @@ mod tests {
     use super::*;
     use crate::codec::QoS;
 
+    /// `#` only as the last level.
     #[test]
     fn filters_follow_mqtt_4_7_1() {
         for good in ["a", "a/b", "+", "#", "a/+/c", "a/#", "+/+", "/", "$SYS/#"] {
@@ -312,6 +313,8 @@ mod tests {
         }
     }
 
+    /// subscription matching is MQTT's; `+` one level, `#` the parent too.
+    /// a leading wildcard never matches `$SYS/`.
     #[test]
     fn hash_matches_the_parent_level_and_dollar_topics_need_a_literal_first_level() {
         assert!(matches("a/#", "a"));
@@ -402,6 +405,7 @@ mod tests {
         assert_eq!(tree.partition_disagreement("nowhere", "three", 4), None);
     }
 
+    /// turns rotate in client-id order from the last taker.
     #[test]
     fn shared_groups_rotate_in_client_id_order() {
         let mut group = SharedGroup::default();

@@ -121,6 +121,7 @@ pub fn format_size(n: u64) -> String {
 mod tests {
     use super::*;
 
+    /// B-517: a whole number and one unit; 1h30m, no unit and fractions refused.
     #[test]
     fn durations_take_one_unit() {
         assert_eq!(

@@ -219,6 +219,7 @@ pub fn dlq_filter(queue_filter: &str) -> String {
 mod tests {
     use super::*;
 
+    /// one plain filter per alternative.
     #[test]
     fn a014_a019_braces_expand_to_every_combination() {
         assert_eq!(
@@ -233,6 +234,7 @@ mod tests {
         assert!(expand_braces("x/{a,,b}").is_err());
     }
 
+    /// channel filters match as MQTT says.
     #[test]
     fn a005_a007_matching_is_mqtt() {
         assert!(matches("iot/water/+/location/#", "iot/water/w-7/location"));
@@ -269,6 +271,7 @@ mod tests {
         assert_eq!(dlq_filter("jobs/#"), "jobs/__dlq/#");
     }
 
+    /// wildcards are whole levels; `#` only last.
     #[test]
     fn b543_wildcards_take_whole_levels() {
         assert!(check("fleet/a+b/#").is_err());

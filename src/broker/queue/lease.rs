@@ -317,7 +317,7 @@ mod tests {
         DeliveryId::new([7; 8], 3, epoch)
     }
 
-    /// C-034, C-035, C-085: offered is DELIVERING with no deadline; PUBACK leases it,
+    /// C-034, C-035, C-085, C-032: offered is DELIVERING with no deadline; PUBACK leases it,
     /// starts the deadline and spends the attempt.
     #[test]
     fn puback_leases_and_counts() {
@@ -392,7 +392,7 @@ mod tests {
         assert!(job.offerable(7_000));
     }
 
-    /// C-101, C-102: a timeout longer than the gap leaves nothing to wait.
+    /// C-101, C-102, C-104: a timeout longer than the gap leaves nothing to wait.
     #[test]
     fn a_timed_out_job_has_served_its_gap() {
         let p = policy(Backoff::Exponential(Duration::from_secs(2)));
