@@ -488,6 +488,8 @@ fn a_qos0_channel_consumer_hung_up_at_write_timeout_is_not_replayed_what_was_wri
     }
 }
 
+/// B-045: a QoS 1 broadcast subscriber is held within `session_queue_bytes`, the oldest
+/// given up past it, never the one on the wire.
 #[test]
 fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refused() {
     let broker = Broker::start(

@@ -39,6 +39,7 @@ fn the_connack_maximum_packet_size_is_max_message_size_a273() {
     assert_eq!(ack.properties.maximum_packet_size, Some(5 * 1024));
 }
 
+/// MQTT 3.1 (protocol level 3) is always refused, in its own vocabulary.
 #[test]
 fn mqtt_3_1_is_refused_in_its_own_vocabulary() {
     let broker = Broker::start("");
@@ -91,6 +92,7 @@ fn mqtt_3_1_is_refused_under_min_protocol_version_5_b215() {
     assert_eq!(raw.read_to_close(), [0x20, 0x02, 0x00, 0x01]);
 }
 
+/// a CONNECT naming an Authentication Method gets CONNACK 0x8C.
 #[test]
 fn an_authentication_method_is_refused_0x8c() {
     let broker = Broker::start("");
@@ -123,6 +125,7 @@ fn client_ids_too_long_with_control_characters_or_empty_and_kept_are_refused() {
     assert_eq!(ack.code, 0x00, "256 bytes is the limit, not over it");
 }
 
+/// both protocols accept an empty client id with Clean Start; MQTT 5 is told the one assigned.
 #[test]
 fn an_empty_client_id_with_clean_start_is_assigned_one() {
     let broker = Broker::start("");

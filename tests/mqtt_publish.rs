@@ -276,6 +276,7 @@ fn a_qos2_publish_is_delivered_once_at_its_pubrel_even_if_sent_twice() {
     assert!(matches!(raw.recv(), Packet::PubComp(a) if a.code == 0x92));
 }
 
+/// an AUTH packet ends the connection with DISCONNECT 0x82.
 #[test]
 fn an_auth_packet_is_answered_with_a_protocol_error() {
     let broker = Broker::start("");
