@@ -1085,29 +1085,120 @@ fn the_retain_flag_crosses_both_ways() {
         local.publish("up/y", b"also", QoS::AtLeastOnce, true),
         Some(0)
     );
-    let deadline = Instant::now() + WAIT;
-    let retained_at = |addr: SocketAddr, filter: &str| -> Option<Publish> {
-        let mut late = Raw::connected(addr, V5, "late");
-        late.subscribe(filter, common::opts(QoS::AtLeastOnce));
-        match late.expect_nothing_or_packet(Duration::from_millis(300)) {
-            Ok(Packet::Publish(p)) => Some(p),
-            _ => None,
-        }
-    };
-    let here = loop {
-        if let Some(p) = retained_at(broker.addr, "here/#") {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "no retained value here");
-    };
+    let here = retained_within_wait(broker.addr, "here/#", "no retained value here");
     assert!(here.retain && &*here.topic == "here/x", "{here:?}");
-    let there = loop {
-        if let Some(p) = retained_at(peer.addr, "there/#") {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "no retained value at the peer");
-    };
+    let there = retained_within_wait(peer.addr, "there/#", "no retained value at the peer");
     assert!(there.retain && &*there.topic == "there/y", "{there:?}");
+}
+
+/// The retained value a new subscriber to `filter` is sent, if one comes within
+/// 300 ms (a live delivery, RETAIN clear, is not one).
+fn retained_at(addr: SocketAddr, filter: &str) -> Option<Publish> {
+    let mut late = Raw::connected(addr, V5, "late");
+    late.subscribe(filter, common::opts(QoS::AtLeastOnce));
+    match late.expect_nothing_or_packet(Duration::from_millis(300)) {
+        Ok(Packet::Publish(p)) if p.retain => Some(p),
+        _ => None,
+    }
+}
+
+/// [`retained_at`], asked again until one comes or `WAIT` passes.
+fn retained_within_wait(addr: SocketAddr, filter: &str, why: &str) -> Publish {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(p) = retained_at(addr, filter) {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "{why}");
+    }
+}
+
+/// An in rule bringing `down/#` here as `here/#` and an out rule sending `here/#`
+/// back as `back/#`, on one link to a mosquitto peer.
+fn in_and_out_over_here(client_id: &str) -> (Mosquitto, Broker) {
+    let peer = Mosquitto::start(free_port(), temp_dir(client_id));
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://{}
+    client_id: {client_id}
+    topics:
+      - filter: down/#
+        topic: here/$#
+        direction: in
+      - filter: here/#
+        topic: back/$#
+        direction: out
+",
+            peer.addr
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge hub: SUBACK");
+    (peer, broker)
+}
+
+/// C-223: a retained value that arrived over a bridge is kept here retained and
+/// never sent out over a bridge, though an out rule's filter covers its topic; a
+/// value published here on the same topics is.
+#[test]
+fn a_retained_value_that_came_over_a_bridge_never_leaves_over_one_c223() {
+    let (peer, broker) = in_and_out_over_here("edge-c223");
+    let mut watcher = Raw::connected(peer.addr, V5, "watcher");
+    assert_eq!(
+        watcher.subscribe("back/#", common::opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut device = Raw::connected(peer.addr, V5, "device");
+    assert_eq!(
+        device.publish("down/x", b"from afar", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let here = retained_within_wait(broker.addr, "here/x", "the bridged value is not kept here");
+    assert_eq!((&*here.payload, here.retain), (&b"from afar"[..], true));
+    no_publish_within(
+        &mut watcher,
+        Duration::from_millis(800),
+        "a bridged retained value went back out",
+    );
+    // The control: the same out rule carries what is published here.
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("here/y", b"local", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let p = watcher.recv_publish();
+    assert_eq!((&*p.topic, &*p.payload), ("back/y", &b"local"[..]));
+}
+
+/// C-230: a record arriving over a bridge takes the ordinary publish path: a
+/// retained zero-length publish at the peer deletes the retained value here.
+#[test]
+fn a_zero_length_retained_publish_over_a_bridge_deletes_the_value_here_c230() {
+    let (peer, broker) = in_and_out_over_here("edge-c230");
+    let mut device = Raw::connected(peer.addr, V5, "device");
+    assert_eq!(
+        device.publish("down/gone", b"soon", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    retained_within_wait(
+        broker.addr,
+        "here/gone",
+        "the bridged value is not kept here",
+    );
+    assert_eq!(
+        device.publish("down/gone", b"", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let deadline = Instant::now() + WAIT;
+    while retained_at(broker.addr, "here/gone").is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the zero-length publish did not delete the value"
+        );
+    }
 }
 
 /// B-387, B-388, B-412 (outbound): an out rule sends one record at a time per topic and at most
