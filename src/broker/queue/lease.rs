@@ -442,6 +442,15 @@ mod tests {
         assert!(!Job::new(0, 0).expired(&p, u64::MAX));
     }
 
+    /// C-138, B-510: a queue without `job_expires_after` never expires work, however
+    /// old.
+    #[test]
+    fn no_job_expires_after_never_expires() {
+        let p = policy(Backoff::None);
+        assert_eq!(p.job_expires_after, None);
+        assert!(!Job::new(1_000, 0).expired(&p, u64::MAX));
+    }
+
     /// C-081: only the exact payloads are answers.
     #[test]
     fn only_exact_payloads_are_verdicts() {
