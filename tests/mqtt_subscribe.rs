@@ -27,6 +27,7 @@ fn wildcards_match_as_mqtt_says_and_dollar_topics_escape_leading_wildcards() {
 }
 
 /// shapes 0x8F, reserved 0x87, still connected.
+/// `$SHARE` as a first level is 0x8F.
 #[test]
 fn invalid_filters_get_0x8f_and_reserved_ones_0x87() {
     let broker = Broker::start("");
@@ -512,4 +513,63 @@ fn a_resumed_session_is_sent_no_retained_value_at_connect_c234() {
     let (mut sub, ack) = Raw::handshake(broker.addr, c);
     assert!(ack.session_present);
     sub.expect_nothing(Duration::from_millis(500));
+}
+
+/// `$share` in any case but lower is refused 0x8F, as a first level and
+/// as the start of a shared subscription's inner filter; the lower-case form is granted.
+#[test]
+fn share_spelled_in_any_other_case_is_refused_0x8f_a132_a135() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "s");
+    for filter in [
+        "$share/g/$SHARE/h/t",
+        "$share/g/$Share/h/t",
+        "$share/g/$sHaRe",
+        "$SHARE/g/t",
+        "$Share/g/events/#",
+        "$sHARE/g/#",
+        "$share",
+        "$SHARE",
+    ] {
+        assert_eq!(
+            sub.subscribe(filter, opts(QoS::AtMostOnce)),
+            [0x8F],
+            "{filter}"
+        );
+    }
+    assert_eq!(sub.subscribe("$share/g/t", opts(QoS::AtMostOnce)), [0]);
+    // A first level that only begins with the word is an ordinary one.
+    assert_eq!(sub.subscribe("$shares/t", opts(QoS::AtMostOnce)), [0]);
+    assert_eq!(sub.subscribe("$SHARED/#", opts(QoS::AtMostOnce)), [0]);
+}
+
+/// a `saguin-` User Property Sagüin does not read refuses every filter of the
+/// SUBSCRIBE 0x83, and none of them is subscribed.
+#[test]
+fn an_unread_saguin_property_refuses_every_filter_of_the_packet_a143() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "s");
+    let mut unread = Properties::default();
+    unread.edit().user_properties = vec![("saguin-unknown".into(), "1".into())];
+    sub.send(&Packet::Subscribe(Subscribe {
+        packet_id: 3,
+        properties: unread,
+        filters: vec![
+            ("t/a".into(), opts(QoS::AtLeastOnce)),
+            ("t/b".into(), opts(QoS::AtMostOnce)),
+            ("$share/g/t/c".into(), opts(QoS::AtLeastOnce)),
+        ],
+    }));
+    match sub.recv() {
+        Packet::SubAck(ack) => assert_eq!(ack.codes, [0x83, 0x83, 0x83]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    for topic in ["t/a", "t/b", "t/c"] {
+        assert_eq!(
+            publisher.publish(topic, b"x", QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    sub.expect_nothing(Duration::from_millis(300));
 }

@@ -1941,12 +1941,13 @@ impl Conn {
             }
             share = Some(name);
             inner = f;
-        } else if filter.to_lowercase().starts_with("$share")
-            && filter.split('/').next() != Some("$share")
+        } else if filter
+            .split('/')
+            .next()
+            .is_some_and(|first| first.eq_ignore_ascii_case("$share"))
         {
-            // $SHARE, $Share...: refused rather than read as an ordinary level.
-            return Ok(Err(reason::TOPIC_FILTER_INVALID));
-        } else if filter == "$share" {
+            // $SHARE, $Share..., or `$share` with no group: refused rather than read
+            // as an ordinary level; `$shares` is an ordinary level.
             return Ok(Err(reason::TOPIC_FILTER_INVALID));
         }
         if topic::level_count(inner) > self.shared.settings.max_topic_levels {
