@@ -85,6 +85,96 @@ fn a_connect_the_store_refuses_is_answered_0x83_b462() {
     assert_eq!((ack.code, ack.session_present), (0, false), "{ack:?}");
 }
 
+/// the store's failure at CONNECT is 0x03 Server unavailable for 3.1.1, a
+/// Will in the record it could not write included.
+#[test]
+fn a_v311_connect_the_store_refuses_is_answered_0x03_a234() {
+    let broker = start();
+    let lock = WriteLock::take(&broker);
+    let mut c = persistent(V311, "old-device");
+    c.will = Some(codec::Will {
+        topic: "gone/old-device".into(),
+        payload: b"bye".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Default::default(),
+    });
+    let ack = handshake(&broker, c.clone());
+    assert_eq!((ack.code, ack.session_present), (0x03, false), "{ack:?}");
+    drop(lock);
+    assert_eq!(handshake(&broker, c).code, 0);
+}
+
+/// a PUBREL whose release the store cannot write (not for room) is DISCONNECT
+/// 0x83 and the message stays held: once the store takes writes again, the PUBREL
+/// sent on the next connection completes it, and the record is written once.
+#[test]
+fn a_pubrel_the_store_cannot_release_is_disconnect_0x83_and_stays_held_a260() {
+    let broker = start();
+    let mut p = connected(&broker, persistent(V5, "releaser"));
+    let mut held = common::publish("events/held", b"once", QoS::ExactlyOnce, false);
+    held.packet_id = Some(7);
+    p.send(&Packet::Publish(held));
+    match p.recv() {
+        Packet::PubRec(ack) => assert_eq!(ack.code, 0),
+        other => panic!("expected PUBREC, got {other:?}"),
+    }
+    let lock = WriteLock::take(&broker);
+    p.send(&Packet::PubRel(codec::Ack::new(7, 0)));
+    assert_eq!(p.expect_disconnect(), STORAGE_ERROR);
+    drop(lock);
+    let (mut again, ack) = Raw::handshake(broker.addr, persistent(V5, "releaser"));
+    assert!(ack.code == 0 && ack.session_present, "{ack:?}");
+    again.send(&Packet::PubRel(codec::Ack::new(7, 0)));
+    match again.recv() {
+        Packet::PubComp(ack) => assert_eq!(ack.code, 0, "still held, now released"),
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(&*reader.recv_publish().payload, b"once");
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
+/// a Clean Start whose ending of what it replaces the store refuses
+/// (here the old session's channel positions, on a sqlite provider, while the
+/// session record is on a memory one) is refused CONNACK 0x83: Sagüin ends it before
+/// the CONNACK, so the DISCONNECT 0x83 after one never has to be sent.
+#[test]
+fn a_clean_start_whose_old_positions_cannot_be_discarded_gets_0x83_a261() {
+    let dir = common::temp_dir("discard-refused");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = CHANNELS.replace(
+        "  id: channels-test\n",
+        "  id: channels-test\n  session:\n    storage: volatile\n",
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    publish(&broker, "events/a");
+    let mut reader = connected(&broker, persistent(V5, "consumer"));
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    reader.recv_publish();
+    reader.disconnect();
+    let lock = WriteLock::take(&broker);
+    let mut raw = Raw::open(broker.addr, V5);
+    raw.set_timeout(BEHIND_THE_LOCK);
+    raw.send(&Packet::Connect(Box::new(fresh_consumer())));
+    let ack = match raw.recv() {
+        Packet::ConnAck(ack) => ack,
+        other => panic!("expected CONNACK, got {other:?}"),
+    };
+    drop(lock);
+    assert_eq!(ack.code, STORAGE_ERROR, "{ack:?}");
+    // The next CONNECT begins the session again.
+    let (_, ack) = Raw::handshake(broker.addr, fresh_consumer());
+    assert_eq!((ack.code, ack.session_present), (0, false));
+}
+
+fn fresh_consumer() -> saguin::codec::Connect {
+    let mut fresh = persistent(V5, "consumer");
+    fresh.clean_start = true;
+    fresh
+}
+
 /// A SUBSCRIBE whose session the store cannot write is answered 0x83 and the filter
 /// is given back: nothing published under it afterwards is delivered.
 #[test]
@@ -101,8 +191,42 @@ fn a_subscribe_the_store_refuses_is_answered_0x83_and_not_kept() {
     s.expect_nothing(Duration::from_millis(300));
 }
 
+/// a SUBSCRIBE the store fails to keep (not for room) is 0x83 on every filter it
+/// would add or change, and the session stays as it was: the held filter keeps its
+/// QoS, the new one is not subscribed.
+#[test]
+fn a_subscribe_the_store_fails_refuses_every_filter_it_would_add_or_change_a146() {
+    let broker = start();
+    let mut s = connected(&broker, persistent(V5, "subscriber"));
+    assert_eq!(s.subscribe("news/a", opts(QoS::AtLeastOnce)), [1]);
+    let lock = WriteLock::take(&broker);
+    s.send(&Packet::Subscribe(codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![
+            ("news/a".into(), opts(QoS::ExactlyOnce)),
+            ("news/b".into(), opts(QoS::AtLeastOnce)),
+        ],
+    }));
+    match s.recv() {
+        Packet::SubAck(ack) => assert_eq!(ack.codes, [STORAGE_ERROR, STORAGE_ERROR]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    drop(lock);
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(p.publish("news/b", b"no", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(
+        p.publish("news/a", b"still", QoS::ExactlyOnce, false),
+        Some(0)
+    );
+    let got = s.recv_publish();
+    assert_eq!((&*got.payload, got.qos), (&b"still"[..], QoS::AtLeastOnce));
+    s.expect_nothing(Duration::from_millis(300));
+}
+
 /// B-463: an UNSUBSCRIBE that cannot be stored is answered 0x83 per filter and the
 /// client stays subscribed.
+/// UNSUBACK 0x83 and the filter stays subscribed.
 #[test]
 fn an_unsubscribe_the_store_refuses_keeps_the_subscription_b463() {
     let broker = start();

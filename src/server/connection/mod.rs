@@ -233,9 +233,13 @@ async fn establish(
         }
     };
     let (link, woken) = ConnLink::new(shared.next_link_id());
-    if connect.clean_start && !connect.client_id.is_empty() {
-        discard_positions(&shared, &connect.client_id, &peer).await;
-    }
+    // What a Clean Start replaces ends before the CONNACK; a store that cannot end
+    // it refuses the CONNECT 0x83.
+    let discarded = if connect.clean_start && !connect.client_id.is_empty() {
+        discard_positions(&shared, &connect.client_id, &peer).await
+    } else {
+        Ok(())
+    };
     // An assigned id is chosen now, so the record written below is kept under it.
     let assigned = connect.client_id.is_empty();
     if assigned {
@@ -244,7 +248,11 @@ async fn establish(
     take_over(&shared, &connect.client_id).await;
     let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
     let mut cut_for_room = false;
-    let stored = match store_connect(&shared, &connect, &admitted.user).await {
+    let stored = match discarded {
+        Err(e) => Err(e),
+        Ok(()) => store_connect(&shared, &connect, &admitted.user).await,
+    };
+    let stored = match stored {
         Err(e) if e.is_full() && connect.will.is_none() => {
             // B-469: a session the store has no room for is accepted ending with its
             // connection, and told so; a Will is refused below instead (B-461), since
@@ -264,7 +272,9 @@ async fn establish(
                 ProtocolVersion::V5 => connect.properties.edit().session_expiry_interval = Some(0),
                 ProtocolVersion::V311 if !connect.clean_start => {
                     connect.clean_start = true;
-                    discard_positions(&shared, &connect.client_id, &peer).await;
+                    if let Err(e) = discard_positions(&shared, &connect.client_id, &peer).await {
+                        return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
+                    }
                 }
                 ProtocolVersion::V311 => {}
             }
@@ -275,34 +285,7 @@ async fn establish(
         other => other,
     };
     if let Err(e) = stored {
-        // Stored before acknowledged: a session or Will the store could not keep is
-        // refused, and the refusal changes nothing (B-462, C-270).
-        let code = if e.is_full() {
-            reason::QUOTA_EXCEEDED
-        } else {
-            reason::IMPLEMENTATION_SPECIFIC_ERROR
-        };
-        log::warn!(
-            "{peer}: CONNECT from {:?} refused with 0x{code:02X}: its session could not be stored",
-            connect.client_id
-        );
-        shared
-            .broker
-            .borrow()
-            .metrics
-            .refuse_connection(connection_refusal_label(code));
-        // What filled, for a Will there is no room for (B-461).
-        let properties = Properties::from(PropertyValues {
-            reason_string: e
-                .is_full()
-                .then(|| format!("the session store has no room for this Will: {e}")),
-            ..PropertyValues::default()
-        });
-        let ack = connack(protocol, false, code, properties);
-        let bytes = encode_one(&Packet::ConnAck(ack), protocol);
-        drop(slot);
-        close_with(&mut stream, &bytes, &shared).await;
-        return None;
+        return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
     }
     let mut accepted = shared.broker.borrow_mut().connect(&connect, link.clone());
     accepted.assigned = assigned;
@@ -360,15 +343,61 @@ async fn establish(
     Some((Box::new(conn), slot))
 }
 
+/// Refuses a CONNECT whose session the store could not keep, or whose replaced
+/// session it could not end: stored before acknowledged, and the refusal changes
+/// nothing (B-462, C-270, A-234). 0x97 when the store is full, 0x83 otherwise.
+async fn refuse_unstored(
+    shared: &Shared,
+    peer: &str,
+    connect: &Connect,
+    e: crate::storage::StorageError,
+    slot: Slot,
+    mut stream: Socket,
+) -> Option<(Box<Conn>, Slot)> {
+    let code = if e.is_full() {
+        reason::QUOTA_EXCEEDED
+    } else {
+        reason::IMPLEMENTATION_SPECIFIC_ERROR
+    };
+    log::warn!(
+        "{peer}: CONNECT from {:?} refused with 0x{code:02X}: its session could not be stored",
+        connect.client_id
+    );
+    shared
+        .broker
+        .borrow()
+        .metrics
+        .refuse_connection(connection_refusal_label(code));
+    // What filled, for a Will there is no room for (B-461).
+    let properties = Properties::from(PropertyValues {
+        reason_string: e
+            .is_full()
+            .then(|| format!("the session store has no room for this Will: {e}")),
+        ..PropertyValues::default()
+    });
+    let ack = connack(connect.protocol, false, code, properties);
+    let bytes = encode_one(&Packet::ConnAck(ack), connect.protocol);
+    drop(slot);
+    close_with(&mut stream, &bytes, shared).await;
+    None
+}
+
 /// Clean Start discards what a durable consumer kept (gaps G-11): its channel
-/// positions and its place in the broadcast log, in every provider.
-async fn discard_positions(shared: &Shared, client_id: &str, peer: &str) {
+/// positions and its place in the broadcast log, in every provider; the first
+/// provider that fails stops it.
+async fn discard_positions(
+    shared: &Shared,
+    client_id: &str,
+    peer: &str,
+) -> Result<(), crate::storage::StorageError> {
     let providers = shared.broker.borrow().channels.providers();
     for provider in providers {
         if let Err(e) = provider.drop_positions(client_id).await {
             log::error!("{peer}: positions of {client_id:?} not discarded: {e}");
+            return Err(e);
         }
     }
+    Ok(())
 }
 
 /// Writes what a CONNECT changes in `broker.session.storage` before its CONNACK: the
