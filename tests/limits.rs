@@ -66,6 +66,36 @@ fn max_subscriptions_counts_what_the_client_would_hold_b093() {
     assert_eq!(subscribe_all(&mut raw, 6, &["e"]), [0x97], "full again");
 }
 
+/// B-096: a refusal past max_subscriptions is warned of once per episode: the first
+/// since the client last added a filter.
+#[test]
+fn a_max_subscriptions_refusal_is_warned_once_per_episode_b096() {
+    let broker = Broker::start("  limits:\n    max_subscriptions: 1\n");
+    let mut raw = Raw::connected(broker.addr, V5, "episodes-b096");
+    assert_eq!(subscribe_all(&mut raw, 1, &["a"]), [0]);
+    assert_eq!(subscribe_all(&mut raw, 2, &["b"]), [0x97], "episode one");
+    assert_eq!(
+        subscribe_all(&mut raw, 3, &["c"]),
+        [0x97],
+        "still episode one"
+    );
+    raw.send(&Packet::Unsubscribe(saguin::codec::Unsubscribe {
+        packet_id: 4,
+        properties: Default::default(),
+        filters: vec!["a".into()],
+    }));
+    assert!(matches!(raw.recv(), Packet::UnsubAck(_)));
+    assert_eq!(subscribe_all(&mut raw, 5, &["d"]), [0], "a filter added");
+    assert_eq!(subscribe_all(&mut raw, 6, &["e"]), [0x97], "episode two");
+    raw.disconnect();
+    let lines = broker.wait_log_lines("episodes-b096 disconnected");
+    let warned: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains(" WARN ") && l.contains("max_subscriptions"))
+        .collect();
+    assert_eq!(warned.len(), 2, "one warning per episode: {lines:#?}");
+}
+
 /// A-013: the operator's max_topic_length bounds the topics clients publish to.
 #[test]
 fn a_configured_max_topic_length_bounds_published_topics_a013() {
@@ -78,6 +108,18 @@ fn a_configured_max_topic_length_bounds_published_topics_a013() {
         raw.publish(&over, b"x", QoS::AtLeastOnce, false),
         Some(0x90)
     );
+}
+
+/// B-111: max_topic_length does not bound filters: one far longer is granted, and
+/// only max_topic_levels refuses one.
+#[test]
+fn max_topic_length_does_not_bound_filters_only_max_topic_levels_does_b111() {
+    let broker = Broker::start("  limits:\n    max_topic_length: 16\n    max_topic_levels: 3\n");
+    let mut raw = Raw::connected(broker.addr, V5, "long-filters");
+    let long = format!("{}/+/#", "f".repeat(100));
+    let deep = "a/b/c/d";
+    assert!(long.len() > 16 && deep.len() <= 16);
+    assert_eq!(subscribe_all(&mut raw, 1, &[&long, deep]), [0, 0x8F]);
 }
 
 /// B-095: a 3.1.1 client gets 0x80 for each filter past max_subscriptions.
@@ -245,6 +287,76 @@ fn a_client_over_its_publish_rate_is_refused_0x97_and_the_budget_survives_a_reco
     );
 }
 
+/// B-121: a budget in deficit outlives its connection and the housekeeping ticks
+/// that forget full budgets: a 1000-byte message against 100 bytes a second leaves
+/// ten seconds to refill, and 2.5 s later the same client id is still refused.
+#[test]
+fn a_budget_not_yet_refilled_outlives_the_connection_and_the_tick_b121() {
+    let broker = Broker::start("  limits:\n    publish_bytes: 100B\n");
+    let mut raw = Raw::connected(broker.addr, V5, "in-deficit");
+    assert_eq!(
+        raw.publish("r", &[b'x'; 1000], QoS::AtLeastOnce, false),
+        Some(0),
+        "admitted on a full budget (B-118)"
+    );
+    raw.disconnect();
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut again = Raw::connected(broker.addr, V5, "in-deficit");
+    assert_eq!(
+        again.publish("r", b"x", QoS::AtLeastOnce, false),
+        Some(0x97),
+        "the budget was kept, not forgotten before it refilled"
+    );
+    let mut other = Raw::connected(broker.addr, V5, "someone-else");
+    assert_eq!(
+        other.publish("r", b"x", QoS::AtLeastOnce, false),
+        Some(0),
+        "keyed by client id"
+    );
+}
+
+/// The operations listener on `ops.sock` in the broker's directory, for `metric`.
+const OPS_SOCKET: &str = "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n";
+
+/// B-123: a publish refused for the rate is counted as `publish rate exceeded`.
+#[test]
+fn rate_refusals_are_counted_as_publish_rate_exceeded_b123() {
+    let broker = Broker::start(&format!("  limits:\n    publish_rate: 2\n{OPS_SOCKET}"));
+    let mut raw = Raw::connected(broker.addr, V5, "counted-b123");
+    let codes: Vec<_> = (0..5)
+        .map(|_| raw.publish("r", b"x", QoS::AtLeastOnce, false))
+        .collect();
+    let refused = codes.iter().filter(|c| **c == Some(0x97)).count() as u64;
+    assert!(refused >= 2, "{codes:?}");
+    assert_eq!(
+        metric(
+            &broker,
+            "saguin_publish_refused_total{reason=\"publish rate exceeded\"}"
+        ),
+        refused
+    );
+}
+
+/// B-123: a rate refusal is logged at debug only, so a client held to its rate does
+/// not flood the log.
+#[test]
+fn rate_refusals_are_logged_at_debug_only_b123() {
+    let broker = Broker::start("  limits:\n    publish_rate: 1\n");
+    let mut raw = Raw::connected(broker.addr, V5, "quiet-b123");
+    let codes: Vec<_> = (0..4)
+        .map(|_| raw.publish("r", b"x", QoS::AtLeastOnce, false))
+        .collect();
+    assert!(codes.contains(&Some(0x97)), "{codes:?}");
+    raw.disconnect();
+    let lines = broker.wait_log_lines("quiet-b123 disconnected");
+    let loud: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("quiet-b123") && !l.contains(" DEBUG "))
+        .filter(|l| l.contains("rate") || l.contains("refused"))
+        .collect();
+    assert!(loud.is_empty(), "logged above debug: {loud:#?}");
+}
+
 /// B-074, B-075: the ceiling told as Server Keep Alive; within it, no property.
 /// A-180: a client over its publish_bytes is refused 0x97 until the budget refills.
 #[test]
@@ -344,6 +456,24 @@ fn connections_over_max_connect_rate_wait_in_the_accept_queue_rather_than_being_
     assert_eq!(clients.len(), 15, "every one admitted");
     assert!(took >= Duration::from_millis(700), "{took:?}");
     drop(TcpStream::connect(broker.addr));
+}
+
+/// B-072: the operations listener is not paced by max_connect_rate: twelve requests
+/// one after another, where a bucket of two refilling at one a second would take ten
+/// seconds.
+#[test]
+fn the_operations_listener_is_not_limited_by_max_connect_rate_b072() {
+    let broker = Broker::start(
+        "  limits:\n    max_connect_rate: 1\n  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n",
+    );
+    let ops = broker.ops_addr();
+    let started = Instant::now();
+    for _ in 0..12 {
+        let (status, _) = common::http_get(common::tcp(&ops), "/health");
+        assert_eq!(status, 200);
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(4), "paced: {took:?}");
 }
 
 /// B-035, B-040, B-044: a QoS 0 subscriber taking no write is hung up; the publisher
@@ -525,4 +655,187 @@ fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refus
     assert_eq!(got.last(), Some(&29), "the newest are kept: {got:?}");
     assert!(got.len() < 30 && got.len() >= 5, "{got:?}");
     assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+}
+
+/// B-091: what the bound gives up is counted as `session_queue_full`, and what the
+/// sessions hold is reported in messages and bytes.
+#[test]
+fn session_queue_drops_and_holdings_are_reported_b091() {
+    let broker = Broker::start(&format!(
+        "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n{OPS_SOCKET}"
+    ));
+    let mut c = connect(V5, "slow-b091", true);
+    c.properties.edit().receive_maximum = Some(1);
+    let (mut slow, _) = Raw::handshake(broker.addr, c);
+    slow.subscribe("full/#", opts(QoS::AtLeastOnce));
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    for _ in 0..30 {
+        let payload = vec![b'x'; 100 * 1024];
+        assert_eq!(
+            publisher.publish("full/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let dropped = metric(
+        &broker,
+        "saguin_session_deliveries_dropped_total{cause=\"session_queue_full\"}",
+    );
+    let held = metric(&broker, "saguin_session_queue_messages");
+    let bytes = metric(&broker, "saguin_session_queue_bytes");
+    assert!(dropped > 0, "{dropped}");
+    assert_eq!(dropped + held, 30, "each message either held or dropped");
+    assert!(held >= 2, "one on the wire and more queued: {held}");
+    assert!(
+        bytes >= held * 100 * 1024 && bytes <= 1024 * 1024,
+        "{bytes} for {held}"
+    );
+    drop(slow);
+}
+
+/// B-089: no count bounds what a session holds but the client's Receive Maximum:
+/// 3,000 QoS 1 deliveries are on the wire unacknowledged at once.
+#[test]
+fn only_receive_maximum_bounds_how_many_deliveries_a_session_holds_b089() {
+    let broker = Broker::start("  limits:\n    session_queue_bytes: 64MiB\n");
+    let mut c = connect(V5, "many-b089", true);
+    c.properties.edit().receive_maximum = Some(65535);
+    let (mut many, _) = Raw::handshake(broker.addr, c);
+    assert_eq!(many.subscribe("many/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    for i in 0..3000u32 {
+        assert_eq!(
+            publisher.publish("many/x", &i.to_be_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut ids = std::collections::HashSet::new();
+    for i in 0..3000u32 {
+        let p = many.recv_publish();
+        assert_eq!(&p.payload[..], &i.to_be_bytes()[..]);
+        ids.insert(p.packet_id.expect("QoS 1"));
+    }
+    assert_eq!(ids.len(), 3000, "every one on the wire, none acknowledged");
+}
+
+/// A broker with `extra` (keys of `broker`, indented two spaces) and its operations
+/// listener on `ops.sock` in its directory.
+fn with_ops(name: &str, extra: &str) -> Broker {
+    let extra =
+        format!("{extra}  operations:\n    listen:\n      unix:\n        path: {{dir}}/ops.sock\n");
+    Broker::start_in(common::temp_dir(name), &common::config(&extra))
+}
+
+/// The value of the metrics line `name` (a full series name with its labels).
+fn metric(broker: &Broker, name: &str) -> u64 {
+    let ops =
+        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} line in {body}"))
+}
+
+/// A-186: `saguin_publish_refused_total` labels a rate refusal `publish rate exceeded`,
+/// a QoS 2 past the in-flight allowance `inflight allowance exceeded`, and another
+/// 0x97 (here the header limits) `quota exceeded`.
+#[test]
+fn publish_refusals_are_counted_under_their_own_labels_a186() {
+    let broker = with_ops(
+        "refused-labels",
+        "  limits:\n    publish_bytes: 1KiB\n    max_header_count: 1\n  qos2:\n    max_inflight_per_client: 1\n",
+    );
+    let mut rate = Raw::connected(broker.addr, V5, "rate");
+    let payload = [b'x'; 700];
+    assert_eq!(
+        rate.publish("r", &payload, QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        rate.publish("r", &payload, QoS::AtLeastOnce, false),
+        Some(0x97)
+    );
+    let mut headers = Raw::connected(broker.addr, V5, "headers");
+    let mut p = common::publish("h", b"x", QoS::AtLeastOnce, false);
+    p.properties.edit().user_properties = vec![("a".into(), "1".into()), ("b".into(), "2".into())];
+    assert_eq!(headers.publish_packet(p), Some(0x97));
+    let mut held = Raw::connected(broker.addr, V5, "held");
+    for (id, code) in [(1, 0), (2, 0x97)] {
+        let mut p = common::publish("q", b"x", QoS::ExactlyOnce, false);
+        p.packet_id = Some(id);
+        held.send(&Packet::Publish(p));
+        match held.recv() {
+            Packet::PubRec(ack) => assert_eq!(ack.code, code, "publish {id}"),
+            other => panic!("expected PUBREC, got {other:?}"),
+        }
+    }
+    for label in [
+        "publish rate exceeded",
+        "quota exceeded",
+        "inflight allowance exceeded",
+    ] {
+        broker.assert_metric(&format!(
+            "saguin_publish_refused_total{{reason=\"{label}\"}} 1"
+        ));
+    }
+}
+
+/// B-043: a slow broadcast subscriber loses what could not be sent to it. At QoS 1 the
+/// oldest queued is given up, counted in `saguin_deliveries_dropped_total`; at QoS 2,
+/// where nothing may be given up, the new broadcast is refused the step before,
+/// counted in `saguin_deliveries_refused_total`.
+#[test]
+fn a_slow_broadcast_subscribers_losses_are_counted_dropped_or_refused_b043() {
+    let broker = with_ops(
+        "deliveries-dropped",
+        "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n",
+    );
+    let slow = |id: &str, filter: &str, qos: QoS| {
+        let mut c = connect(V5, id, true);
+        c.properties.edit().receive_maximum = Some(1);
+        let (mut raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        assert_eq!(raw.subscribe(filter, opts(qos)), [qos as u8]);
+        raw
+    };
+    let mut one = slow("slow-1", "one/#", QoS::AtLeastOnce);
+    let mut two = slow("slow-2", "two/#", QoS::ExactlyOnce);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let payload = vec![b'x'; 100 * 1024];
+    for (topic, qos) in [("one/x", QoS::AtLeastOnce), ("two/x", QoS::ExactlyOnce)] {
+        for _ in 0..30 {
+            assert_eq!(publisher.publish(topic, &payload, qos, false), Some(0));
+        }
+    }
+    // Everything the subscriber is sent, acknowledged, until nothing more comes.
+    let drain = |raw: &mut Raw| {
+        let mut n = 0;
+        while let Ok(packet) = raw.expect_nothing_or_packet(Duration::from_millis(500)) {
+            match packet {
+                Packet::Publish(p) => {
+                    n += 1;
+                    let ack = saguin::codec::Ack::new(p.packet_id.expect("QoS 1 or 2"), 0);
+                    match p.qos {
+                        QoS::ExactlyOnce => raw.send(&Packet::PubRec(ack)),
+                        _ => raw.send(&Packet::PubAck(ack)),
+                    }
+                }
+                Packet::PubRel(rel) => {
+                    raw.send(&Packet::PubComp(saguin::codec::Ack::new(rel.packet_id, 0)))
+                }
+                other => panic!("expected PUBLISH or PUBREL, got {other:?}"),
+            }
+        }
+        n
+    };
+    let (got_one, got_two) = (drain(&mut one), drain(&mut two));
+    let dropped = metric(&broker, "saguin_deliveries_dropped_total");
+    let refused = metric(&broker, "saguin_deliveries_refused_total");
+    assert!(
+        dropped > 0 && refused > 0,
+        "dropped {dropped}, refused {refused}"
+    );
+    assert_eq!(got_one + dropped, 30, "QoS 1: every loss counted dropped");
+    assert_eq!(got_two + refused, 30, "QoS 2: every loss counted refused");
 }

@@ -118,6 +118,9 @@ struct Conn {
     positions_timer: Option<Box<(Instant, smol::Timer)>>,
     /// A Reason String for the SUBACK being built (a queue form's refusal).
     suback_reason: Option<Box<str>>,
+    /// Whether a filter was refused over `limits.max_subscriptions` since this
+    /// client last added one: warned once per such episode (B-096).
+    over_max_subscriptions: bool,
     /// The Reason String for the next refusing PUBACK or PUBREC, when the reason code
     /// alone does not say which rule refused.
     puback_reason: Option<Box<str>>,
@@ -311,6 +314,7 @@ async fn establish(
         positions_writing: None,
         positions_timer: None,
         suback_reason: None,
+        over_max_subscriptions: false,
         puback_reason: None,
         acl: admitted.principal.clone(),
         waited: false,
@@ -1371,6 +1375,7 @@ impl Conn {
         let refused = |label| {
             shared.broker.borrow().metrics.refuse_publish(label);
         };
+        let mut over_rate = false;
         let code = match check_topic_name(&publish.topic, settings) {
             Err(code) => {
                 refused(if code == reason::NOT_AUTHORIZED {
@@ -1387,7 +1392,13 @@ impl Conn {
                 refused("payload format invalid");
                 reason::PAYLOAD_FORMAT_INVALID
             }
-            Ok(()) => self.check_quota(publish),
+            Ok(()) => match self.check_quota(publish) {
+                Quota::Within => reason::SUCCESS,
+                Quota::Over { rate } => {
+                    over_rate = rate;
+                    reason::QUOTA_EXCEEDED
+                }
+            },
         };
         // Asked after the rate, which spends before any authorization (B-120).
         let code = match self.authorize_publish(code, publish) {
@@ -1409,8 +1420,16 @@ impl Conn {
             code => code,
         };
         if code != reason::SUCCESS {
-            // Every refused publish is logged, whatever its QoS.
-            log::info!(
+            // Every refused publish is logged, whatever its QoS; one over its
+            // rate at debug, since such a client refuses itself many times a second
+            // (B-123).
+            let level = if over_rate {
+                log::Level::Debug
+            } else {
+                log::Level::Info
+            };
+            log::log!(
+                level,
                 "{}: publish by {} to {:?} refused 0x{code:02X}",
                 self.peer,
                 self.client_id,
@@ -1474,32 +1493,33 @@ impl Conn {
 
     /// The publish quota (RFC 0002 "How fast one client may publish"; max_header_count,
     /// max_header_bytes): 0x97 before routing or storage, counted by label.
-    fn check_quota(&mut self, publish: &Publish) -> u8 {
+    fn check_quota(&mut self, publish: &Publish) -> Quota {
         let settings = &self.shared.settings;
         let mut broker = self.shared.broker.borrow_mut();
-        let (label, why) = if over_header_limits(&publish.properties, settings) {
+        let (label, why, rate) = if over_header_limits(&publish.properties, settings) {
             (
                 "quota exceeded",
                 "limits.max_header_count or max_header_bytes",
+                false,
             )
         } else if !broker.spend_publish_budget(
             &self.client_id,
             publish.payload.len(),
             Instant::now(),
         ) {
-            log::debug!("{}: {} is over its publish rate", self.peer, self.client_id);
             (
                 "publish rate exceeded",
                 "limits.publish_rate or publish_bytes",
+                true,
             )
         } else {
-            return reason::SUCCESS;
+            return Quota::Within;
         };
         broker.metrics.refuse_publish(label);
         drop(broker);
         // Which bound refused, not only that one did.
         self.puback_reason = Some(format!("{label}: over {why}").into());
-        reason::QUOTA_EXCEEDED
+        Quota::Over { rate }
     }
 
     /// Answers a publish with `code`: PUBACK or PUBREC, and on 3.1.1 a refusal closes
@@ -1761,6 +1781,9 @@ impl Conn {
                 // Refused before any channel cursor opens, so nothing of it is ever
                 // served (A-149, B-094).
                 Ok(_) if let Some(why) = self.past_max_subscriptions(filter) => {
+                    if !std::mem::replace(&mut self.over_max_subscriptions, true) {
+                        log::warn!("{}: {} refused: {why}", self.peer, self.client_id);
+                    }
                     self.suback_reason = Some(why.into());
                     reason::QUOTA_EXCEEDED
                 }
@@ -1814,6 +1837,8 @@ impl Conn {
                     // In the index before the SUBACK is written, so a publish in
                     // between is delivered (C-233).
                     let existed = broker.subscribe(&self.client_id, sub);
+                    // A filter added ends an episode over max_subscriptions (B-096).
+                    self.over_max_subscriptions &= existed;
                     if !shared_sub {
                         let messages =
                             broker.retained_for_subscription(&inner, *options, slice, existed, now);
@@ -2427,6 +2452,16 @@ fn refusal_text(code: u8) -> &'static str {
         reason::KEEP_ALIVE_TIMEOUT => "nothing received within 1.5 times the keepalive",
         _ => "refused",
     }
+}
+
+/// What a publish's quota check came to (`Conn::check_quota`).
+enum Quota {
+    Within,
+    /// Refused 0x97; `rate` when by the client's publish rate rather than its
+    /// headers.
+    Over {
+        rate: bool,
+    },
 }
 
 /// What holding an inbound QoS 2 publish came to (`Conn::hold_qos2`).
