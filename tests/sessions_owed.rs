@@ -30,6 +30,60 @@ fn log_rows(dir: &Path) -> i64 {
     .expect("count the log")
 }
 
+/// B-156: the broadcast log is read on the write connection, never a read-only one:
+/// a sqlite provider holding only the session store and its log (no channel, the
+/// retained store elsewhere), with `read_connections: 1`, reads the log back at
+/// startup and hands the resumed session what it is owed with only its write
+/// connection open on the file.
+#[test]
+fn the_broadcast_log_is_read_on_the_write_connection_b156() {
+    let yaml = "broker:
+  id: b156
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  session:
+    storage: local
+  retained:
+    storage: volatile
+  storage:
+    default: volatile
+    default_retention_period: 7d
+    default_retention_bytes: none
+    providers:
+      local:
+        type: sqlite
+        file_path: {dir}/saguin.db
+        read_connections: 1
+      volatile:
+        type: memory
+        max_bytes: 64MiB
+        snapshot_dir: none
+";
+    let broker = Broker::start_in(fresh_dir(), yaml);
+    subscribe_and_leave(&broker, "keeper", "news/#", QoS::AtLeastOnce);
+    publish_n(&broker, "news/today", "owed", 2, QoS::AtLeastOnce);
+    let dir = kill(broker);
+    let broker = Broker::start_in(dir.clone(), yaml);
+    let (mut s, present) = connected(&broker, persistent("keeper", false, 300));
+    assert!(present);
+    assert_eq!(receive(&mut s, 2), expected("owed", 0..2));
+    let file = dir.join("saguin.db");
+    let opened = std::fs::read_dir(format!("/proc/{}/fd", broker.pid()))
+        .expect("the broker's descriptors")
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| *target == file)
+        .count();
+    assert_eq!(
+        opened,
+        1,
+        "{} opened more than the write connection",
+        file.display()
+    );
+}
+
 /// B-456, B-455, C-210: QoS 1 broadcasts queued for a session that is away, each PUBACKed,
 /// survive SIGKILL on sqlite and go out in order on resume.
 #[test]

@@ -304,8 +304,8 @@ impl SqliteProvider {
         let (tx, rx) = smol::channel::bounded(1);
         let op = make(tx);
         match &self.reads {
-            Some(reads) => reads.send(op).await.map_err(|_| self.closed())?,
-            None => self
+            Some(reads) if op.on_a_reader() => reads.send(op).await.map_err(|_| self.closed())?,
+            _ => self
                 .writes
                 .send(Box::new(WriteOp::Read(op)))
                 .await
@@ -368,7 +368,8 @@ impl SqliteProvider {
         self.read(|done| ReadOp::Held { done }).await
     }
 
-    /// Reads a window in one snapshot, on a read connection (B-154, B-155).
+    /// Reads a window in one snapshot, on a read connection (B-154, B-155); the
+    /// broadcast log's on the write connection (B-156).
     pub async fn read_window(
         &self,
         channel: &str,

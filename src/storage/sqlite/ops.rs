@@ -37,6 +37,21 @@ pub(crate) enum ReadOp {
     },
 }
 
+impl ReadOp {
+    /// Whether a read connection may serve it: a channel's records and counts alone
+    /// (B-156). The broadcast log's reads decide what its deliveries acknowledge and
+    /// remove, and positions, sessions and held publishes are the store's own
+    /// bookkeeping: those stay on the write connection.
+    pub(crate) fn on_a_reader(&self) -> bool {
+        match self {
+            ReadOp::Window { channel, .. } | ReadOp::Stats { channel, .. } => {
+                channel != crate::storage::SESSION_LOG
+            }
+            ReadOp::Position { .. } | ReadOp::Sessions { .. } | ReadOp::Held { .. } => false,
+        }
+    }
+}
+
 /// A write the writer thread performs.
 pub(crate) enum WriteOp {
     OpenChannel {
