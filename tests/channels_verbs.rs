@@ -20,6 +20,7 @@ fn get(key: &str, response: Option<&str>) -> Publish {
 }
 
 /// the payload is the topic, read from its latest channel.
+/// the stored value carries its age and position (`saguin-timestamp`, `-offset`).
 #[test]
 fn a_point_read_answers_the_current_value_with_its_age_and_position() {
     let broker = start();
@@ -89,6 +90,7 @@ fn a_point_read_at_qos0_is_dropped_unanswered_c005() {
 
 /// a channel's name, not its filter, builds its verbs: the seek topic, the
 /// queue's form and response topic, and the dead-letter channel's name.
+/// the dead-letter channel's seek is `$saguin/consumer/<name>__dlq/seek`.
 #[test]
 fn a_channels_name_not_its_filter_builds_its_verbs_a029() {
     let broker = common::Broker::start(
@@ -397,6 +399,58 @@ fn the_catalogue_says_what_a_channel_is_and_nothing_about_one_that_does_not_exis
     assert!(reply.expect("the empty reply").payload.is_empty());
     let (code, _) = ask_catalogue(&mut asker, "a/b");
     assert_eq!(code, Some(0x90));
+}
+
+/// the catalogue takes a channel of every type, the derived dead-letter one
+/// included, and answers with its type and filter.
+#[test]
+fn the_catalogue_answers_every_channel_type_with_its_type_and_filter_a212() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "every-type");
+    for (name, kind, filter) in [
+        ("events", "append", "events/#"),
+        ("state", "latest", "state/#"),
+        ("jobs", "queue", "work/+/todo"),
+        ("jobs__dlq", "append", "work/+/todo/__dlq"),
+    ] {
+        let (code, reply) = ask_catalogue(&mut asker, name);
+        assert_eq!(code, Some(0), "{name}");
+        let reply = reply.expect("an answer");
+        let answer: serde_json::Value = serde_json::from_slice(&reply.payload).expect("JSON");
+        assert_eq!(
+            (answer["type"].as_str(), answer["filter"].as_str()),
+            (Some(kind), Some(filter)),
+            "{name}: {answer}"
+        );
+    }
+}
+
+/// nothing is delivered under `$saguin/` but a queue's form and a seek's reply
+/// topic: a verb whose Response Topic names another `$saguin/` topic is refused 0x83,
+/// unperformed and unanswered; the seek reply topic stays a Response Topic a seek
+/// may name.
+#[test]
+fn no_answer_is_delivered_on_a_reserved_topic_other_than_the_two_a203() {
+    let broker = start();
+    let mut asker = Raw::connected(broker.addr, V5, "reserved-answer");
+    for reserved in ["$saguin/kv/get", "$saguin/queue/jobs", "$saguin/x"] {
+        let mut p = common::publish("$saguin/catalogue/events", b"", QoS::AtLeastOnce, false);
+        p.properties.edit().response_topic = Some(reserved.into());
+        assert_eq!(asker.publish_packet(p), Some(0x83), "{reserved}");
+        asker.expect_nothing(Duration::from_millis(200));
+    }
+    let mut seek = common::publish(
+        "$saguin/consumer/events/seek",
+        b"0",
+        QoS::AtLeastOnce,
+        false,
+    );
+    seek.properties.edit().response_topic = Some("$saguin/consumer/events/seek/reply".into());
+    assert_eq!(asker.publish_packet(seek), Some(0));
+    assert_eq!(
+        &*asker.recv_publish().topic,
+        "$saguin/consumer/events/seek/reply"
+    );
 }
 
 /// B-321, B-322, B-326: without a Response Topic the catalogue is 0x83 and answers

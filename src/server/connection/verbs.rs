@@ -72,6 +72,17 @@ impl Conn {
     /// Performs a verb and returns the PUBACK code; the answer, if any, is queued
     /// after the acknowledgement by the caller's `reply`.
     pub(super) async fn perform(&mut self, verb: Verb, publish: &Publish) -> (u8, Option<Publish>) {
+        // Nothing is delivered under `$saguin/` but a queue's offers and a seek's
+        // reply: an answer aimed anywhere else there is refused unperformed.
+        if let Some(topic) = &publish.properties.response_topic
+            && topic.starts_with("$saguin/")
+            && !is_seek_reply(topic)
+        {
+            self.puback_reason = Some(
+                format!("Response Topic {topic:?} is reserved: name a topic of your own").into(),
+            );
+            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        }
         match verb {
             Verb::PointRead => self.point_read(publish).await,
             Verb::Seek(channel) => self.seek(&channel, publish).await,
