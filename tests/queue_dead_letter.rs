@@ -64,6 +64,7 @@ fn prop<'a>(p: &'a saguin::codec::Publish, key: &str) -> &'a str {
 /// C-088, C-118..C-132, A-216, A-218, C-041, C-133: the last return moves the job into jobs__dlq,
 /// topic `jobs/__dlq/j1`, id, payload and own properties kept, every header set.
 /// `jobs/#` gives `jobs/__dlq/j1`, and a plain filter on it is granted.
+/// the dead letter carries `saguin-dlq-channel` and `saguin-dlq-offset`.
 #[test]
 fn exhausted_attempts_move_the_job_into_the_dead_letter_channel() {
     let broker = start();
@@ -153,6 +154,27 @@ fn a_job_past_job_expires_after_is_dead_lettered_expired() {
     w.expect_nothing(Duration::from_millis(400));
 }
 
+/// B-106: a dead letter may be one level deeper than max_topic_levels: `stale/a`
+/// (two levels, the limit) becomes `stale/__dlq/a` (three), and it is kept - read
+/// live, and replayed to a reader arriving later.
+#[test]
+fn a_dead_letter_one_level_past_max_topic_levels_is_kept_b106() {
+    let broker = Broker::start(
+        "  limits:\n    max_topic_levels: 2\nchannels:\n  stale:\n    type: queue\n    filter: stale/#\n    visibility_timeout: 1s\n    job_expires_after: 2s\n",
+    );
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(put(&broker, "stale/a", b"old"), 0);
+    let dead = reader.recv_publish();
+    assert_eq!(&*dead.topic, "stale/__dlq/a");
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "expired");
+    let mut late = Raw::connected(broker.addr, V5, "late");
+    assert_eq!(late.subscribe("#", opts(QoS::AtLeastOnce)), [1]);
+    let replayed = late.recv_publish();
+    assert_eq!(&*replayed.topic, "stale/__dlq/a");
+    assert_eq!(&*replayed.payload, b"old");
+}
+
 /// C-141: the sweep never takes a job that is out with a worker; it expires when handed
 /// back instead (C-139: checked at the offer).
 #[test]
@@ -175,6 +197,8 @@ fn a_job_out_with_a_worker_is_not_expired_until_it_comes_back() {
 
 /// C-093, C-096, C-105: a returned job waits its gap (1s after attempt 1) and the job
 /// behind it is offered meanwhile.
+/// C-107, C-206: the waiting job holds no worker (the one worker takes the next), and
+/// the later offset resolves before the earlier one.
 #[test]
 fn a_job_in_its_backoff_gap_is_skipped_not_waited_on() {
     let broker = start();
@@ -252,6 +276,99 @@ fn redriving_a_dead_letter_keeps_its_id() {
     assert!(user_property(&again, "saguin-dlq-reason").is_none());
 }
 
+/// C-106: the gap is honoured to within one 200ms tick: a returned job with a 1s
+/// gap is offered again no sooner than 1s and within a tick of it (plus slack for a
+/// loaded machine).
+#[test]
+fn a_gap_is_honoured_to_within_one_tick_c106() {
+    let broker = start();
+    assert_eq!(put(&broker, "slow/only", b"o"), 0);
+    let mut w = worker(&broker, "w", "slow");
+    for _ in 0..3 {
+        let offer = w.recv_offer();
+        w.puback(&offer);
+        let returned = Instant::now();
+        w.answer(&offer, b"return");
+        let again = w.recv_offer();
+        let waited = returned.elapsed();
+        assert_eq!(&*again.payload, b"o");
+        w.puback(&again);
+        w.answer(&again, b"ack");
+        // Attempt 1's gap is 1s (linear, 1s base); lease times are whole milliseconds.
+        assert!(
+            waited >= Duration::from_millis(999) && waited < Duration::from_millis(1500),
+            "waited {waited:?}"
+        );
+        assert_eq!(put(&broker, "slow/only", b"o"), 0);
+    }
+}
+
+/// C-149: a redriven job that fails again is dead-lettered again, with fresh
+/// `saguin-dlq-*` values and new offsets in the queue and the dead-letter channel.
+#[test]
+fn a_redriven_job_that_fails_again_is_dead_lettered_again_c149() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("iot/+/work/+/__dlq", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(put(&broker, "iot/s/work/j9", b"again"), 0);
+    let mut w = worker(&broker, "w", "work");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    w.answer(&offer, b"return");
+    let first = reader.recv_publish();
+    let mut redrive = Raw::connected(broker.addr, V5, "redriver");
+    let mut p = publish("iot/s/work/j9", &first.payload, QoS::AtLeastOnce, false);
+    p.properties.edit().user_properties = first.properties.user_properties.clone();
+    assert_eq!(redrive.publish_packet(p), Some(0));
+    let again = w.recv_offer();
+    w.puback(&again);
+    w.answer(&again, b"return");
+    let second = reader.recv_publish();
+    assert_eq!(&*second.topic, "iot/s/work/j9/__dlq");
+    assert_eq!(prop(&second, "saguin-id"), prop(&first, "saguin-id"));
+    assert_eq!(prop(&second, "saguin-dlq-reason"), "attempts_exhausted");
+    assert_eq!(prop(&second, "saguin-dlq-attempts"), "1");
+    assert_eq!(
+        prop(&second, "saguin-dlq-offset"),
+        prop(&again, "saguin-offset"),
+        "the redriven job's own queue offset"
+    );
+    assert_ne!(
+        prop(&second, "saguin-dlq-offset"),
+        prop(&first, "saguin-dlq-offset"),
+        "a new offset in the queue"
+    );
+    assert_ne!(
+        prop(&second, "saguin-offset"),
+        prop(&first, "saguin-offset"),
+        "a new offset in the dead-letter channel"
+    );
+    for key in ["saguin-dlq-first", "saguin-dlq-last", "saguin-dlq-at"] {
+        let before: u64 = prop(&first, key).parse().expect("ms");
+        let now: u64 = prop(&second, key).parse().expect("ms");
+        assert!(now >= before, "{key}: {now} after {before}");
+    }
+    let second_first: u64 = prop(&second, "saguin-dlq-first").parse().expect("ms");
+    let first_dead: u64 = prop(&first, "saguin-dlq-at").parse().expect("ms");
+    assert!(
+        second_first >= first_dead,
+        "the second attempt history starts with the redriven job"
+    );
+    assert_eq!(
+        second
+            .properties
+            .user_properties
+            .iter()
+            .filter(|(k, _)| k.starts_with("saguin-dlq-reason"))
+            .count(),
+        1,
+        "one fresh set, not the old one carried beside it"
+    );
+}
+
 /// C-134, C-143: the dead-letter channel is an append channel: a reader arriving later
 /// replays it from the floor, and `#` reads dead letters among everything else.
 /// replayed through `#` like any append channel.
@@ -268,6 +385,28 @@ fn dead_letters_replay_like_any_append_channel() {
     let dead = late.recv_publish();
     assert_eq!(&*dead.topic, "iot/s/work/j1/__dlq");
     assert_eq!(prop(&dead, "saguin-dlq-channel"), "work");
+}
+
+/// B-026: an acknowledgement for a superseded delivery and a dead-lettered job are
+/// logged at warn.
+#[test]
+fn a_superseded_ack_and_a_dead_letter_are_logged_at_warn_b026() {
+    let broker = start();
+    assert_eq!(put(&broker, "jobs/j1", b"w"), 0);
+    let mut w = worker(&broker, "w", "jobs");
+    let first = w.recv_offer();
+    w.puback(&first);
+    w.answer(&first, b"return");
+    let second = w.recv_offer();
+    w.puback(&second);
+    w.answer(&first, b"ack"); // the first delivery's id: superseded by the second
+    let superseded = broker.wait_log("ignored: it is not the current delivery");
+    w.answer(&second, b"return");
+    let dead = broker.wait_log("dead-lettered");
+    assert!(
+        superseded.contains("WARN") && dead.contains("WARN"),
+        "{superseded}\n{dead}"
+    );
 }
 
 /// RFC 0002: the dead-letter channel refuses publishes 0x87.

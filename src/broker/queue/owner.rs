@@ -372,9 +372,12 @@ impl Owner {
         let before = job.clone();
         let outcome = job.answer(worker, &delivery, verdict, &self.policy, now);
         match outcome {
-            Outcome::Ignored => {
-                ignore("it is not the current delivery of a job this session holds")
-            }
+            // A superseded delivery's answer: a worker past its deadline (B-026).
+            Outcome::Ignored => log::warn!(
+                "queue {}: a response from {} ignored: it is not the current delivery of a job this session holds",
+                self.name,
+                worker.client
+            ),
             Outcome::Resolve => match self.provider.resolve(&self.name, offset).await {
                 Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {
                     self.forget(offset);
@@ -779,7 +782,7 @@ impl Owner {
         let moved = self.provider.dead_letter(&self.name, offset, to).await;
         match moved {
             Ok(at) => {
-                log::info!(
+                log::warn!(
                     "queue {}: job {offset} dead-lettered ({}) to {dlq_name} at {at}",
                     self.name,
                     reason.as_str()
