@@ -126,6 +126,7 @@ fn disconnect_may_not_turn_a_zero_session_expiry_into_a_kept_session() {
 
 /// a DISCONNECT's Session Expiry Interval above the cap is kept as the cap, and
 /// the client is told nothing.
+/// a session whose client is away is kept for its whole capped expiry, no longer.
 #[test]
 fn a_disconnect_expiry_over_the_cap_is_kept_as_the_cap_untold_a040() {
     let broker = Broker::start("  limits:\n    max_session_expiry: 2s\n");
@@ -335,6 +336,99 @@ fn a_delayed_will_goes_when_the_capped_session_expires_c274() {
     assert!(
         took >= Duration::from_millis(1500) && took < Duration::from_secs(5),
         "{took:?}"
+    );
+}
+
+/// C-263: a retained `offline` Will into a latest channel replaces that topic's
+/// current value when it fires (the availability pattern).
+#[test]
+fn a_retained_offline_will_replaces_the_latest_value_c263() {
+    let broker = Broker::start("channels:\n  status:\n    type: latest\n    filter: status/#\n");
+    let mut c = connect(V5, "device-7", true);
+    c.will = Some(Will {
+        topic: "status/device-7".into(),
+        payload: b"offline".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: true,
+        properties: Properties::default(),
+    });
+    let (mut device, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    assert_eq!(
+        device.publish("status/device-7", b"online", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(&*watcher.recv_publish().payload, b"online");
+    drop(device); // no DISCONNECT: the Will fires
+    assert_eq!(&*watcher.recv_publish().payload, b"offline");
+    let mut late = Raw::connected(broker.addr, V5, "late");
+    assert_eq!(late.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    let current = late.recv_publish();
+    assert_eq!(
+        (&*current.topic, &*current.payload),
+        ("status/device-7", &b"offline"[..]),
+        "the Will is the topic's current value"
+    );
+    late.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-267, C-277: `saguin_wills_waiting` counts the Wills waiting out a delay, and
+/// `saguin_wills_published_total` each Will published.
+#[test]
+fn will_gauges_count_waiting_and_published_wills_c267_c277() {
+    let broker =
+        Broker::start("  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    for id in ["patient-1", "patient-2"] {
+        let (raw, _) = Raw::handshake(
+            broker.addr,
+            with_will(V5, id, &format!("wills/{id}"), Some(60), 300),
+        );
+        drop(raw);
+        broker.wait_log(&format!("{id} disconnected"));
+    }
+    let (raw, _) = Raw::handshake(
+        broker.addr,
+        with_will(V5, "prompt", "wills/prompt", None, 0),
+    );
+    drop(raw);
+    assert_eq!(&*watcher.recv_publish().topic, "wills/prompt");
+    // One scrape: the answer is kept for min_scrape_interval.
+    let ops = std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock"))
+        .expect("the ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    for line in ["saguin_wills_waiting 2", "saguin_wills_published_total 1"] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in {body}");
+    }
+}
+
+/// C-275: a Will delay asked on a session that ends with its connection is said in
+/// the log, naming the client, the interval and the fix.
+#[test]
+fn a_will_delay_on_a_session_ending_with_its_connection_is_logged_c275() {
+    let broker = Broker::start("");
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    watcher.subscribe("wills/#", opts(QoS::AtLeastOnce));
+    let (raw, ack) = Raw::handshake(
+        broker.addr,
+        with_will(V5, "hasty", "wills/hasty", Some(45), 0),
+    );
+    assert_eq!(ack.code, 0);
+    drop(raw);
+    assert_eq!(&*watcher.recv_publish().topic, "wills/hasty");
+    // Whatever was said about it was said before this marker's line.
+    Raw::connected(broker.addr, V5, "marker").disconnect();
+    let lines = broker.wait_log_lines("marker disconnected");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("hasty") && l.contains("45") && l.contains("Session Expiry")),
+        "no line naming hasty, 45 and the fix:\n{}",
+        lines.join("\n")
     );
 }
 

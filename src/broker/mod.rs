@@ -857,6 +857,18 @@ impl Broker {
             Arc::from(connect.client_id.as_str())
         };
         let expiry = self.granted_expiry(connect);
+        let delay = connect
+            .will
+            .as_ref()
+            .and_then(|w| w.properties.will_delay_interval)
+            .unwrap_or(0);
+        if expiry == 0 && delay > 0 {
+            // MQTT publishes such a Will as the session ends, with the connection; a
+            // client asking to wait is told how to (C-275).
+            log::info!(
+                "{client_id}: asked a Will Delay Interval of {delay} s on a session that ends with its connection, so its Will goes at once when it does; ask a Session Expiry Interval of at least {delay} s for the delay to apply"
+            );
+        }
 
         let waiting = self.wills.contains_key(&client_id);
         if let Some(old) = self.sessions.get_mut(&client_id) {
