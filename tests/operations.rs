@@ -148,6 +148,7 @@ fn a_pid_file_that_cannot_be_written_stops_the_broker_b033() {
 
 /// B-028, B-030: SIGUSR1 re-reads log_level; a file that does not parse changes
 /// nothing and the broker serves on.
+/// B-029: the line says the level moved from and to, and what is startup-only.
 #[test]
 fn sigusr1_rereads_the_log_level_and_says_what_changed() {
     let dir = temp_dir("usr1");
@@ -169,6 +170,46 @@ fn sigusr1_rereads_the_log_level_and_says_what_changed() {
     broker.wait_log("nothing changed");
     let mut raw = Raw::connected(broker.addr, V5, "still-serving");
     assert_eq!(raw.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
+}
+
+/// B-020: at `error` the broker logs only what stopped working: connects,
+/// disconnects and refusals given to clients write nothing.
+#[test]
+fn at_error_connects_and_refusals_log_nothing_b020() {
+    let dir = temp_dir("at-error");
+    let yaml = common::config("").replace("log_level: debug", "log_level: info");
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let marker = Raw::connected(broker.addr, V5, "marker");
+    broker.wait_log("marker connected");
+    let edit = |level: &str| {
+        std::fs::write(
+            dir.join("saguin.yaml"),
+            yaml.replace("log_level: info", &format!("log_level: {level}")),
+        )
+        .expect("edit");
+        broker.signal("USR1");
+    };
+    edit("error");
+    // The SIGUSR1 line is a warning, so nothing says the level changed: give it time.
+    std::thread::sleep(Duration::from_millis(500));
+    marker.disconnect();
+    let mut refused = connect(V5, "", false);
+    refused.clean_start = false;
+    assert_eq!(Raw::handshake(broker.addr, refused).1.code, 0x85);
+    let mut raw = Raw::connected(broker.addr, V5, "quiet");
+    assert_eq!(
+        raw.publish("$SYS/x", b"x", QoS::AtLeastOnce, false),
+        Some(0x87)
+    );
+    assert_eq!(raw.publish("t", b"x", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(
+        raw.subscribe("$SYS/#", common::opts(QoS::AtMostOnce)),
+        [0x87]
+    );
+    raw.disconnect();
+    edit("info");
+    let lines = broker.wait_log_lines("SIGUSR1: log_level error -> info");
+    assert_eq!(lines.len(), 1, "logged at error:\n{}", lines.join("\n"));
 }
 
 /// B-014: SIGUSR1 applies a file whose channels, listener address and storage
@@ -371,7 +412,9 @@ fn metrics_report_channels_and_refusals_and_a_sooner_scrape_gets_the_previous_an
         "{first}"
     );
     assert!(
-        first.contains("saguin_channel_info{channel=\"jobs\",type=\"queue\"} 1"),
+        first.contains(
+            "saguin_channel_info{channel=\"jobs\",type=\"queue\",filter=\"work/+/todo\"} 1"
+        ),
         "{first}"
     );
     assert!(
@@ -561,4 +604,41 @@ fn a_restored_anonymous_session_is_listed_with_no_user_b175() {
     assert_eq!(session["client"], "keeper", "{body}");
     assert_eq!(session["connected"], false, "{body}");
     assert_eq!(session["user"], serde_json::Value::Null, "{body}");
+}
+
+/// C-018: a channel's filter is readable from `saguin_channel_info`, so a consumer
+/// can check that a schema pointer lies inside a registry's filter; a filter with
+/// braces is one series per filter it expands to.
+#[test]
+fn saguin_channel_info_names_each_channels_filter_c018() {
+    let yaml = common::config(
+        "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\nchannels:\n  registry:\n    type: latest\n    filter: iot/+/schemas/#\n  states:\n    type: latest\n    filter: site/+/{state,location}\n",
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.assert_metric(
+        "saguin_channel_info{channel=\"registry\",type=\"latest\",filter=\"iot/+/schemas/#\"} 1",
+    );
+    broker.assert_metric(
+        "saguin_channel_info{channel=\"states\",type=\"latest\",filter=\"site/+/state\"} 1",
+    );
+    broker.assert_metric(
+        "saguin_channel_info{channel=\"states\",type=\"latest\",filter=\"site/+/location\"} 1",
+    );
+}
+
+/// C-031 (C-028's arithmetic at 30s): the start states both sweep intervals.
+#[test]
+fn the_start_states_both_sweep_intervals_c031() {
+    let broker =
+        Broker::start("channels:\n  events:\n    type: append\n    retention_period: 30s\n");
+    let line = broker
+        .startup
+        .iter()
+        .find(|l| l.contains("retention: "))
+        .cloned()
+        .unwrap_or_else(|| broker.wait_log("retention: "));
+    assert!(
+        line.contains("size sweep every 5s") && line.contains("age sweep every 3s"),
+        "{line}"
+    );
 }

@@ -2,7 +2,9 @@
 //! spec wherever it names a metric (gaps §4 for the labels it leaves open).
 
 use std::fmt::Write;
+use std::sync::Arc;
 
+use crate::routing::filter;
 use crate::server::Shared;
 use crate::storage::ChannelStats;
 
@@ -28,19 +30,38 @@ pub fn health(shared: &Shared) -> (bool, String) {
     (status == "ok", format!("{body}\n"))
 }
 
-/// Each channel's name, type and stats (`None` where its provider did not answer).
-pub async fn channel_stats(shared: &Shared) -> Vec<(String, &'static str, Option<ChannelStats>)> {
+/// One channel as a scrape reports it.
+pub struct ChannelRow {
+    name: Arc<str>,
+    kind: &'static str,
+    /// As the configuration wrote it, braces and all.
+    filter: Arc<str>,
+    /// `None` where its provider did not answer.
+    stats: Option<ChannelStats>,
+}
+
+/// Each channel's name, type, filter and stats.
+pub async fn channel_stats(shared: &Shared) -> Vec<ChannelRow> {
     let channels: Vec<_> = {
         let broker = shared.broker.borrow();
         broker
             .channels
             .iter()
-            .map(|(_, c)| (c.name.clone(), c.kind.as_str(), c.provider.clone()))
+            .map(|(_, c)| {
+                let row = ChannelRow {
+                    name: c.name.clone(),
+                    kind: c.kind.as_str(),
+                    filter: c.filter.clone(),
+                    stats: None,
+                };
+                (row, c.provider.clone())
+            })
             .collect()
     };
     let mut out = Vec::with_capacity(channels.len());
-    for (name, kind, provider) in channels {
-        out.push((name.to_string(), kind, provider.stats(&name).await.ok()));
+    for (mut row, provider) in channels {
+        row.stats = provider.stats(&row.name).await.ok();
+        out.push(row);
     }
     out
 }
@@ -78,10 +99,7 @@ fn escape(value: &str) -> String {
 }
 
 /// The Prometheus text exposition of every counter and gauge.
-pub fn render(
-    shared: &Shared,
-    channels: &[(String, &'static str, Option<ChannelStats>)],
-) -> String {
+pub fn render(shared: &Shared, channels: &[ChannelRow]) -> String {
     let broker = shared.broker.borrow();
     let m = &broker.metrics;
     let mut out = String::with_capacity(4096);
@@ -275,18 +293,26 @@ pub fn render(
     f.emit(
         "saguin_channel_info",
         "gauge",
-        "Every channel and its type.",
-        channels.iter().map(|(name, kind, _)| {
-            (
-                format!("{{channel=\"{}\",type=\"{kind}\"}}", escape(name)),
-                1,
-            )
+        "Every channel, its type, and each filter it claims (C-018: braces expanded).",
+        channels.iter().flat_map(|row| {
+            let filters =
+                filter::expand_braces(&row.filter).unwrap_or_else(|_| vec![row.filter.to_string()]);
+            filters.into_iter().map(move |f| {
+                let labels = format!(
+                    "{{channel=\"{}\",type=\"{}\",filter=\"{}\"}}",
+                    escape(&row.name),
+                    row.kind,
+                    escape(&f)
+                );
+                (labels, 1)
+            })
         }),
     );
     let stat = |pick: fn(&ChannelStats) -> u64| {
-        channels.iter().filter_map(move |(name, _, s)| {
-            s.as_ref()
-                .map(|s| (format!("{{channel=\"{}\"}}", escape(name)), pick(s)))
+        channels.iter().filter_map(move |row| {
+            row.stats
+                .as_ref()
+                .map(|s| (format!("{{channel=\"{}\"}}", escape(&row.name)), pick(s)))
         })
     };
     f.emit(
