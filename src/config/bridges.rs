@@ -264,6 +264,10 @@ fn read_bridge(
             if matches!(n.kind, Kind::Int(0)) {
                 ctx.bad(n, &key, "is zero, which is not unlimited but a subscriber that may receive nothing, and MQTT forbids sending it; write 1 to 65535 - it is how many records are held unacknowledged");
                 20
+            } else if matches!(n.kind, Kind::Int(i) if i > 65_535) {
+                // B-537: what the value costs, as the zero's refusal says.
+                ctx.bad(n, &key, "is above 65535, the most MQTT can say; write 1 to 65535 - it is how many records are held unacknowledged, each direction, in memory");
+                20
             } else {
                 walk::uint(ctx, n, &key, 1, 65_535).unwrap_or(20) as u16
             }
