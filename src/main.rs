@@ -330,9 +330,7 @@ fn route(path: &std::path::Path, subject: Option<&str>, json: bool) -> ExitCode 
     };
     let router = saguin::routing::Router::new(&config);
     match subject {
-        Some(subject) if json => {
-            println!("{}", saguin::routing::explain_one_json(&router, subject))
-        }
+        Some(subject) if json => print!("{}", saguin::routing::explain_one_json(&router, subject)),
         Some(subject) => print!("{}", saguin::routing::explain_one(&router, subject)),
         None => {
             let mut input = String::new();

@@ -1,8 +1,11 @@
 //! Routing: where a topic lands and what a filter reaches, golden against
 //! the spec's own tables (A-008, B-347 … B-353; RFC 0002 "--route").
 
+mod common;
+
 use std::path::Path;
 
+use saguin::codec::{ProtocolVersion::V5, QoS};
 use saguin::config::{self, ChannelType};
 use saguin::routing::{self, Route, Router, Serves};
 
@@ -23,6 +26,7 @@ fn lands(r: &Router, topic: &str) -> Option<&'static str> {
 }
 
 /// A-001, A-002, A-007, A-042, A-047: overlapping filters load; each claims what it matches.
+/// A-003: a topic no filter claims is broadcast, with no key saying so.
 #[test]
 fn a008_the_water_table() {
     let (_, r) = router("route-water.yaml");
@@ -105,7 +109,7 @@ fn most_exact_rules_level_by_level() {
     assert_eq!(lands(&r, "iot/w/location"), Some("loc"));
 }
 
-/// A-048: routing ignores file order.
+/// A-048, B-131: routing ignores file order.
 #[test]
 fn b131_file_order_never_changes_an_answer() {
     let filters = [
@@ -192,6 +196,7 @@ fn a_plain_filter_inside_a_queue_is_refused_0x8f_and_a_crossing_one_is_not() {
 
 /// B-349, B-350, B-351: the header and four columns, input first; a topic's type and
 /// claiming filter or `-`/broadcast/`-`; a filter's replayed/current/excluded, __dlq too.
+/// A-072: what a filter would be served, answered with nobody subscribed.
 #[test]
 fn b347_b351_the_depot_table_golden() {
     let (_, r) = router("route-depot.yaml");
@@ -236,6 +241,7 @@ fn b352_input_skips_blanks_and_comments_but_answers_a_bare_hash() {
     assert_eq!(subjects, ["#", "iot/x"]);
 }
 
+/// A-020: the routing table lists every filter's expanded plain forms.
 #[test]
 fn a020_the_routing_table_prints_expanded_filters() {
     let (_, r) = router("route-water.yaml");
@@ -491,4 +497,215 @@ iot/depot/state/device-1\tstate\tlatest\tiot/+/state/+
 iot/depot/health/device-1\t-\tbroadcast\t-
 "
     );
+}
+
+/// A-011: a filter holds no regular expression: `.*`, `(b|c)` and `[ab]` are literal
+/// levels, matching only themselves; `{a,b}` is the one extension.
+#[test]
+fn a_channel_filter_holds_no_regular_expression_a011() {
+    let yaml = "broker:
+  id: regex
+  storage:
+    default: local
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      local:
+        type: memory
+        snapshot_dir: none
+channels:
+  dotstar:
+    type: append
+    filter: \"iot/.*/x\"
+  alternation:
+    type: append
+    filter: \"a/(b|c)\"
+  class:
+    type: append
+    filter: \"s/[ab]\"
+  braces:
+    type: append
+    filter: \"b/{x,y}\"
+";
+    let c = config::from_str(yaml, Path::new("saguin.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let r = Router::new(&c);
+    assert_eq!(lands(&r, "iot/.*/x"), Some("dotstar"));
+    assert_eq!(lands(&r, "iot/abc/x"), None);
+    assert_eq!(lands(&r, "a/(b|c)"), Some("alternation"));
+    assert_eq!(lands(&r, "a/b"), None);
+    assert_eq!(lands(&r, "s/[ab]"), Some("class"));
+    assert_eq!(lands(&r, "s/a"), None);
+    assert_eq!(lands(&r, "b/x"), Some("braces"));
+    assert_eq!(lands(&r, "b/y"), Some("braces"));
+    assert_eq!(lands(&r, "b/{x,y}"), None);
+}
+
+/// A-015: no brace survives the loader: the router holds only plain filters, and a
+/// subscription spelling the braces is the literal level it is, reaching no channel.
+#[test]
+fn no_brace_survives_past_the_loader_a015() {
+    let (c, r) = router("route-water.yaml");
+    for (name, _, filters) in r.channels() {
+        for f in filters {
+            assert!(!f.contains(['{', '}']), "{name}: {f}");
+        }
+    }
+    let weather = c
+        .channels
+        .iter()
+        .find(|ch| ch.name == "weather-measurement")
+        .expect("the channel");
+    assert_eq!(
+        weather.filters,
+        ["iot/weather/+/data", "iot/weather/+/events"]
+    );
+    assert_eq!(lands(&r, "iot/weather/st-3/{data,events}"), None);
+    let reach = r.reach("iot/weather/+/{data,events}");
+    assert!(reach.channels.is_empty() && reach.broadcast);
+}
+
+/// The standard output of `saguin ARGS`, which must exit 0.
+fn saguin_output(args: &[&str]) -> String {
+    let out = common::run_saguin(args);
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// B-348: `--route` answers as the running broker routes: each topic published to a
+/// broker on the same file lands in the channel `--route` names (each published a
+/// different power of two times, so the channels' record counts say which went where),
+/// and one it calls broadcast lands in none.
+#[test]
+fn route_agrees_with_where_the_running_broker_stores_b348() {
+    let dir = common::temp_dir("route-agrees");
+    let channels = [
+        ("a", "x/+/z"),
+        ("b", "x/y/#"),
+        ("c", "x/+/+/#"),
+        ("d", "x/#"),
+    ];
+    let mut yaml = common::config(
+        "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\nchannels:\n",
+    );
+    for (name, filter) in channels {
+        yaml.push_str(&format!(
+            "  {name}:\n    type: append\n    filter: {filter}\n"
+        ));
+    }
+    let path = dir.join("route.yaml");
+    std::fs::write(&path, yaml.replace("{dir}", &dir.display().to_string())).unwrap();
+    let path = path.to_str().expect("UTF-8 path").to_string();
+    let topics = [
+        "x/y/z", "x/q/z", "x/y", "x/y/z/w", "x/q/q/q", "x", "other/t",
+    ];
+    let mut want = std::collections::BTreeMap::new();
+    for (i, topic) in topics.iter().enumerate() {
+        let out = saguin_output(&["--route", &path, topic]);
+        let line = out.lines().nth(1).expect("the answer line");
+        let channel = line
+            .split('\t')
+            .nth(1)
+            .expect("a channel column")
+            .to_string();
+        *want.entry(channel).or_insert(0u64) += 1 << i;
+    }
+    assert!(
+        want.len() >= 4,
+        "the subjects reach several channels: {want:?}"
+    );
+    let broker = common::Broker::start_in(dir, &yaml);
+    let mut publisher = common::Raw::connected(broker.addr, V5, "publisher");
+    for (i, topic) in topics.iter().enumerate() {
+        for _ in 0..1u64 << i {
+            assert_eq!(
+                publisher.publish(topic, b"r", QoS::AtLeastOnce, false),
+                Some(0)
+            );
+        }
+    }
+    for (name, _) in channels {
+        let n = want.get(name).copied().unwrap_or(0);
+        broker.assert_metric(&format!("saguin_channel_records{{channel=\"{name}\"}} {n}"));
+    }
+    assert!(want.contains_key("-"), "one topic is broadcast: {want:?}");
+}
+
+/// B-354: `--route FILE SUBJECT --json` prints one object carrying the answer and
+/// the routing table the paragraph form prints, row for row.
+#[test]
+fn route_json_for_one_subject_carries_the_paragraph_forms_table_b354() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config/route-depot.yaml");
+    let path = path.to_str().expect("UTF-8 path");
+    for subject in ["iot/depot/events/o-1", "iot/depot/#"] {
+        let text = saguin_output(&["--route", path, subject]);
+        let (answers, table) = text.split_once("\n\n").expect("answer, blank line, table");
+        let json = saguin_output(&["--route", path, subject, "--json"]);
+        assert!(
+            json.ends_with("}\n") && json.lines().count() == 1,
+            "one object, one line: {json:?}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+        assert_eq!(v["subject"], subject);
+        let rows: Vec<String> = v["table"]
+            .as_array()
+            .expect("a table")
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}\t{}\t{}",
+                    r["filter"].as_str().unwrap(),
+                    r["channel"].as_str().unwrap(),
+                    r["type"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let printed: Vec<&str> = table.lines().skip(1).collect();
+        assert_eq!(rows, printed, "{subject}");
+        let said: Vec<String> = v["answers"]
+            .as_array()
+            .expect("answers")
+            .iter()
+            .map(|a| {
+                let s = |k: &str| a[k].as_str().unwrap_or("-").to_string();
+                format!("{subject}\t{}\t{}\t{}", s("channel"), s("type"), s("why"))
+            })
+            .collect();
+        let printed: Vec<&str> = answers.lines().skip(1).collect();
+        assert_eq!(said, printed, "{subject}");
+    }
+}
+
+/// A-056: `saguin --route FILE TOPIC` names the channel a topic routes to, for an
+/// append, a latest and a queue channel, or says broadcast.
+#[test]
+fn route_names_the_channel_of_a_topic_of_every_type_a056() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config/route-depot.yaml");
+    for (topic, want) in [
+        ("iot/depot/events/o-1", "\tevents\tappend\tiot/+/events/+"),
+        ("iot/depot/state/d-1", "\tstate\tlatest\tiot/+/state/+"),
+        ("iot/depot/jobs/j-1", "\tjobs\tqueue\tiot/+/jobs/+"),
+        ("iot/depot/health/d-1", "\t-\tbroadcast\t-"),
+    ] {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+            .arg("--route")
+            .arg(&path)
+            .arg(topic)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run saguin");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("saguin --route exits")
+            .expect("its output");
+        assert!(out.status.success(), "{topic}: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = format!("\n{topic}{want}\n");
+        assert!(stdout.contains(&line), "{line:?} not in\n{stdout}");
+    }
 }
