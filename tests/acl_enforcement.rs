@@ -315,6 +315,30 @@ fn the_catalogue_is_scoped_to_the_verbs_held_b324() {
     assert_eq!(events["filter"], "iot/+/events/#");
 }
 
+/// B-328: the catalogue answers from the grants as they stand at the request: after a
+/// SIGUSR1 re-read, the same connection is told its new verbs.
+#[test]
+fn the_catalogue_answers_from_the_acl_file_as_reread_b328() {
+    let broker = start("catalogue-reload", ACL);
+    let mut bob = as_user(&broker, "bob", "bob");
+    let events: serde_json::Value = serde_json::from_str(&catalogue(&mut bob, "events")).unwrap();
+    assert_eq!(events["verbs"], serde_json::json!(["read", "seek"]));
+    assert_eq!(catalogue(&mut bob, "state"), "");
+    std::fs::write(
+        broker.dir.join("acl.yaml"),
+        ACL.replace(
+            "    - channel: events\n      allow: [read, seek]\n",
+            "    - channel: state\n      allow: [read]\n",
+        ),
+    )
+    .unwrap();
+    broker.signal("USR1");
+    broker.wait_log("re-read:");
+    assert_eq!(catalogue(&mut bob, "events"), "");
+    let state: serde_json::Value = serde_json::from_str(&catalogue(&mut bob, "state")).unwrap();
+    assert_eq!(state["verbs"], serde_json::json!(["read"]));
+}
+
 /// B-028, B-292, B-233: SIGUSR1 re-reads the acl_file; an open connection's next publish
 /// is asked of the new file. A file that does not load changes nothing.
 #[test]
@@ -452,6 +476,7 @@ fn a_denied_share_is_a_protocol_error_b311() {
 /// (3.1.1: closed); on a channel's topic nothing changes and Retain Available
 /// stays 1; a retained Will aimed at broadcast is 0x9A (3.1.1 0x05).
 /// A-195: a retained broadcast under a `retained` denial is DISCONNECT 0x9A.
+/// A-196, A-248, A-276: channel topics untouched; retained Will 0x9A/0x05; Retain Available 1.
 #[test]
 fn a_denied_retained_value_on_broadcast_is_0x9a_b312() {
     let broker = start("deny-retained", &features_acl("retained"));
@@ -488,6 +513,7 @@ fn a_denied_retained_value_on_broadcast_is_0x9a_b312() {
 /// B-314, B-315: qos2 denied - Maximum QoS 1, a QoS 2 subscription granted 1, a
 /// QoS 2 publish DISCONNECT 0x9B (3.1.1: closed), a QoS 2 Will 0x9B (3.1.1 0x05).
 /// A-141, A-197, A-271: Maximum QoS 1, granted 1, a QoS 2 publish DISCONNECT 0x9B.
+/// A-249: a QoS 2 Will under a `qos2` denial is CONNACK 0x9B (3.1.1 0x05).
 #[test]
 fn a_denied_qos2_is_capped_and_refused_b314() {
     let broker = start("deny-qos2", &features_acl("qos2"));
@@ -932,6 +958,68 @@ fn read_alone_on_a_latest_channel_reads_and_never_writes_c015() {
         Some(NOT_AUTHORIZED)
     );
     bob.expect_nothing(Duration::from_millis(300));
+}
+
+/// C-016: a nested registry (`iot/+/schemas/+`, narrowed to `iot/%u/schemas/+`) is
+/// governed exactly as one at `schemas/#` (narrowed to `schemas/%u/#`): the user's own
+/// keys written and point-read, another user's refused both ways.
+#[test]
+fn a_nested_registry_is_governed_like_one_at_the_top_c016() {
+    let dir = common::temp_dir("nested-registry");
+    std::fs::copy(FIXTURE, dir.join("clients.passwd")).expect("copy the password file");
+    let acl = "roles:
+  publisher:
+    - channel: top
+      filter: \"schemas/%u/#\"
+      allow: [read, write]
+    - channel: nested
+      filter: \"iot/%u/schemas/+\"
+      allow: [read, write]
+users:
+  alice: [publisher]
+  bob: [publisher]
+";
+    std::fs::write(dir.join("acl.yaml"), acl).expect("write the acl_file");
+    let extra = "    password_file: {dir}/clients.passwd
+    acl_file: {dir}/acl.yaml
+channels:
+  top:
+    type: latest
+    filter: schemas/#
+  nested:
+    type: latest
+    filter: iot/+/schemas/+
+";
+    let broker = Broker::start_in(dir, &common::config(extra));
+    let q1 = QoS::AtLeastOnce;
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(bob.publish("schemas/bob/v1", b"b", q1, false), Some(0));
+    assert_eq!(bob.publish("iot/bob/schemas/v1", b"b", q1, false), Some(0));
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    for (own, other) in [
+        ("schemas/alice/v1", "schemas/bob/v1"),
+        ("iot/alice/schemas/v1", "iot/bob/schemas/v1"),
+    ] {
+        assert_eq!(alice.publish(own, b"a", q1, false), Some(0), "{own}");
+        assert_eq!(
+            alice.publish(other, b"a", q1, false),
+            Some(NOT_AUTHORIZED),
+            "{other}"
+        );
+        assert_eq!(
+            verb(&mut alice, "$saguin/kv/get", own.as_bytes()),
+            0,
+            "{own}"
+        );
+        let got = alice.recv_publish();
+        assert_eq!((&*got.topic, &*got.payload), ("me/answer", &b"a"[..]));
+        assert_eq!(
+            verb(&mut alice, "$saguin/kv/get", other.as_bytes()),
+            NOT_AUTHORIZED,
+            "{other}"
+        );
+    }
+    alice.expect_nothing(Duration::from_millis(300));
 }
 
 /// C-245: retained denied - a retained broadcast publish at QoS 0 is DISCONNECT 0x9A

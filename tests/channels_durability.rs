@@ -286,3 +286,38 @@ fn a_narrowed_latest_filter_is_counted_at_startup_a053() {
     assert_eq!(&*reader.recv_publish().topic, "state/a");
     reader.expect_nothing(Duration::from_millis(300));
 }
+
+/// a point read of a topic the narrowed filter no longer reaches answers that it
+/// names no latest channel (0x90, nothing sent), though its orphaned value is still
+/// stored; a topic the filter still reaches is answered as before.
+#[test]
+fn a_point_read_of_a_topic_no_latest_channel_claims_now_is_0x90_a055() {
+    let dir = temp_dir("latest-orphan-read");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, CHANNELS);
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    for (topic, value) in [("state/a", "kept"), ("state/b/deep", "orphan")] {
+        assert_eq!(
+            producer.publish(topic, value.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    drop(producer);
+    let dir = broker.stop();
+    let narrowed = CHANNELS.replace(
+        "  state:\n    type: latest\n",
+        "  state:\n    type: latest\n    filter: state/+\n",
+    );
+    assert_ne!(narrowed, CHANNELS);
+    let broker = Broker::start_in(dir, &narrowed);
+    let get = |key: &str| {
+        let mut p = common::publish("$saguin/kv/get", key.as_bytes(), QoS::AtLeastOnce, false);
+        p.properties.edit().response_topic = Some("replies/me".into());
+        p
+    };
+    let mut asker = Raw::connected(broker.addr, V5, "asker");
+    assert_eq!(asker.publish_packet(get("state/b/deep")), Some(0x90));
+    asker.expect_nothing(Duration::from_millis(300));
+    assert_eq!(asker.publish_packet(get("state/a")), Some(0));
+    assert_eq!(&*asker.recv_publish().payload, b"kept");
+}

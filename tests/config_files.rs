@@ -103,7 +103,7 @@ fn b124_b127_b135_b136_split_files_resolve_against_the_including_file() {
     assert_eq!(c.channel("vessel-jobs").unwrap().storage, "volatile");
 }
 
-/// moving channels between `!include` files changes no route.
+/// A-048, B-131: moving channels between `!include` files changes no route.
 #[test]
 fn b131_the_order_files_are_named_in_decides_nothing() {
     let a = config::load(&fixture("split/saguin.yaml")).unwrap();
@@ -217,6 +217,7 @@ fn b132_globs_are_refused() {
 }
 
 /// B-133: an unknown key in an included file names that file.
+/// B-134: an included file's findings carry exact line numbers.
 #[test]
 fn b133_b134_an_unknown_key_in_an_included_file_names_that_file_and_its_line() {
     let dir = scratch(

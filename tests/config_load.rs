@@ -269,6 +269,90 @@ fn a_nameless_door_among_several_is_refused_quoting_both_b176() {
     assert!(report.contains("fleet"), "{report}");
 }
 
+/// B-178: door names are unique among the MQTT doors and among the operations doors
+/// separately: an MQTT door and an operations door may share one, two operations
+/// doors may not.
+#[test]
+fn door_names_are_unique_per_listener_not_across_them_b178() {
+    let c = ok("broker:
+  id: a
+  mqtt:
+    listen:
+      tcp:
+        - name: main
+          address: 127.0.0.1:1883
+        - name: spare
+          address: 127.0.0.1:1884
+  operations:
+    listen:
+      tcp:
+        - name: main
+          address: 127.0.0.1:9090
+        - name: spare
+          address: 127.0.0.1:9091
+");
+    let ops = c.broker.operations.as_ref().expect("the operations block");
+    assert_eq!(c.broker.mqtt.listen.tcp[0].name, "main");
+    assert_eq!(ops.listen.tcp[0].name, "main");
+    let report = refused(
+        "broker:\n  id: a\n  operations:\n    listen:\n      tcp:\n        - name: unix\n          address: 127.0.0.1:9090\n        - name: b\n          address: 127.0.0.1:9091\n      unix:\n        path: /run/o.sock\n",
+        "broker.operations.listen.unix",
+        10,
+    );
+    assert!(report.contains("unix"), "{report}");
+}
+
+/// B-181: hosts compare as addresses and Unix paths cleaned; a host name is not
+/// resolved, so `localhost` and `127.0.0.1` on one port pass the check.
+#[test]
+fn doors_compare_addresses_and_cleaned_paths_but_resolve_no_name_b181() {
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:1883\n      ws:\n        address: \"[::ffff:127.0.0.1]:1883\"\n",
+        "broker.mqtt.listen.ws.address",
+        8,
+    );
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      unix:\n        path: /x/r.sock\n  operations:\n    listen:\n      unix:\n        path: /x/./r.sock\n",
+        "broker.operations.listen.unix.path",
+        10,
+    );
+    ok(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: localhost:1883\n      ws:\n        address: 127.0.0.1:1883\n",
+    );
+}
+
+/// B-182: a port with leading zeros or a `+` is its number, and ports compare as
+/// numbers; a service name is read from /etc/services where it lists one.
+#[test]
+fn ports_read_as_numbers_and_compare_numerically_b182() {
+    let c = ok(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:032010\n      ws:\n        address: \"127.0.0.1:+32011\"\n",
+    );
+    assert_eq!(c.broker.mqtt.listen.tcp[0].address.port, 32010);
+    assert_eq!(c.broker.mqtt.listen.ws[0].address.port, 32011);
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: \"127.0.0.1:+1883\"\n      ws:\n        address: 127.0.0.1:01883\n",
+        "broker.mqtt.listen.ws.address",
+        8,
+    );
+    refused(
+        "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:65536\n",
+        "broker.mqtt.listen.tcp.address",
+        6,
+    );
+    let services = std::fs::read_to_string("/etc/services").unwrap_or_default();
+    let lists_http = services.lines().any(|l| {
+        let mut words = l.split_whitespace();
+        words.next() == Some("http") && words.next() == Some("80/tcp")
+    });
+    if lists_http {
+        let c = ok(
+            "broker:\n  id: a\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:http\n",
+        );
+        assert_eq!(c.broker.mqtt.listen.tcp[0].address.port, 80);
+    }
+}
+
 /// B-008, B-046, B-064, B-069, B-070, B-073, B-079, B-092, B-099: the limits' defaults.
 /// A-031, A-034: max_client_id_length 256, max_session_expiry 30d.
 #[test]
@@ -384,6 +468,7 @@ fn a035_max_session_expiry_refuses_none() {
 }
 
 /// B-073, B-077: max_keepalive is a duration; past 65535 s refused, not truncated.
+/// B-078: the over-range finding's exact wording.
 #[test]
 fn b078_max_keepalive_over_65535_seconds_reads_as_the_spec_says() {
     let report = refused(

@@ -258,6 +258,26 @@ fn a_will_topic_past_the_topic_limits_or_under_share_is_refused_0x90() {
     }
 }
 
+/// a 3.1.1 CONNACK is the session-present flag and a return code, nothing
+/// more, and a 3.1.1 client is never sent a DISCONNECT: taken over, or at a graceful
+/// stop, it is closed with nothing written, where MQTT 5 is told 0x8B.
+#[test]
+fn a_3_1_1_client_gets_a_bare_connack_and_never_a_disconnect_a253() {
+    let broker = Broker::start("");
+    let mut refused = Raw::open(broker.addr, V311);
+    refused.send(&Packet::Connect(Box::new(connect(V311, "", false))));
+    assert_eq!(refused.read_to_close(), [0x20, 0x02, 0x00, 0x02]);
+    let mut first = Raw::connected(broker.addr, V311, "twice");
+    let _second = Raw::connected(broker.addr, V311, "twice");
+    first.expect_closed_silently();
+    let mut modern = Raw::connected(broker.addr, V5, "modern");
+    let mut old = Raw::connected(broker.addr, V311, "old");
+    broker.signal("TERM");
+    assert_eq!(modern.expect_disconnect(), 0x8B);
+    old.expect_closed_silently();
+}
+
+/// a `saguin-` User Property on a CONNECT is CONNACK 0x83.
 #[test]
 fn a_saguin_user_property_on_connect_is_refused_0x83() {
     let broker = Broker::start("");

@@ -83,6 +83,30 @@ fn reserved_spaces_are_refused_with_their_codes() {
     assert_eq!(raw.publish("ok", b"x", QoS::AtLeastOnce, false), Some(0x00));
 }
 
+/// A-176: only the lower-case `$share/` is refused; `$SHARE/x` and other spellings
+/// are ordinary topics, accepted 0x00 (3.1.1: acknowledged, not closed).
+#[test]
+fn a_publish_to_a_non_lower_case_share_spelling_is_accepted_a176() {
+    let broker = Broker::start("");
+    for protocol in [V5, V311] {
+        let mut raw = Raw::connected(broker.addr, protocol, "shouty");
+        for topic in ["$SHARE/x", "$Share/g/t", "$sHaRe/g/t", "$SHARE"] {
+            assert_eq!(
+                raw.publish(topic, b"x", QoS::AtLeastOnce, false),
+                Some(0),
+                "{protocol:?} {topic}"
+            );
+        }
+        if protocol == V5 {
+            assert_eq!(
+                raw.publish("$share/g/t", b"x", QoS::AtLeastOnce, false),
+                Some(0x90),
+                "the lower-case spelling stays refused"
+            );
+        }
+    }
+}
+
 /// A-182: a refused QoS 1 publish from 3.1.1 is closed, never acknowledged.
 #[test]
 fn a_3_1_1_refusal_closes_the_connection_instead_of_acknowledging() {
@@ -408,6 +432,51 @@ fn content_type_and_payload_format_are_carried_on_every_delivery_c011() {
             );
             assert_eq!(got.properties.payload_format_indicator, Some(1));
         }
+    }
+}
+
+/// C-012, C-013: a `schema` User Property is delivered untouched like any other, and
+/// payloads are opaque: a "schema" in a registry channel and records that match it in
+/// no way are stored and delivered byte for byte.
+#[test]
+fn a_schema_property_and_any_payload_pass_through_untouched_c012_c013() {
+    let broker = Broker::start(
+        "channels:\n  registry:\n    type: latest\n    filter: schemas/#\n  log:\n    type: append\n    filter: log/#\n",
+    );
+    let mut sub = Raw::connected(broker.addr, V5, "reader");
+    for filter in ["schemas/#", "log/#", "news/#"] {
+        assert_eq!(sub.subscribe(filter, opts(QoS::AtLeastOnce)), [1]);
+    }
+    let mut publisher = Raw::connected(broker.addr, V5, "writer");
+    let not_a_schema: &[u8] = b"{ this is not JSON, Avro or anything \xff\x00";
+    assert_eq!(
+        publisher.publish("schemas/reading/v1", not_a_schema, QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let got = sub.recv_publish();
+    assert_eq!(&*got.payload, not_a_schema);
+    let props = vec![
+        ("before".to_string(), "1".to_string()),
+        ("schema".into(), "schemas/reading/v1".into()),
+        ("schema".into(), "not even a topic +/#".into()),
+        ("after".into(), "2".into()),
+    ];
+    let payload: &[u8] = &[0xff, 0xfe, 0x00, b'{', 0x80];
+    for topic in ["log/r", "news/r"] {
+        let mut p = publish(topic, payload, QoS::AtLeastOnce, false);
+        p.properties.edit().user_properties = props.clone();
+        assert_eq!(publisher.publish_packet(p), Some(0), "{topic}");
+        let got = sub.recv_publish();
+        assert_eq!(&*got.topic, topic);
+        assert_eq!(&*got.payload, payload, "{topic}: the payload as published");
+        let delivered: Vec<_> = got
+            .properties
+            .user_properties
+            .iter()
+            .filter(|(k, _)| !k.starts_with("saguin-"))
+            .cloned()
+            .collect();
+        assert_eq!(delivered, props, "{topic}: in order, unaltered");
     }
 }
 

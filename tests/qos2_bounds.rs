@@ -84,6 +84,34 @@ fn by_default_the_21st_unreleased_qos2_publish_is_refused_0x97() {
     assert_eq!(pubrec(&mut raw).code, 0x97);
 }
 
+/// B-445: QoS 2 state on /metrics: the publishes held until their PUBREL, the
+/// abandoned count and the configured per-client bound.
+#[test]
+fn qos2_state_is_exposed_as_metrics_b445() {
+    let broker = Broker::start(
+        "  qos2:\n    max_inflight_per_client: 7\n  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n",
+    );
+    let mut raw = Raw::connected(broker.addr, V5, "q2-metered");
+    for id in 1..=3 {
+        raw.send(&Packet::Publish(held(id, b"held")));
+        assert_eq!(pubrec(&mut raw).code, 0);
+    }
+    raw.send(&Packet::PubRel(Ack::new(1, 0)));
+    assert_eq!(pubcomp(&mut raw).code, 0);
+    // One scrape: the answer is kept for min_scrape_interval.
+    let ops = std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock"))
+        .expect("the ops socket");
+    let (status, body) = common::http_get(ops, "/metrics");
+    assert_eq!(status, 200);
+    for line in [
+        "saguin_qos2_held 2",
+        "saguin_qos2_abandoned_total 0",
+        "saguin_qos2_max_inflight_per_client 7",
+    ] {
+        assert!(body.lines().any(|l| l == line), "no {line:?} in {body}");
+    }
+}
+
 /// B-440: past expires_after the held publish is dropped; a late PUBREL gets 0x92.
 #[test]
 fn a_held_qos2_publish_is_abandoned_after_expires_after_and_its_late_pubrel_gets_0x92() {

@@ -275,6 +275,76 @@ fn b441_an_abandoned_held_publish_leaves_storage() {
     assert_eq!(records_of(&dir, "events"), 0);
 }
 
+/// The retained store on `small` (1 MiB), sessions and held publishes on `sessions`.
+const RETAINED_SMALL: &str = "broker:
+  id: release-room
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  session:
+    storage: sessions
+  limits:
+    max_message_size: 64KiB
+    session_queue_bytes: 8MiB
+  storage:
+    default: small
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      small:
+        type: memory
+        max_bytes: 1MiB
+        snapshot_dir: none
+      sessions:
+        type: memory
+        max_bytes: 1MiB
+        snapshot_dir: none
+";
+
+/// A-268: a PUBREL whose release finds the retained store's provider full (filled
+/// after the PUBREC) is DISCONNECT 0x97 and the message stays held; the PUBREL sent
+/// again on the next connection completes it once there is room.
+#[test]
+fn a_pubrel_refused_for_room_is_disconnect_0x97_and_completes_later_a268() {
+    let broker = Broker::start_with(RETAINED_SMALL);
+    let payload = vec![b'h'; 50 << 10];
+    let (mut releaser, _) = connected(&broker, persistent("releaser", true, 300));
+    let mut held = common::publish("full/held", &payload, QoS::ExactlyOnce, true);
+    held.packet_id = Some(3);
+    releaser.send(&Packet::Publish(held));
+    match releaser.recv() {
+        Packet::PubRec(ack) => assert_eq!(ack.code, 0),
+        other => panic!("expected PUBREC, got {other:?}"),
+    }
+    let mut filler = Raw::connected(broker.addr, V5, "filler");
+    let mut filled = Vec::new();
+    for i in 0..40 {
+        let topic = format!("full/{i:02}");
+        match filler.publish(&topic, &payload, QoS::AtLeastOnce, true) {
+            Some(0) => filled.push(topic),
+            code => {
+                assert_eq!(code, Some(0x97), "{topic}");
+                break;
+            }
+        }
+    }
+    assert!(filled.len() < 40, "the retained store filled");
+    releaser.send(&Packet::PubRel(codec::Ack::new(3, 0)));
+    assert_eq!(releaser.expect_disconnect(), 0x97);
+    for topic in &filled[..3] {
+        assert_eq!(filler.publish(topic, b"", QoS::AtLeastOnce, true), Some(0));
+    }
+    let (mut again, present) = connected(&broker, persistent("releaser", false, 300));
+    assert!(present, "the session and its held publish are kept");
+    assert_eq!(pubrel(&mut again, 3), 0, "released now there is room");
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("full/held", opts(QoS::AtLeastOnce)), [1]);
+    let value = reader.recv_publish();
+    assert!(value.retain && value.payload.len() == payload.len());
+}
+
 /// A memory provider whose 12 KiB (less the 3 KiB reserve) hold the session records
 /// and the held publishes.
 const TIGHT: &str = "broker:

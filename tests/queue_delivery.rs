@@ -126,6 +126,7 @@ fn ack_resolves_and_the_next_job_follows_at_once() {
 }
 
 /// C-046: offers go round robin over the workers that can take one. A-103.
+/// every subscriber to the form is one worker population.
 #[test]
 fn offers_take_turns_over_free_workers() {
     let broker = start();
@@ -245,6 +246,27 @@ fn a_payload_other_than_ack_or_return_is_ignored() {
     }
     w.expect_nothing(Duration::from_millis(500));
     // Still held: it times out and is redelivered.
+    let again = w.recv_offer();
+    assert_eq!((&*again.payload, attempt(&again)), (&b"j"[..], "2"));
+}
+
+/// the PUBACK of a response judges only its topic: a malformed payload at
+/// QoS 1 is acknowledged 0x00, logged as ignored, the worker told nothing more, and
+/// the job still held.
+#[test]
+fn a_malformed_response_is_acknowledged_by_its_topic_and_only_logged_a213() {
+    let broker = start();
+    put(&broker, "jobs/1", b"j");
+    let mut w = worker(&broker, "w");
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    let correlation = offer.properties.correlation_data.clone();
+    assert_eq!(
+        w.answer_qos1("$saguin/queue/jobs/response", correlation, b"done!"),
+        0
+    );
+    broker.wait_log("its payload is neither ack nor return");
+    w.expect_nothing(Duration::from_millis(300));
     let again = w.recv_offer();
     assert_eq!((&*again.payload, attempt(&again)), (&b"j"[..], "2"));
 }
@@ -622,6 +644,39 @@ fn a_returned_jobs_old_delivery_id_is_dead_c091() {
     // Still held under the new one: it times out and comes back as attempt 3.
     let third = w.recv_offer();
     assert_eq!((&*third.payload, attempt(&third)), (&b"j"[..], "3"));
+}
+
+/// B-038: a client write that blocks does not hold the queue's loop: with one worker's
+/// socket full and a 60 s write_timeout, another worker is offered jobs at once.
+#[test]
+fn a_blocked_write_does_not_hold_the_queues_offers_b038() {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: 60s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\nchannels:\n  jobs:\n    type: queue\n    filter: jobs/#\n    visibility_timeout: 1h\n",
+    );
+    let mut deaf = worker(&broker, "deaf");
+    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+    // From here on `deaf` reads nothing: broadcast fills its socket and the write waits.
+    let mut publisher = Raw::connected(broker.addr, V5, "flooder");
+    let payload = vec![b'x'; 200 * 1024];
+    for _ in 0..100 {
+        assert_eq!(
+            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut next = worker(&broker, "next");
+    let asked = Instant::now();
+    for i in 0..3 {
+        put(&broker, &format!("jobs/{i}"), b"j");
+    }
+    let offer = next.recv_offer();
+    assert_eq!(&*offer.payload, b"j");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "offered while the other write waits, after {:?}",
+        asked.elapsed()
+    );
+    drop(deaf);
 }
 
 /// B-039: a worker hung up at write_timeout (its socket full of broadcast) gives

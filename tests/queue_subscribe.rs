@@ -79,6 +79,7 @@ fn no_local_is_refused_0x8f_and_the_connection_stands() {
 }
 
 /// A-107..A-111, A-096: every other spelling under `$saguin/queue/` is refused 0x8F.
+/// a queue has exactly one valid subscription form.
 #[test]
 fn every_other_spelling_under_the_prefix_is_refused_0x8f() {
     let broker = start();
@@ -122,6 +123,7 @@ fn a_311_worker_is_refused_0x80() {
 /// C-042, A-113, A-121, invariant 11: `#`, a crossing filter and a shared group inside
 /// the queue are granted and never see a job; the worker does.
 /// only the form's subscriber is offered the job.
+/// a shared filter lying inside a queue is granted, not refused for what it reaches.
 #[test]
 fn nothing_but_the_form_receives_a_queues_records() {
     let broker = start();
@@ -148,4 +150,26 @@ fn nothing_but_the_form_receives_a_queues_records() {
     assert_eq!(&*offer.payload, b"job");
     all.expect_nothing(Duration::from_millis(400));
     group.expect_nothing(Duration::from_millis(100));
+}
+
+/// the refusal is decided at SUBSCRIBE on the filter as sent, not on the topics
+/// it would match: `work/a` lies inside the queue and is 0x8F, while `+/a`, which
+/// matches the same job's topic, crosses it, is granted, and is sent no job.
+#[test]
+fn the_filter_as_sent_decides_its_refusal_a069() {
+    let broker = start();
+    let mut s = Raw::connected(broker.addr, V5, "s");
+    assert_eq!(s.subscribe("work/a", opts(QoS::AtLeastOnce)), [0x8F]);
+    assert_eq!(s.subscribe("+/a", opts(QoS::AtLeastOnce)), [1]);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("work/a", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        publisher.publish("else/a", b"live", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(&*s.recv_publish().payload, b"live");
+    s.expect_nothing(Duration::from_millis(300));
 }

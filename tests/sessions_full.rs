@@ -170,6 +170,7 @@ fn b473_a_message_nothing_can_make_room_for_is_not_kept() {
 /// more each, here about 9KiB usable): two persistent sessions fit, the third CONNECT
 /// is accepted with Session Expiry Interval 0 in its CONNACK, counted, and its
 /// session is not there after it disconnects.
+/// a memory session provider's `max_bytes` bounds how many sessions are held.
 #[test]
 fn b469_a_session_the_store_has_no_room_for_ends_with_its_connection() {
     let broker = Broker::start_in(fresh_dir(), TIGHT);
@@ -197,6 +198,37 @@ fn b469_a_session_the_store_has_no_room_for_ends_with_its_connection() {
     );
     let (_, present) = connected(&broker, persistent("two", false, 300));
     assert!(present, "a session that fitted is kept");
+}
+
+/// B-466: sessions filling a memory provider leave only as they expire: retention
+/// (1s here, swept every second) frees none of their room, and the session that
+/// expires does.
+#[test]
+fn b466_sessions_leave_a_full_provider_only_as_they_expire() {
+    let yaml = TIGHT.replace(
+        "default_retention_period: none",
+        "default_retention_period: 1s",
+    );
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    let granted = |id: &str, expiry: u32| {
+        let (raw, ack) = Raw::handshake(broker.addr, persistent(id, true, expiry));
+        assert_eq!(ack.code, 0, "{id} accepted");
+        raw.disconnect();
+        broker.wait_log(&format!("{id} disconnected"));
+        ack.properties.session_expiry_interval != Some(0)
+    };
+    assert!(granted("brief", 3), "brief fits");
+    let brief_gone = std::time::Instant::now() + Duration::from_secs(3);
+    assert!(granted("long", 300), "long fits");
+    // Older than the retention period and swept over: still holding their room.
+    std::thread::sleep(Duration::from_millis(1800));
+    assert!(!granted("third", 300), "no room while both sessions live");
+    std::thread::sleep(brief_gone.saturating_duration_since(std::time::Instant::now()));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        granted("fourth", 300),
+        "brief expired and gave its room back"
+    );
 }
 
 /// B-470, B-471: with the store full, a SUBSCRIBE that would add a filter is
@@ -254,6 +286,38 @@ fn a_full_store_refuses_every_filter_the_packet_would_add_or_change_a147() {
     let got = two.recv_publish();
     assert_eq!((&*got.payload, got.qos), (&b"still"[..], QoS::AtLeastOnce));
     two.expect_nothing(Duration::from_millis(200));
+}
+
+/// a group's share is kept in its first lasting member's record, in the same
+/// write: with no room for it the whole packet is 0x97, its plain filter too, and the
+/// group holds nothing for that member.
+#[test]
+fn a_group_the_full_store_has_no_room_for_refuses_the_whole_packet_a148() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    let (one, _) = connected(&broker, persistent("one", true, 300));
+    let (mut two, _) = connected(&broker, persistent("two", true, 300));
+    assert_eq!(two.subscribe("a2", opts(QoS::AtLeastOnce)), [1]);
+    two.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![
+            ("$share/g/jobs/#".into(), opts(QoS::AtLeastOnce)),
+            ("c".into(), opts(QoS::AtLeastOnce)),
+        ],
+    }));
+    let Packet::SubAck(ack) = two.recv() else {
+        panic!("expected SUBACK")
+    };
+    assert_eq!(ack.codes, [0x97, 0x97]);
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(p.publish("jobs/1", b"no", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(p.publish("c", b"no", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(p.publish("a2", b"still", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(&*two.recv_publish().payload, b"still");
+    two.expect_nothing(Duration::from_millis(200));
+    // The plain filter alone fits: it was the group's share that had no room.
+    assert_eq!(two.subscribe("c", opts(QoS::AtLeastOnce)), [1]);
+    drop(one);
 }
 
 /// B-476: a session record that finds the provider full takes its room from the
@@ -347,6 +411,32 @@ fn b461_a_will_the_store_has_no_room_for_is_refused_0x97() {
         ),
         1
     );
+}
+
+/// a Will the full store has no room for is 0x97 on MQTT 5 and 0x05 on 3.1.1,
+/// where the same CONNECT without the Will is accepted.
+#[test]
+fn a_will_the_store_has_no_room_for_is_0x05_on_3_1_1_a246() {
+    let broker = Broker::start_in(fresh_dir(), TIGHT);
+    for id in ["one", "two"] {
+        let (raw, _) = connected(&broker, persistent(id, true, 300));
+        raw.disconnect();
+    }
+    let will = saguin::codec::Will {
+        topic: "gone/old".into(),
+        payload: b"bye".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: saguin::codec::Properties::default(),
+    };
+    let mut c = common::connect(V311, "old-willing", false);
+    c.will = Some(will.clone());
+    assert_eq!(Raw::handshake(broker.addr, c).1.code, 0x05);
+    let mut c = persistent("new-willing", true, 300);
+    c.will = Some(will);
+    assert_eq!(Raw::handshake(broker.addr, c).1.code, 0x97);
+    let (_raw, ack) = Raw::handshake(broker.addr, common::connect(V311, "old-willing", false));
+    assert_eq!(ack.code, 0, "without the Will it is accepted");
 }
 
 /// B-467, B-468: a snapshot restored over a smaller `max_bytes` is loaded whole and

@@ -48,6 +48,90 @@ fn a_session_on_sqlite_survives_sigkill() {
     resumes_and_receives(&broker, persistent("keeper", false, 300), "news/today");
 }
 
+/// [`config`] on sqlite with `limits` (lines of `broker.limits`, indented four).
+fn limited(limits: &str) -> String {
+    config("local").replace(
+        "  log_level: debug\n",
+        &format!("  log_level: debug\n  limits:\n{limits}"),
+    )
+}
+
+/// UNSUBSCRIBE `filters`; the UNSUBACK's codes.
+fn unsubscribe(raw: &mut Raw, packet_id: u16, filters: &[&str]) -> Vec<u8> {
+    raw.send(&Packet::Unsubscribe(codec::Unsubscribe {
+        packet_id,
+        properties: Properties::default(),
+        filters: filters.iter().map(|f| f.to_string()).collect(),
+    }));
+    match raw.recv() {
+        Packet::UnsubAck(ack) => ack.codes,
+        other => panic!("expected UNSUBACK, got {other:?}"),
+    }
+}
+
+/// B-098: a restored session holding more filters than a lowered max_subscriptions
+/// keeps them all; a new filter is refused 0x97 until UNSUBSCRIBE brings it under.
+#[test]
+fn a_restored_session_over_a_lowered_max_subscriptions_keeps_its_filters_b098() {
+    let broker = Broker::start_in(fresh_dir(), &limited("    max_subscriptions: 10\n"));
+    let (mut s, _) = connected(&broker, persistent("many-filters", true, 300));
+    for f in ["f/1", "f/2", "f/3", "f/4"] {
+        assert_eq!(s.subscribe(f, opts(QoS::AtLeastOnce)), [1]);
+    }
+    let dir = kill(broker);
+    drop(s);
+    let broker = Broker::start_in(dir, &limited("    max_subscriptions: 2\n"));
+    let (mut s, present) = connected(&broker, persistent("many-filters", false, 300));
+    assert!(present);
+    for f in ["f/1", "f/2", "f/3", "f/4"] {
+        publish(&broker, f, b"kept");
+        assert_eq!(&*s.recv_publish().topic, f, "every filter kept");
+    }
+    assert_eq!(s.subscribe("f/5", opts(QoS::AtLeastOnce)), [0x97]);
+    assert_eq!(unsubscribe(&mut s, 20, &["f/1", "f/2"]), [0, 0]);
+    assert_eq!(
+        s.subscribe("f/5", opts(QoS::AtLeastOnce)),
+        [0x97],
+        "at 2 of 2"
+    );
+    assert_eq!(unsubscribe(&mut s, 21, &["f/3"]), [0]);
+    assert_eq!(s.subscribe("f/5", opts(QoS::AtLeastOnce)), [1], "under it");
+}
+
+/// B-109: a restored session keeps a filter deeper than a lowered max_topic_levels,
+/// and UNSUBSCRIBE is never checked against the limit.
+#[test]
+fn a_restored_session_keeps_a_filter_deeper_than_a_lowered_limit_b109() {
+    // The configuration's own filters go to four levels (`work/+/todo/__dlq`).
+    let broker = Broker::start_in(fresh_dir(), &limited("    max_topic_levels: 6\n"));
+    let (mut s, _) = connected(&broker, persistent("deep-filter", true, 300));
+    assert_eq!(s.subscribe("a/b/c/d/#", opts(QoS::AtLeastOnce)), [1]);
+    let dir = kill(broker);
+    drop(s);
+    let broker = Broker::start_in(dir, &limited("    max_topic_levels: 4\n"));
+    let (mut s, present) = connected(&broker, persistent("deep-filter", false, 300));
+    assert!(present);
+    // `a/b/c/d/#` has five levels, and matches `a/b/c/d`, which has four.
+    publish(&broker, "a/b/c/d", b"kept");
+    assert_eq!(
+        &*s.recv_publish().topic,
+        "a/b/c/d",
+        "the deep filter was kept"
+    );
+    assert_eq!(
+        s.subscribe("a/b/c/d/#", opts(QoS::AtLeastOnce)),
+        [0x8F],
+        "a new SUBSCRIBE is checked"
+    );
+    // Its UNSUBSCRIBE is not: it is removed, and one never held is 0x11, not 0x8F.
+    assert_eq!(
+        unsubscribe(&mut s, 30, &["a/b/c/d/#", "v/w/x/y/z"]),
+        [0, 0x11]
+    );
+    publish(&broker, "a/b/c/d", b"gone");
+    s.expect_nothing(Duration::from_millis(300));
+}
+
 /// B-455 (memory: a graceful stop): the snapshot keeps the session.
 #[test]
 fn a_session_on_memory_survives_a_graceful_stop() {
@@ -202,6 +286,41 @@ fn a_delayed_will_fires_after_a_crash_when_its_delay_runs_out() {
     );
 }
 
+/// C-276: a Will waiting out its delay is stored once, on its session's record in
+/// the `broker.session.storage` provider, and nowhere else in the file.
+#[test]
+fn a_waiting_will_is_stored_once_on_the_session_record_c276() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let mut c = persistent("waiting", true, 300);
+    c.will = Some(codec::Will {
+        topic: "gone/waiting".into(),
+        payload: b"bye".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Properties::from(PropertyValues {
+            will_delay_interval: Some(60),
+            ..PropertyValues::default()
+        }),
+    });
+    let (raw, _) = connected(&broker, c);
+    drop(raw);
+    broker.wait_log("waiting disconnected");
+    let dir = broker.stop();
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the db");
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |row| row.get(0)).expect(sql) };
+    assert_eq!(
+        count("SELECT count(*) FROM sessions WHERE instr(record, 'gone/waiting') > 0"),
+        1,
+        "on the session's record"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM records WHERE topic = 'gone/waiting'"),
+        0,
+        "no record of its own"
+    );
+    assert_eq!(count("SELECT count(*) FROM held"), 0, "nothing held for it");
+}
+
 /// B-455 with a channel: a restored session's channel subscription opens its cursor
 /// when the session is resumed, so a record published after the restart is served
 /// without subscribing again.
@@ -256,6 +375,28 @@ fn a_graceful_stop_publishes_no_will_and_the_restored_session_keeps_it_c282() {
         "published live, when its session expired"
     );
     watcher.expect_nothing(Duration::from_millis(1500));
+}
+
+/// C-288: a device connected at the stop whose session expiry passes while the
+/// broker is down has its session ended at the next start, and its Will, which
+/// carries no due moment, is not published.
+#[test]
+fn a_session_that_expired_during_the_outage_ends_without_its_will_c288() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (held, _) = connected(
+        &broker,
+        with_will(persistent("outage", true, 1), "status/outage"),
+    );
+    let dir = broker.stop();
+    drop(held);
+    std::thread::sleep(Duration::from_millis(2500));
+    let broker = Broker::start_in(dir, &config("local"));
+    // The Will is retained: one published at the start would be served here.
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("status/#", opts(QoS::AtLeastOnce)), [1]);
+    watcher.expect_nothing(Duration::from_millis(1500));
+    let (_back, present) = connected(&broker, persistent("outage", false, 1));
+    assert!(!present, "the session ended at the start");
 }
 
 /// An assigned client id is never one a restored session holds: the counter starts

@@ -73,6 +73,7 @@ fn b447_after_sigkill_another_member_collects_the_backlog() {
 /// RFC 0002 "Shared subscriptions": a member whose session ends with its connection
 /// gives back what it had collected and not acknowledged; the member it was held for
 /// is sent it on resuming, DUP set as it may have been seen.
+/// what the group handed a member whose session ends is given back.
 #[test]
 fn b447_what_a_clean_member_collected_and_did_not_settle_goes_back_to_the_group() {
     let broker = common::Broker::start_in(fresh_dir(), &config("local"));
@@ -110,6 +111,7 @@ fn b447_what_a_clean_member_collected_and_did_not_settle_goes_back_to_the_group(
 /// B-448: what a group's last member that outlives its connection held, with only
 /// clean members left to give it to and none of them connected, is dropped and
 /// counted when that session ends.
+/// what the group handed a member whose session ends is counted when nobody takes it.
 #[test]
 fn b448_a_backlog_with_nobody_left_to_hold_it_is_dropped_and_counted() {
     let yaml = config("local").replace(
@@ -149,4 +151,65 @@ fn b447_a_collected_delivery_goes_as_the_collector_subscribed() {
     assert_eq!(publish.qos, QoS::AtLeastOnce);
     assert_eq!(publish.properties.subscription_identifiers, [7]);
     nothing_more(&mut other, Duration::from_millis(300));
+}
+
+/// a channel's records are held for the group as broadcast is: a member away
+/// whose session outlives its connection holds them, and another member that connects
+/// collects them, in order.
+#[test]
+fn a_groups_channel_records_are_held_like_its_broadcast_a127() {
+    let broker = common::Broker::start_in(fresh_dir(), &config("local"));
+    subscribe_and_leave(&broker, "away", "$share/g/events/#", QoS::AtLeastOnce);
+    publish_n(&broker, "events/1", "record", 3, QoS::AtLeastOnce);
+    let (mut other, _) = connected(&broker, persistent("other", true, 0));
+    assert_eq!(
+        other.subscribe("$share/g/events/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    assert_eq!(receive(&mut other, 3), expected("record", 0..3));
+    nothing_more(&mut other, Duration::from_millis(300));
+}
+
+/// a group with no member whose session outlives its connection drops what no
+/// member can take, each drop counted `no_shared_member`: here its one member's window
+/// (Receive Maximum 1) is full, and what was dropped never comes later.
+#[test]
+fn a_group_with_no_lasting_member_drops_what_nobody_can_take_a128() {
+    let yaml = config("local").replace(
+        "  session:\n",
+        "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n  session:\n",
+    );
+    let broker = common::Broker::start_in(fresh_dir(), &yaml);
+    let (mut clean, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("clean", true, 0), 1),
+    );
+    join(&mut clean);
+    publish_n(&broker, "jobs/1", "job", 3, QoS::AtLeastOnce);
+    let first = clean.recv_publish();
+    assert_eq!(&*first.payload, b"job-0");
+    broker.assert_metric("saguin_session_deliveries_dropped_total{cause=\"no_shared_member\"} 2");
+    clean.puback(&first);
+    nothing_more(&mut clean, Duration::from_millis(300));
+}
+
+/// an expired session leaves every shared group it belonged to: a new session
+/// under its client id, which never joined, is sent none of the group's messages, and
+/// the member left takes them all.
+#[test]
+fn an_expired_session_leaves_its_shared_groups_a130() {
+    let broker = common::Broker::start_in(fresh_dir(), &config("local"));
+    let (mut brief, _) = connected(&broker, persistent("brief", true, 1));
+    join(&mut brief);
+    brief.disconnect();
+    broker.wait_log("brief disconnected");
+    // The session expires a second later, at the next housekeeping tick.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (mut again, present) = connected(&broker, persistent("brief", false, 0));
+    assert!(!present, "the session expired");
+    let (mut other, _) = connected(&broker, persistent("other", true, 0));
+    join(&mut other);
+    publish_n(&broker, "jobs/1", "job", 2, QoS::AtLeastOnce);
+    assert_eq!(receive(&mut other, 2), expected("job", 0..2));
+    nothing_more(&mut again, Duration::from_millis(300));
 }

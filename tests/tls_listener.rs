@@ -251,6 +251,86 @@ fn sigusr1_serves_a_renewed_certificate_b188() {
     );
 }
 
+/// B-189: a client CA replaced on SIGUSR1 refuses, from the next handshake, a
+/// certificate only the old authority signed, and admits one the new one signed.
+#[test]
+fn a_client_ca_replaced_on_sigusr1_refuses_what_only_the_old_one_signed_b189() {
+    let ca = Ca::new("test-ca");
+    let dir = tls_dir("mtls-reload", &ca);
+    let broker = Broker::start_in(
+        dir.clone(),
+        &common::config(&door("          client_ca_file: {dir}/ca.pem\n", "")),
+    );
+    let (old_device, _, _) = ca.sign(&[], Some("device-old"));
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&old_device), BOTH), V5, None),
+        Ok(0)
+    );
+    let new_ca = Ca::new("new-client-ca");
+    std::fs::write(dir.join("ca.pem"), new_ca.pem()).expect("write");
+    broker.signal("USR1");
+    broker.wait_log("certificates re-read");
+    assert!(connack(broker.addr, client(&ca, Some(&old_device), BOTH), V5, None).is_err());
+    let (new_device, _, _) = new_ca.sign(&[], Some("device-new"));
+    assert_eq!(
+        connack(broker.addr, client(&ca, Some(&new_device), BOTH), V5, None),
+        Ok(0)
+    );
+}
+
+/// B-191: each listener whose certificate is reloaded logs the new one's expiry.
+#[test]
+fn each_reloaded_certificate_logs_its_expiry_b191() {
+    let ca = Ca::new("test-ca");
+    let dir = tls_dir("tls-expiry", &ca);
+    let (_, cert, key) = ca.sign(&["localhost"], Some("second"));
+    std::fs::write(dir.join("second.pem"), cert).expect("write");
+    std::fs::write(dir.join("second-key.pem"), key).expect("write");
+    let yaml = common::config("").replace(
+        "      tcp:\n        address: 127.0.0.1:0\n",
+        "      tcp:\n        - name: one\n          address: 127.0.0.1:0\n          tls:\n            cert_file: {dir}/server.pem\n            key_file: {dir}/server-key.pem\n        - name: two\n          address: 127.0.0.1:0\n          tls:\n            cert_file: {dir}/second.pem\n            key_file: {dir}/second-key.pem\n",
+    );
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    for (file, year) in [("server", 2031), ("second", 2032)] {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+        params.not_after = rcgen::date_time_ymd(year, 7, 9);
+        let cert = params.self_signed(&key).expect("self-signed");
+        std::fs::write(dir.join(format!("{file}.pem")), cert.pem()).expect("write");
+        std::fs::write(dir.join(format!("{file}-key.pem")), key.serialize_pem()).expect("write");
+    }
+    broker.signal("USR1");
+    let lines = broker.wait_log_lines("certificates re-read").join("\n");
+    for (file, year) in [("server", 2031), ("second", 2032)] {
+        let want = format!("{file}.pem: certificate valid until {year}-07-09");
+        assert!(lines.contains(&want), "no {want:?} in\n{lines}");
+    }
+}
+
+/// B-199: a verified certificate with neither a Common Name nor a DNS name (an IP
+/// address only) names nobody: the client goes on as if it had none, to the password
+/// file, and that is logged.
+#[test]
+fn a_certificate_naming_nobody_falls_through_to_the_password_file_b199() {
+    let ca = Ca::new("test-ca");
+    let broker = Broker::start_in(
+        tls_dir("mtls-nameless", &ca),
+        &common::config(&door(
+            "          client_ca_file: {dir}/ca.pem\n",
+            "        password_file: {dir}/clients.passwd\n",
+        )),
+    );
+    let (nameless, _, _) = ca.sign(&["10.0.0.7"], None);
+    let with_it = || client(&ca, Some(&nameless), BOTH);
+    assert_eq!(connack(broker.addr, with_it(), V5, None), Ok(0x86));
+    broker.wait_log("names nobody");
+    assert_eq!(
+        connack(broker.addr, with_it(), V5, Some(("alice", "secret"))),
+        Ok(0)
+    );
+}
+
 /// A client trusting only `ca_pem` (PEM), with `resolver` answering any certificate
 /// request.
 fn client_trusting(
