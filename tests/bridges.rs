@@ -1828,3 +1828,62 @@ fn an_out_rule_never_sends_the_stored_retained_set_c222_c227() {
     let (mut peer, _) = accept_bridge(&listener, true);
     no_stored_pass(&mut peer, "the link's return re-shipped a retained value");
 }
+
+/// C-225: an out rule never sends a latest value its channel's retention removed
+/// while the link was down; a value still kept crosses when it returns.
+#[test]
+fn a_value_retention_removed_while_the_link_was_down_never_crosses_c225() {
+    let port = free_port();
+    let peer = Mosquitto::start(port, temp_dir("mosq-c225"));
+    let mut far = persistent(peer.addr, "far-c225");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let yaml = format!(
+        "{SQLITE}channels:
+  short:
+    type: latest
+    filter: short/#
+    retention_period: 1s
+  kept:
+    type: latest
+    filter: kept/#
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-c225
+    topics:
+      - filter: short/#
+        topic: site/short/$#
+        direction: out
+      - filter: kept/#
+        topic: site/kept/$#
+        direction: out
+",
+        peer.addr
+    );
+    let broker = Broker::start_with(&yaml);
+    broker.wait_log("bridge hub: connected to");
+    drop(far);
+    std::thread::sleep(Duration::from_millis(300));
+    let (port_again, dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("short/a", b"stale", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        local.publish("kept/a", b"fresh", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    // The age sweep runs every second; the value goes a second after it was written.
+    std::thread::sleep(Duration::from_millis(3000));
+    let peer = Mosquitto::start(port_again, dir);
+    let mut far = persistent(peer.addr, "far-c225");
+    let p = far.recv_publish();
+    assert_eq!((&*p.topic, &*p.payload), ("site/kept/a", &b"fresh"[..]));
+    no_publish_within(
+        &mut far,
+        Duration::from_millis(800),
+        "a value retention removed crossed",
+    );
+}
