@@ -12,6 +12,13 @@ use saguin::codec::{
     Publish, QoS,
 };
 
+/// A QoS 1 request on `topic` whose answer goes to `response`.
+fn request(topic: &str, payload: &[u8], response: &str) -> Publish {
+    let mut p = common::publish(topic, payload, QoS::AtLeastOnce, false);
+    p.properties.edit().response_topic = Some(response.to_string());
+    p
+}
+
 fn get(key: &str, response: Option<&str>) -> Publish {
     let mut p = common::publish("$saguin/kv/get", key.as_bytes(), QoS::AtLeastOnce, false);
     p.properties.edit().response_topic = response.map(str::to_string);
@@ -239,13 +246,11 @@ fn a_seek_to_an_offset_replays_from_there_and_answers_on_the_response_topic() {
                 .to_string()
         })
         .collect();
-    let mut seek = common::publish(
+    let mut seek = request(
         "$saguin/consumer/events/seek",
         offsets[2].as_bytes(),
-        QoS::AtLeastOnce,
-        false,
+        "me/seek",
     );
-    seek.properties.edit().response_topic = Some("me/seek".into());
     seek.properties.edit().correlation_data = Some(b"s1".to_vec());
     reader.send(&Packet::Publish(seek));
     // The PUBACK, the answer, then the replay from offset 2.
@@ -355,13 +360,7 @@ fn jiff_now() -> String {
 }
 
 fn ask_catalogue(asker: &mut Raw, name: &str) -> (Option<u8>, Option<Publish>) {
-    let mut p = common::publish(
-        &format!("$saguin/catalogue/{name}"),
-        b"",
-        QoS::AtLeastOnce,
-        false,
-    );
-    p.properties.edit().response_topic = Some("me/catalogue".into());
+    let mut p = request(&format!("$saguin/catalogue/{name}"), b"", "me/catalogue");
     p.properties.edit().correlation_data = Some(b"c1".to_vec());
     let code = asker.publish_packet(p);
     let reply = (code == Some(0)).then(|| asker.recv_publish());
@@ -434,18 +433,15 @@ fn no_answer_is_delivered_on_a_reserved_topic_other_than_the_two_a203() {
     let broker = start();
     let mut asker = Raw::connected(broker.addr, V5, "reserved-answer");
     for reserved in ["$saguin/kv/get", "$saguin/queue/jobs", "$saguin/x"] {
-        let mut p = common::publish("$saguin/catalogue/events", b"", QoS::AtLeastOnce, false);
-        p.properties.edit().response_topic = Some(reserved.into());
+        let p = request("$saguin/catalogue/events", b"", reserved);
         assert_eq!(asker.publish_packet(p), Some(0x83), "{reserved}");
         asker.expect_nothing(Duration::from_millis(200));
     }
-    let mut seek = common::publish(
+    let seek = request(
         "$saguin/consumer/events/seek",
         b"0",
-        QoS::AtLeastOnce,
-        false,
+        "$saguin/consumer/events/seek/reply",
     );
-    seek.properties.edit().response_topic = Some("$saguin/consumer/events/seek/reply".into());
     assert_eq!(asker.publish_packet(seek), Some(0));
     assert_eq!(
         &*asker.recv_publish().topic,
@@ -660,12 +656,6 @@ fn a_seek_reply_goes_to_the_seeker_alone_a205() {
         }
     }
     other.expect_nothing(Duration::from_millis(300));
-    let mut refused = common::publish(
-        "$saguin/consumer/events/seek",
-        b"999999",
-        QoS::AtLeastOnce,
-        false,
-    );
-    refused.properties.edit().response_topic = Some("me/seek".into());
+    let refused = request("$saguin/consumer/events/seek", b"999999", "me/seek");
     assert_eq!(seeker.publish_packet(refused), Some(0x83));
 }
