@@ -6,16 +6,21 @@
 //!
 //! ```text
 //! saguin-bench --target saguin=127.0.0.1:18830,PID --target mosquitto=127.0.0.1:18831,PID
-//!              [--duration 3] [--latency-secs 4] [--idle 1000] [--rounds 1] [--jobs 3000] [--only SUBSTR] [--out FILE]
+//!              [--duration 3] [--latency-secs 4] [--load-secs 2] [--idle 1000] [--rounds 1] [--jobs 3000] [--only SUBSTR] [--out FILE]
 //! ```
 //!
-//! Each scenario has two phases on the same connections:
+//! Each scenario has three phases on the same subscriptions:
 //! * latency: publishers paced well below saturation; every delivery's one-way
 //!   latency (the send time travels in the payload; both ends are this process)
 //!   gives p50 / p99. The two brokers' latency phases run at the same time, one's
 //!   publishes half a period after the other's, so that a moment of a noisy machine
 //!   falls on both alike (run one after the other, a burst of steal landed on one
 //!   broker's phase and moved p99 by 10x between rounds);
+//! * latency under load: the same, one broker at a time, at 20,000 deliveries a
+//!   second of 128 bytes or 10,000 of 16 KiB (twice that for 1to100) for
+//!   `--load-secs`. Paced at 500 a second the machine idles between publishes, and
+//!   p99 is mostly a vCPU woken from halt, the same for any broker; under load it
+//!   does not idle, and what a broker spends on each message shows;
 //! * throughput: publishers send as fast as the broker takes it, with at most a
 //!   window of messages ahead of the subscribers (so neither broker is pushed
 //!   into dropping by its queue bounds), for `--duration` seconds; the result is
@@ -369,6 +374,8 @@ struct Scenario {
     topic: String,
     /// total publishes per second across publishers in the latency phase
     paced_rate: f64,
+    /// total publishes per second across publishers in the latency-under-load phase
+    loaded_rate: f64,
 }
 
 #[derive(Default)]
@@ -394,6 +401,9 @@ struct Outcome {
     lost_pct: f64,
     p50_us: f64,
     p99_us: f64,
+    /// latency under load (phase 2)
+    load_p50_us: f64,
+    load_p99_us: f64,
     peak_rss_kib: Option<u64>,
     error: Option<String>,
 }
@@ -406,13 +416,21 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// What a publish's payload says after its 8-byte send time: which phase sent it.
+const FLOODED: u8 = 0;
+const PACED: u8 = 1;
+const LOADED: u8 = 2;
+
 struct Sub {
     count: u64,
+    /// latencies of the paced (idle-machine) phase
     lat_ns: Vec<u64>,
+    /// latencies of the latency-under-load phase
+    load_ns: Vec<u64>,
 }
 
 async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
-    let mut out = Sub { count: 0, lat_ns: Vec::new() };
+    let mut out = Sub { count: 0, lat_ns: Vec::new(), load_ns: Vec::new() };
     let mut acks = Vec::new();
     loop {
         while let Some((h, s, e)) = rd.parse() {
@@ -427,9 +445,10 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
                 p += 2;
             }
             let payload = &rd.buf[p..e];
-            if payload.len() >= 9 && payload[8] == 1 {
+            if payload.len() >= 9 && payload[8] != FLOODED {
                 let ts = u64::from_le_bytes(payload[..8].try_into().unwrap());
-                out.lat_ns.push(now_ns().saturating_sub(ts));
+                let into = if payload[8] == LOADED { &mut out.load_ns } else { &mut out.lat_ns };
+                into.push(now_ns().saturating_sub(ts));
             }
             out.count += 1;
             sh.delivered.fetch_add(1, SeqCst);
@@ -451,8 +470,8 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
 }
 
 enum Mode {
-    /// `per_s` publishes a second, the first at `first`.
-    Paced { per_s: f64, first: Instant, until: Instant },
+    /// `per_s` publishes a second, the first at `first`, marked `phase`.
+    Paced { per_s: f64, first: Instant, until: Instant, phase: u8 },
     Flood { until: Instant, window: u64 },
 }
 
@@ -493,7 +512,7 @@ async fn publisher(
     loop {
         let now = Instant::now();
         match mode {
-            Mode::Paced { per_s, first, until } => {
+            Mode::Paced { per_s, first, until, .. } => {
                 if now >= until {
                     break;
                 }
@@ -552,9 +571,12 @@ async fn publisher(
             }
             pid = if pid == u16::MAX { 1 } else { pid + 1 };
         }
-        let flood = matches!(mode, Mode::Flood { .. });
+        let (flood, phase) = match mode {
+            Mode::Flood { .. } => (true, FLOODED),
+            Mode::Paced { phase, .. } => (false, phase),
+        };
         payload[..8].copy_from_slice(&now_ns().to_le_bytes());
-        payload[8] = if flood { 0 } else { 1 };
+        payload[8] = phase;
         pkt.clear();
         put_publish(&mut pkt, &topic, sc.qos, pid, &payload);
         w.write_all(&pkt).await?;
@@ -611,6 +633,7 @@ struct Stage {
     sampling: Arc<AtomicBool>,
     subscribers: Vec<tokio::task::JoinHandle<io::Result<Sub>>>,
     pacers: Vec<(Rd, Wr)>,
+    loaders: Vec<(Rd, Wr)>,
     flooders: Vec<(Rd, Wr)>,
 }
 
@@ -623,20 +646,26 @@ async fn stage(t: &Target, sc: &Scenario, tag: usize) -> io::Result<Stage> {
         subscribe(&mut rd, &mut w, &sc.topic, sc.qos).await?;
         subscribers.push(tokio::spawn(subscriber(rd, w, sh.clone())));
     }
-    let (mut pacers, mut flooders) = (Vec::new(), Vec::new());
+    let (mut pacers, mut loaders, mut flooders) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..sc.pubs {
         pacers.push(connect(&t.addr, &format!("sb{tag}-l{i}"), KEEPALIVE).await?);
+        loaders.push(connect(&t.addr, &format!("sb{tag}-u{i}"), KEEPALIVE).await?);
         flooders.push(connect(&t.addr, &format!("sb{tag}-p{i}"), KEEPALIVE).await?);
     }
-    Ok(Stage { sh, peak, sampling, subscribers, pacers, flooders })
+    Ok(Stage { sh, peak, sampling, subscribers, pacers, loaders, flooders })
 }
 
 /// Phase 1, latency: `sc.paced_rate` publishes a second in all, each publisher's
 /// first due at `first`, until `until`; then waits for their deliveries.
-async fn paced(st: &mut Stage, sc: &Scenario, first: Instant, until: Instant) -> io::Result<()> {
+/// Phase 2, latency under load, is the same at `sc.loaded_rate` on its own publishers.
+async fn paced(st: &mut Stage, sc: &Scenario, phase: u8, first: Instant, until: Instant) -> io::Result<()> {
+    let (publishers, rate) = match phase {
+        LOADED => (&mut st.loaders, sc.loaded_rate),
+        _ => (&mut st.pacers, sc.paced_rate),
+    };
     let mut handles = Vec::new();
-    for (rd, w) in st.pacers.drain(..) {
-        let mode = Mode::Paced { per_s: sc.paced_rate / sc.pubs as f64, first, until };
+    for (rd, w) in publishers.drain(..) {
+        let mode = Mode::Paced { per_s: rate / sc.pubs as f64, first, until, phase };
         handles.push(tokio::spawn(publisher(rd, w, st.sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
     }
     for h in handles {
@@ -646,7 +675,7 @@ async fn paced(st: &mut Stage, sc: &Scenario, first: Instant, until: Instant) ->
     Ok(())
 }
 
-/// Phase 2, throughput, on the publishers that stayed idle until now; then the
+/// Phase 3, throughput, on the publishers that stayed idle until now; then the
 /// scenario's figures.
 async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> {
     let Stage { sh, peak, sampling, subscribers, flooders, .. } = st;
@@ -666,18 +695,20 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
     let pub_end = Instant::now();
     let last = drain(&sh, sc.subs as u64).await;
     sh.stop_subs.store(true, Relaxed);
-    let mut lat = Vec::new();
+    let (mut lat, mut load) = (Vec::new(), Vec::new());
     for s in subscribers {
         let s = s.await.unwrap()?;
         lat.extend(s.lat_ns);
+        load.extend(s.load_ns);
     }
     sampling.store(false, Relaxed);
     lat.sort_unstable();
+    load.sort_unstable();
     let delivered = sh.delivered.load(Relaxed) - d0;
     let sent = sh.sent.load(Relaxed) - s0;
     let expected = sent * sc.subs as u64;
     if std::env::var_os("BENCH_DEBUG").is_some() {
-        eprintln!("debug {}: phase 2 sent {sent} delivered {delivered} (phase 1 sent {s0} delivered {d0})", sc.name);
+        eprintln!("debug {}: phase 3 sent {sent} delivered {delivered} (phases 1 and 2 sent {s0} delivered {d0})", sc.name);
         let at = |p| percentile(&lat, p);
         eprintln!(
             "debug {}: latency µs min {:.1} p10 {:.1} p25 {:.1} p50 {:.1} p75 {:.1} p90 {:.1} p99 {:.1}",
@@ -697,25 +728,29 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
         lost_pct: if expected > 0 { 100.0 * (expected.saturating_sub(delivered)) as f64 / expected as f64 } else { 0.0 },
         p50_us: percentile(&lat, 0.50),
         p99_us: percentile(&lat, 0.99),
+        load_p50_us: percentile(&load, 0.50),
+        load_p99_us: percentile(&load, 0.99),
         peak_rss_kib: Some(peak.load(Relaxed)).filter(|&k| k > 0),
         error: None,
     })
 }
 
 /// `paced` on a target that is staged, within `limit` beyond its phase.
-async fn pace(st: Option<&mut Stage>, sc: &Scenario, first: Instant, until: Instant, limit: Duration) -> io::Result<()> {
+async fn pace(st: Option<&mut Stage>, sc: &Scenario, phase: u8, first: Instant, until: Instant, limit: Duration) -> io::Result<()> {
     let Some(st) = st else { return Ok(()) };
-    match timeout(limit + (until - first), paced(st, sc, first, until)).await {
+    match timeout(limit + (until - first), paced(st, sc, phase, first, until)).await {
         Ok(r) => r,
-        Err(_) => Err(io::Error::other("timed out in the latency phase")),
+        Err(_) => Err(io::Error::other(if phase == LOADED { "timed out in the latency-under-load phase" } else { "timed out in the latency phase" })),
     }
 }
 
 /// One round of a scenario on both targets, `order` first. The latency phases run
 /// at once, the second target's publishes half a period after the first's, so that
 /// both brokers meet the same moments of the machine (a noisy neighbour, a stolen
-/// core) and p50 / p99 compare like with like; the throughput phases run one after
-/// the other.
+/// core) and p50 / p99 compare like with like; then, one target after the other,
+/// its latency under load and its throughput. Under load the machine does not idle, so
+/// the wake-from-halt that a paced phase's p99 mostly measures is not there, and a
+/// broker's own cost per message is what shows.
 async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) -> [Outcome; 2] {
     let failed = |e: String| Outcome { error: Some(e), ..Default::default() };
     let limit = Duration::from_secs(30);
@@ -736,8 +771,8 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
     let shifts = if order[0] == 0 { [Duration::ZERO, period / 2] } else { [period / 2, Duration::ZERO] };
     let [a, b] = &mut staged;
     let (ra, rb) = tokio::join!(
-        pace(a.as_mut(), sc, first + shifts[0], until + shifts[0], limit),
-        pace(b.as_mut(), sc, first + shifts[1], until + shifts[1], limit)
+        pace(a.as_mut(), sc, PACED, first + shifts[0], until + shifts[0], limit),
+        pace(b.as_mut(), sc, PACED, first + shifts[1], until + shifts[1], limit)
     );
     for (ti, r) in [(0, ra), (1, rb)] {
         if let Err(e) = r {
@@ -746,7 +781,14 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
         }
     }
     for ti in order {
-        let Some(st) = staged[ti].take() else { continue };
+        let Some(mut st) = staged[ti].take() else { continue };
+        let first = Instant::now() + Duration::from_millis(20);
+        let until = first + Duration::from_secs_f64(cfg.load_secs);
+        if let Err(e) = pace(Some(&mut st), sc, LOADED, first, until, limit).await {
+            out[ti] = failed(e.to_string());
+            continue;
+        }
+        sleep(Duration::from_millis(100)).await;
         out[ti] = match timeout(limit + Duration::from_secs_f64(cfg.duration), flooded(st, sc, cfg)).await {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => failed(e.to_string()),
@@ -807,6 +849,7 @@ async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io
         payload: 128,
         topic: format!("bench/log/r{tag}"),
         paced_rate: 0.0,
+        loaded_rate: 0.0,
     };
     let mut conns = Vec::new();
     for i in 0..pubs {
@@ -1122,6 +1165,8 @@ struct Config {
     targets: Vec<Target>,
     duration: f64,
     latency_secs: f64,
+    /// the latency-under-load phase, per target
+    load_secs: f64,
     idle: usize,
     rounds: usize,
     /// jobs per queue-drain run
@@ -1133,14 +1178,14 @@ struct Config {
 fn usage() -> ! {
     eprintln!(
         "usage: saguin-bench --target NAME=HOST:PORT[,PID] --target NAME=HOST:PORT[,PID]\n\
-         \x20      [--duration SECS] [--latency-secs SECS] [--idle N] [--rounds N] [--jobs N] [--only SUBSTR] [--out FILE]\n\
+         \x20      [--duration SECS] [--latency-secs SECS] [--load-secs SECS] [--idle N] [--rounds N] [--jobs N] [--only SUBSTR] [--out FILE]\n\
          Ratios are first target / second target. Loopback addresses only."
     );
     std::process::exit(2)
 }
 
 fn parse_args() -> Config {
-    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 4.0, idle: 1000, rounds: 1, jobs: 3000, only: None, out: None };
+    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 4.0, load_secs: 2.0, idle: 1000, rounds: 1, jobs: 3000, only: None, out: None };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
         let mut v = || a.next().unwrap_or_else(|| usage());
@@ -1161,6 +1206,7 @@ fn parse_args() -> Config {
             }
             "--duration" => c.duration = v().parse().unwrap_or_else(|_| usage()),
             "--latency-secs" => c.latency_secs = v().parse().unwrap_or_else(|_| usage()),
+            "--load-secs" => c.load_secs = v().parse().unwrap_or_else(|_| usage()),
             "--idle" => c.idle = v().parse().unwrap_or_else(|_| usage()),
             "--rounds" => c.rounds = v().parse::<usize>().unwrap_or_else(|_| usage()).max(1),
             "--jobs" => c.jobs = v().parse::<u64>().unwrap_or_else(|_| usage()).max(1),
@@ -1182,8 +1228,14 @@ fn scenarios() -> Vec<Scenario> {
             // Paced rates per target: the two targets' latency phases run at once, so
             // 1to1 and 8to1 are 1,000 publishes a second in all; each target's period
             // (publishers / rate) is a whole even number of milliseconds, so that the
-            // halves tokio's 1 ms timer can tell apart interleave them.
-            for (pubs, subs, shape, rate) in [(1, 1, "1to1", 500.0), (8, 1, "8to1", 500.0), (1, 100, "1to100", 100.0)] {
+            // halves tokio's 1 ms timer can tell apart interleave them. Under load, one
+            // target at a time: 20,000 deliveries a second of 128 bytes, 10,000 of 16 KiB
+            // (40,000 and 20,000 for 1to100), at most half of the slowest row's
+            // throughput on either broker, so the load is never a backlog.
+            let per_s = if payload == 128 { 20_000.0 } else { 10_000.0 };
+            for (pubs, subs, shape, rate, loaded) in
+                [(1, 1, "1to1", 500.0, per_s), (8, 1, "8to1", 500.0, per_s), (1, 100, "1to100", 100.0, per_s / 50.0)]
+            {
                 v.push(Scenario {
                     name: format!("qos{qos}-{shape}-{plabel}"),
                     qos,
@@ -1192,6 +1244,7 @@ fn scenarios() -> Vec<Scenario> {
                     payload,
                     topic: format!("bench/qos{qos}-{shape}-{plabel}"),
                     paced_rate: rate,
+                    loaded_rate: loaded,
                 });
             }
         }
@@ -1215,6 +1268,8 @@ fn median(runs: &[Outcome]) -> Outcome {
         lost_pct: med(&|o| o.lost_pct),
         p50_us: med(&|o| o.p50_us),
         p99_us: med(&|o| o.p99_us),
+        load_p50_us: med(&|o| o.load_p50_us),
+        load_p99_us: med(&|o| o.load_p99_us),
         peak_rss_kib: runs[0].peak_rss_kib.map(|_| med(&|o| o.peak_rss_kib.unwrap_or(0) as f64) as u64),
         error: None,
     }
@@ -1247,7 +1302,9 @@ async fn main() {
     md.push_str(&format!(
         "Ratios are {} / {}; each figure is the median of {} round(s). Throughput: deliveries/s summed over subscribers, publishers at most a window ahead \
          ({}s). Latency: one-way publish→delivery at a paced rate (500 msgs/s a broker for 1to1 and 8to1, 100 msgs/s \
-         for 1to100; {}s), both brokers at once, one's publishes half a period after the other's. RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY. \
+         for 1to100; {}s), both brokers at once, one's publishes half a period after the other's; \
+         under load (second table): the same at 20,000 deliveries/s of 128 B or 10,000 of 16 KiB (twice that for 1to100), \
+         one broker at a time, measured from each publish's actual send time. RSS: broker's peak VmRSS during the scenario. MQTT 3.1.1, clean sessions, TCP_NODELAY. \
          Channel rows (Sagüin only): append = QoS 1 publishers, 32 unacknowledged each, into an append channel on sqlite \
          ({}s), then one new QoS 1 subscriber replayed all of it; queue = {} jobs stored, then MQTT 5 workers answer `ack` \
          and PUBACK each offer, from SUBSCRIBE to the last answer; the lost column there is unacknowledged or undelivered %.\n\n",
@@ -1263,6 +1320,14 @@ async fn main() {
     let idle_a = a.pid.and_then(rss_kib);
     let idle_b = b.pid.and_then(rss_kib);
     let mut results: BTreeMap<usize, (Outcome, Outcome)> = BTreeMap::new();
+    // Latency under load: a table of its own after the main one.
+    let mut load_md = format!(
+        "\n| latency under load, one broker at a time ({}s) | deliveries/s | {a} p50 µs | {b} p50 µs | ratio | {a} p99 µs | {b} p99 µs | ratio |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        cfg.load_secs,
+        a = a.name,
+        b = b.name
+    );
     let list = scenarios();
     let mut tag = 0;
     for (i, sc) in list.iter().enumerate() {
@@ -1275,7 +1340,7 @@ async fn main() {
             let outcomes = round(&cfg, sc, order, &mut tag).await;
             for (ti, o) in outcomes.into_iter().enumerate() {
                 eprintln!(
-                    "{:<22} {:<12} {:>10.0} deliveries/s  {:>9.0} publishes/s  lost {:>5.2}%  p50 {:>8.1} µs  p99 {:>8.1} µs  peak RSS {:>6.1} MiB{}",
+                    "{:<22} {:<12} {:>10.0} deliveries/s  {:>9.0} publishes/s  lost {:>5.2}%  p50 {:>8.1} µs  p99 {:>8.1} µs  under load p50 {:>8.1} µs  p99 {:>8.1} µs  peak RSS {:>6.1} MiB{}",
                     sc.name,
                     cfg.targets[ti].name,
                     o.deliveries_per_s,
@@ -1283,6 +1348,8 @@ async fn main() {
                     o.lost_pct,
                     o.p50_us,
                     o.p99_us,
+                    o.load_p50_us,
+                    o.load_p99_us,
                     mib(o.peak_rss_kib),
                     o.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
                 );
@@ -1309,6 +1376,17 @@ async fn main() {
             ratio(mib(oa.peak_rss_kib), mib(ob.peak_rss_kib)),
             oa.lost_pct,
             ob.lost_pct
+        ));
+        load_md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            sc.name,
+            fmt_num(sc.loaded_rate * sc.subs as f64),
+            cell(&oa, oa.load_p50_us),
+            cell(&ob, ob.load_p50_us),
+            ratio(oa.load_p50_us, ob.load_p50_us),
+            cell(&oa, oa.load_p99_us),
+            cell(&ob, ob.load_p99_us),
+            ratio(oa.load_p99_us, ob.load_p99_us),
         ));
         results.insert(i, (oa, ob));
     }
@@ -1423,6 +1501,9 @@ async fn main() {
         }
     }
 
+    if !results.is_empty() {
+        md.push_str(&load_md);
+    }
     md.push_str(&format!(
         "\n| broker RSS | {a} MiB | {b} MiB | ratio | {a} conn/s | {b} conn/s |\n|---|---:|---:|---:|---:|---:|\n",
         a = a.name,
