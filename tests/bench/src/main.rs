@@ -416,10 +416,16 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// What a publish's payload says after its 8-byte send time: which phase sent it.
+/// A latency phase; its byte follows the 8-byte send time in a publish's payload
+/// (0 there: the throughput phase, not timed).
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    /// paced well below saturation, both targets at once
+    Paced = 1,
+    /// latency under load, one target at a time
+    Loaded = 2,
+}
 const FLOODED: u8 = 0;
-const PACED: u8 = 1;
-const LOADED: u8 = 2;
 
 struct Sub {
     count: u64,
@@ -447,7 +453,7 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
             let payload = &rd.buf[p..e];
             if payload.len() >= 9 && payload[8] != FLOODED {
                 let ts = u64::from_le_bytes(payload[..8].try_into().unwrap());
-                let into = if payload[8] == LOADED { &mut out.load_ns } else { &mut out.lat_ns };
+                let into = if payload[8] == Phase::Loaded as u8 { &mut out.load_ns } else { &mut out.lat_ns };
                 into.push(now_ns().saturating_sub(ts));
             }
             out.count += 1;
@@ -471,7 +477,7 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
 
 enum Mode {
     /// `per_s` publishes a second, the first at `first`, marked `phase`.
-    Paced { per_s: f64, first: Instant, until: Instant, phase: u8 },
+    Paced { per_s: f64, first: Instant, until: Instant, phase: Phase },
     Flood { until: Instant, window: u64 },
 }
 
@@ -573,7 +579,7 @@ async fn publisher(
         }
         let (flood, phase) = match mode {
             Mode::Flood { .. } => (true, FLOODED),
-            Mode::Paced { phase, .. } => (false, phase),
+            Mode::Paced { phase, .. } => (false, phase as u8),
         };
         payload[..8].copy_from_slice(&now_ns().to_le_bytes());
         payload[8] = phase;
@@ -658,10 +664,10 @@ async fn stage(t: &Target, sc: &Scenario, tag: usize) -> io::Result<Stage> {
 /// Phase 1, latency: `sc.paced_rate` publishes a second in all, each publisher's
 /// first due at `first`, until `until`; then waits for their deliveries.
 /// Phase 2, latency under load, is the same at `sc.loaded_rate` on its own publishers.
-async fn paced(st: &mut Stage, sc: &Scenario, phase: u8, first: Instant, until: Instant) -> io::Result<()> {
+async fn paced(st: &mut Stage, sc: &Scenario, phase: Phase, first: Instant, until: Instant) -> io::Result<()> {
     let (publishers, rate) = match phase {
-        LOADED => (&mut st.loaders, sc.loaded_rate),
-        _ => (&mut st.pacers, sc.paced_rate),
+        Phase::Loaded => (&mut st.loaders, sc.loaded_rate),
+        Phase::Paced => (&mut st.pacers, sc.paced_rate),
     };
     let mut handles = Vec::new();
     for (rd, w) in publishers.drain(..) {
@@ -736,11 +742,11 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
 }
 
 /// `paced` on a target that is staged, within `limit` beyond its phase.
-async fn pace(st: Option<&mut Stage>, sc: &Scenario, phase: u8, first: Instant, until: Instant, limit: Duration) -> io::Result<()> {
+async fn pace(st: Option<&mut Stage>, sc: &Scenario, phase: Phase, first: Instant, until: Instant, limit: Duration) -> io::Result<()> {
     let Some(st) = st else { return Ok(()) };
     match timeout(limit + (until - first), paced(st, sc, phase, first, until)).await {
         Ok(r) => r,
-        Err(_) => Err(io::Error::other(if phase == LOADED { "timed out in the latency-under-load phase" } else { "timed out in the latency phase" })),
+        Err(_) => Err(io::Error::other(if phase == Phase::Loaded { "timed out in the latency-under-load phase" } else { "timed out in the latency phase" })),
     }
 }
 
@@ -771,8 +777,8 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
     let shifts = if order[0] == 0 { [Duration::ZERO, period / 2] } else { [period / 2, Duration::ZERO] };
     let [a, b] = &mut staged;
     let (ra, rb) = tokio::join!(
-        pace(a.as_mut(), sc, PACED, first + shifts[0], until + shifts[0], limit),
-        pace(b.as_mut(), sc, PACED, first + shifts[1], until + shifts[1], limit)
+        pace(a.as_mut(), sc, Phase::Paced, first + shifts[0], until + shifts[0], limit),
+        pace(b.as_mut(), sc, Phase::Paced, first + shifts[1], until + shifts[1], limit)
     );
     for (ti, r) in [(0, ra), (1, rb)] {
         if let Err(e) = r {
@@ -784,7 +790,7 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
         let Some(mut st) = staged[ti].take() else { continue };
         let first = Instant::now() + Duration::from_millis(20);
         let until = first + Duration::from_secs_f64(cfg.load_secs);
-        if let Err(e) = pace(Some(&mut st), sc, LOADED, first, until, limit).await {
+        if let Err(e) = pace(Some(&mut st), sc, Phase::Loaded, first, until, limit).await {
             out[ti] = failed(e.to_string());
             continue;
         }
