@@ -434,7 +434,11 @@ fn at_info_connects_and_disconnects_are_logged_and_every_line_names_the_broker_b
     let line = broker.wait_log("logged connected");
     assert!(line.contains(" test] "), "{line}");
     raw.disconnect();
-    broker.wait_log("logged disconnected");
+    let line = broker.wait_log("logged disconnected");
+    assert!(
+        line.ends_with("logged disconnected: DISCONNECT from the client"),
+        "{line}"
+    );
 }
 
 /// C-256, C-260: a Will topic holding `+` or `#` is 0x90, and every non-zero CONNACK

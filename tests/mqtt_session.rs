@@ -54,6 +54,11 @@ fn a_second_connection_with_the_same_client_id_takes_over_0x8e() {
     let mut first = Raw::connected(broker.addr, V5, "twin");
     let _second = Raw::connected(broker.addr, V5, "twin");
     assert_eq!(first.expect_disconnect(), 0x8E);
+    let line = broker.wait_log("twin disconnected");
+    assert!(
+        line.ends_with("0x8E: another connection took this client id"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -66,6 +71,11 @@ fn a_silent_client_is_disconnected_after_one_and_a_half_keepalives() {
     assert_eq!(raw.expect_disconnect(), 0x8D);
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+    let line = broker.wait_log("sleepy disconnected");
+    assert!(
+        line.contains("ended by the broker, 0x8D: nothing received"),
+        "{line}"
+    );
 }
 
 /// What the broker sends a client is not the client speaking: a subscriber that only

@@ -86,6 +86,26 @@ enum End {
     Kicked(u8),
 }
 
+/// How the log says a connection ended.
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            End::Client { will: false } => f.write_str("DISCONNECT from the client"),
+            End::Client { will: true } => {
+                f.write_str("DISCONNECT 0x04 from the client: its Will is published")
+            }
+            End::Broker(code) | End::Kicked(code) => {
+                write!(
+                    f,
+                    "ended by the broker, 0x{code:02X}: {}",
+                    refusal_text(code)
+                )
+            }
+            End::Close => f.write_str("closed without a DISCONNECT"),
+        }
+    }
+}
+
 struct Conn {
     stream: Socket,
     peer: Box<str>,
@@ -2363,7 +2383,7 @@ impl Conn {
         // A Will that must be stored first goes now rather than at the next tick.
         crate::server::store_unstored(&self.shared).await;
         linger(&mut self.stream).await;
-        log::info!("{}: {} disconnected ({end:?})", self.peer, self.client_id);
+        log::info!("{}: {} disconnected: {end}", self.peer, self.client_id);
     }
 }
 
@@ -2450,6 +2470,9 @@ fn refusal_text(code: u8) -> &'static str {
         reason::SERVER_SHUTTING_DOWN => "the broker is stopping",
         reason::ADMINISTRATIVE_ACTION => "an operator hung this client up",
         reason::KEEP_ALIVE_TIMEOUT => "nothing received within 1.5 times the keepalive",
+        reason::SHARED_SUBSCRIPTIONS_NOT_SUPPORTED => {
+            "shared subscriptions are not granted to this client"
+        }
         _ => "refused",
     }
 }
