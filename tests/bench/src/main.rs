@@ -151,7 +151,14 @@ fn subscribe_packet_v5(pid: u16, filter: &str, qos: u8) -> Vec<u8> {
 }
 
 /// PUBLISH at level 5 carrying only Correlation Data (0x09) among its properties.
-fn put_publish_v5(buf: &mut Vec<u8>, topic: &str, qos: u8, pid: u16, correlation: &[u8], payload: &[u8]) {
+fn put_publish_v5(
+    buf: &mut Vec<u8>,
+    topic: &str,
+    qos: u8,
+    pid: u16,
+    correlation: &[u8],
+    payload: &[u8],
+) {
     let mut props = Vec::with_capacity(3 + correlation.len());
     if !correlation.is_empty() {
         props.push(0x09);
@@ -161,7 +168,8 @@ fn put_publish_v5(buf: &mut Vec<u8>, topic: &str, qos: u8, pid: u16, correlation
     let mut plen = Vec::new();
     put_varint(&mut plen, props.len());
     buf.push(0x30 | (qos << 1));
-    let len = 2 + topic.len() + if qos > 0 { 2 } else { 0 } + plen.len() + props.len() + payload.len();
+    let len =
+        2 + topic.len() + if qos > 0 { 2 } else { 0 } + plen.len() + props.len() + payload.len();
     put_varint(buf, len);
     put_str(buf, topic);
     if qos > 0 {
@@ -214,19 +222,22 @@ fn parse_publish_v5(h: u8, b: &[u8]) -> Option<Offer> {
     if end > b.len() {
         return None;
     }
-    let two = |i: usize| -> Option<usize> { Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]) as usize) };
+    let two = |i: usize| -> Option<usize> {
+        Some(u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]) as usize)
+    };
     while i < end {
         let id = b[i];
         i += 1;
         match id {
-            0x01 => i += 1,                      // payload format indicator
-            0x02 => i += 4,                      // message expiry interval
-            0x23 => i += 2,                      // topic alias
-            0x0b => i += get_varint(b, i)?.1,    // subscription identifier
-            0x03 => i += 2 + two(i)?,            // content type
+            0x01 => i += 1,                   // payload format indicator
+            0x02 => i += 4,                   // message expiry interval
+            0x23 => i += 2,                   // topic alias
+            0x0b => i += get_varint(b, i)?.1, // subscription identifier
+            0x03 => i += 2 + two(i)?,         // content type
             0x08 => {
                 let l = two(i)?;
-                o.response_topic = Some(String::from_utf8_lossy(b.get(i + 2..i + 2 + l)?).into_owned());
+                o.response_topic =
+                    Some(String::from_utf8_lossy(b.get(i + 2..i + 2 + l)?).into_owned());
                 i += 2 + l;
             }
             0x09 => {
@@ -255,7 +266,12 @@ struct Rd {
 
 impl Rd {
     fn new(r: OwnedReadHalf) -> Self {
-        Rd { r, buf: vec![0; 256 * 1024], pos: 0, len: 0 }
+        Rd {
+            r,
+            buf: vec![0; 256 * 1024],
+            pos: 0,
+            len: 0,
+        }
     }
 
     /// The next complete packet already in the buffer: (first byte, body range).
@@ -297,7 +313,10 @@ impl Rd {
         }
         let n = self.r.read(&mut self.buf[self.len..]).await?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "broker closed the connection"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "broker closed the connection",
+            ));
         }
         self.len += n;
         Ok(())
@@ -331,7 +350,11 @@ async fn connect_level(addr: &str, id: &str, keepalive: u16, level: u8) -> io::R
     s.set_nodelay(true)?;
     let (r, w) = s.into_split();
     let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let pkt = if level == 5 { connect_packet_v5(id, keepalive) } else { connect_packet(id, keepalive) };
+    let pkt = if level == 5 {
+        connect_packet_v5(id, keepalive)
+    } else {
+        connect_packet(id, keepalive)
+    };
     w.write_all(&pkt).await?;
     w.flush().await?;
     let mut rd = Rd::new(r);
@@ -341,7 +364,10 @@ async fn connect_level(addr: &str, id: &str, keepalive: u16, level: u8) -> io::R
     // 3.1.1: flags, return code. 5: flags, reason code, properties.
     let ok = h == 0x20 && e - s >= 2 && rd.buf[s + 1] == 0 && (level == 5 || e - s == 2);
     if !ok {
-        return Err(io::Error::other(format!("CONNECT refused: {:02x?}", &rd.buf[s.saturating_sub(2)..e])));
+        return Err(io::Error::other(format!(
+            "CONNECT refused: {:02x?}",
+            &rd.buf[s.saturating_sub(2)..e]
+        )));
     }
     Ok((rd, w))
 }
@@ -436,7 +462,11 @@ struct Sub {
 }
 
 async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
-    let mut out = Sub { count: 0, lat_ns: Vec::new(), load_ns: Vec::new() };
+    let mut out = Sub {
+        count: 0,
+        lat_ns: Vec::new(),
+        load_ns: Vec::new(),
+    };
     let mut acks = Vec::new();
     loop {
         while let Some((h, s, e)) = rd.parse() {
@@ -453,7 +483,11 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
             let payload = &rd.buf[p..e];
             if payload.len() >= 9 && payload[8] != FLOODED {
                 let ts = u64::from_le_bytes(payload[..8].try_into().unwrap());
-                let into = if payload[8] == Phase::Loaded as u8 { &mut out.load_ns } else { &mut out.lat_ns };
+                let into = if payload[8] == Phase::Loaded as u8 {
+                    &mut out.load_ns
+                } else {
+                    &mut out.lat_ns
+                };
                 into.push(now_ns().saturating_sub(ts));
             }
             out.count += 1;
@@ -477,8 +511,16 @@ async fn subscriber(mut rd: Rd, mut w: Wr, sh: Arc<Shared>) -> io::Result<Sub> {
 
 enum Mode {
     /// `per_s` publishes a second, the first at `first`, marked `phase`.
-    Paced { per_s: f64, first: Instant, until: Instant, phase: Phase },
-    Flood { until: Instant, window: u64 },
+    Paced {
+        per_s: f64,
+        first: Instant,
+        until: Instant,
+        phase: Phase,
+    },
+    Flood {
+        until: Instant,
+        window: u64,
+    },
 }
 
 async fn publisher(
@@ -518,7 +560,12 @@ async fn publisher(
     loop {
         let now = Instant::now();
         match mode {
-            Mode::Paced { per_s, first, until, .. } => {
+            Mode::Paced {
+                per_s,
+                first,
+                until,
+                ..
+            } => {
                 if now >= until {
                     break;
                 }
@@ -658,21 +705,47 @@ async fn stage(t: &Target, sc: &Scenario, tag: usize) -> io::Result<Stage> {
         loaders.push(connect(&t.addr, &format!("sb{tag}-u{i}"), KEEPALIVE).await?);
         flooders.push(connect(&t.addr, &format!("sb{tag}-p{i}"), KEEPALIVE).await?);
     }
-    Ok(Stage { sh, peak, sampling, subscribers, pacers, loaders, flooders })
+    Ok(Stage {
+        sh,
+        peak,
+        sampling,
+        subscribers,
+        pacers,
+        loaders,
+        flooders,
+    })
 }
 
 /// Phase 1, latency: `sc.paced_rate` publishes a second in all, each publisher's
 /// first due at `first`, until `until`; then waits for their deliveries.
 /// Phase 2, latency under load, is the same at `sc.loaded_rate` on its own publishers.
-async fn paced(st: &mut Stage, sc: &Scenario, phase: Phase, first: Instant, until: Instant) -> io::Result<()> {
+async fn paced(
+    st: &mut Stage,
+    sc: &Scenario,
+    phase: Phase,
+    first: Instant,
+    until: Instant,
+) -> io::Result<()> {
     let (publishers, rate) = match phase {
         Phase::Loaded => (&mut st.loaders, sc.loaded_rate),
         Phase::Paced => (&mut st.pacers, sc.paced_rate),
     };
     let mut handles = Vec::new();
     for (rd, w) in publishers.drain(..) {
-        let mode = Mode::Paced { per_s: rate / sc.pubs as f64, first, until, phase };
-        handles.push(tokio::spawn(publisher(rd, w, st.sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
+        let mode = Mode::Paced {
+            per_s: rate / sc.pubs as f64,
+            first,
+            until,
+            phase,
+        };
+        handles.push(tokio::spawn(publisher(
+            rd,
+            w,
+            st.sh.clone(),
+            sc.clone(),
+            mode,
+            Arc::new(Semaphore::new(32)),
+        )));
     }
     for h in handles {
         h.await.unwrap()?;
@@ -684,7 +757,14 @@ async fn paced(st: &mut Stage, sc: &Scenario, phase: Phase, first: Instant, unti
 /// Phase 3, throughput, on the publishers that stayed idle until now; then the
 /// scenario's figures.
 async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> {
-    let Stage { sh, peak, sampling, subscribers, flooders, .. } = st;
+    let Stage {
+        sh,
+        peak,
+        sampling,
+        subscribers,
+        flooders,
+        ..
+    } = st;
     let d0 = sh.delivered.load(Relaxed);
     let s0 = sh.sent.load(Relaxed);
     let window = ((256 * 1024) / sc.payload.max(1)).clamp(16, 500) as u64;
@@ -693,7 +773,14 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
     let mut handles = Vec::new();
     for (rd, w) in flooders {
         let mode = Mode::Flood { until, window };
-        handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
+        handles.push(tokio::spawn(publisher(
+            rd,
+            w,
+            sh.clone(),
+            sc.clone(),
+            mode,
+            Arc::new(Semaphore::new(32)),
+        )));
     }
     for h in handles {
         h.await.unwrap()?;
@@ -714,7 +801,10 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
     let sent = sh.sent.load(Relaxed) - s0;
     let expected = sent * sc.subs as u64;
     if std::env::var_os("BENCH_DEBUG").is_some() {
-        eprintln!("debug {}: phase 3 sent {sent} delivered {delivered} (phases 1 and 2 sent {s0} delivered {d0})", sc.name);
+        eprintln!(
+            "debug {}: phase 3 sent {sent} delivered {delivered} (phases 1 and 2 sent {s0} delivered {d0})",
+            sc.name
+        );
         let at = |p| percentile(&lat, p);
         eprintln!(
             "debug {}: latency µs min {:.1} p10 {:.1} p25 {:.1} p50 {:.1} p75 {:.1} p90 {:.1} p99 {:.1}",
@@ -731,7 +821,11 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
     Ok(Outcome {
         deliveries_per_s: delivered as f64 / (last.max(pub_end) - t0).as_secs_f64(),
         publishes_per_s: sent as f64 / (pub_end - t0).as_secs_f64(),
-        lost_pct: if expected > 0 { 100.0 * (expected.saturating_sub(delivered)) as f64 / expected as f64 } else { 0.0 },
+        lost_pct: if expected > 0 {
+            100.0 * (expected.saturating_sub(delivered)) as f64 / expected as f64
+        } else {
+            0.0
+        },
         p50_us: percentile(&lat, 0.50),
         p99_us: percentile(&lat, 0.99),
         load_p50_us: percentile(&load, 0.50),
@@ -742,11 +836,22 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
 }
 
 /// `paced` on a target that is staged, within `limit` beyond its phase.
-async fn pace(st: Option<&mut Stage>, sc: &Scenario, phase: Phase, first: Instant, until: Instant, limit: Duration) -> io::Result<()> {
+async fn pace(
+    st: Option<&mut Stage>,
+    sc: &Scenario,
+    phase: Phase,
+    first: Instant,
+    until: Instant,
+    limit: Duration,
+) -> io::Result<()> {
     let Some(st) = st else { return Ok(()) };
     match timeout(limit + (until - first), paced(st, sc, phase, first, until)).await {
         Ok(r) => r,
-        Err(_) => Err(io::Error::other(if phase == Phase::Loaded { "timed out in the latency-under-load phase" } else { "timed out in the latency phase" })),
+        Err(_) => Err(io::Error::other(if phase == Phase::Loaded {
+            "timed out in the latency-under-load phase"
+        } else {
+            "timed out in the latency phase"
+        })),
     }
 }
 
@@ -758,7 +863,10 @@ async fn pace(st: Option<&mut Stage>, sc: &Scenario, phase: Phase, first: Instan
 /// the wake-from-halt that a paced phase's p99 mostly measures is not there, and a
 /// broker's own cost per message is what shows.
 async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) -> [Outcome; 2] {
-    let failed = |e: String| Outcome { error: Some(e), ..Default::default() };
+    let failed = |e: String| Outcome {
+        error: Some(e),
+        ..Default::default()
+    };
     let limit = Duration::from_secs(30);
     let mut staged: [Option<Stage>; 2] = [None, None];
     let mut out: [Outcome; 2] = Default::default();
@@ -774,11 +882,29 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
     let period = Duration::from_secs_f64(sc.pubs as f64 / sc.paced_rate);
     let first = Instant::now() + Duration::from_millis(20);
     let until = first + Duration::from_secs_f64(cfg.latency_secs);
-    let shifts = if order[0] == 0 { [Duration::ZERO, period / 2] } else { [period / 2, Duration::ZERO] };
+    let shifts = if order[0] == 0 {
+        [Duration::ZERO, period / 2]
+    } else {
+        [period / 2, Duration::ZERO]
+    };
     let [a, b] = &mut staged;
     let (ra, rb) = tokio::join!(
-        pace(a.as_mut(), sc, Phase::Paced, first + shifts[0], until + shifts[0], limit),
-        pace(b.as_mut(), sc, Phase::Paced, first + shifts[1], until + shifts[1], limit)
+        pace(
+            a.as_mut(),
+            sc,
+            Phase::Paced,
+            first + shifts[0],
+            until + shifts[0],
+            limit
+        ),
+        pace(
+            b.as_mut(),
+            sc,
+            Phase::Paced,
+            first + shifts[1],
+            until + shifts[1],
+            limit
+        )
     );
     for (ti, r) in [(0, ra), (1, rb)] {
         if let Err(e) = r {
@@ -787,7 +913,9 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
         }
     }
     for ti in order {
-        let Some(mut st) = staged[ti].take() else { continue };
+        let Some(mut st) = staged[ti].take() else {
+            continue;
+        };
         let first = Instant::now() + Duration::from_millis(20);
         let until = first + Duration::from_secs_f64(cfg.load_secs);
         if let Err(e) = pace(Some(&mut st), sc, Phase::Loaded, first, until, limit).await {
@@ -795,7 +923,12 @@ async fn round(cfg: &Config, sc: &Scenario, order: [usize; 2], tag: &mut usize) 
             continue;
         }
         sleep(Duration::from_millis(100)).await;
-        out[ti] = match timeout(limit + Duration::from_secs_f64(cfg.duration), flooded(st, sc, cfg)).await {
+        out[ti] = match timeout(
+            limit + Duration::from_secs_f64(cfg.duration),
+            flooded(st, sc, cfg),
+        )
+        .await
+        {
             Ok(Ok(o)) => o,
             Ok(Err(e)) => failed(e.to_string()),
             Err(_) => failed("timed out in the throughput phase".into()),
@@ -844,7 +977,12 @@ fn rss_sampler(pid: Option<u32>) -> (Arc<AtomicU64>, Arc<AtomicBool>) {
 
 /// `pubs` QoS 1 publishers into the append channel for `--duration` seconds, at most 32
 /// unacknowledged each: PUBACKs per second (Sagüin sends one after the record is committed).
-async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io::Result<ChanOutcome> {
+async fn append_publish(
+    t: &Target,
+    pubs: usize,
+    cfg: &Config,
+    tag: usize,
+) -> io::Result<ChanOutcome> {
     let (peak, on) = rss_sampler(t.pid);
     let sh = Arc::new(Shared::default());
     let sc = Scenario {
@@ -866,7 +1004,14 @@ async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io
     let mut handles = Vec::new();
     for (rd, w) in conns {
         let mode = Mode::Flood { until, window: 500 };
-        handles.push(tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, Arc::new(Semaphore::new(32)))));
+        handles.push(tokio::spawn(publisher(
+            rd,
+            w,
+            sh.clone(),
+            sc.clone(),
+            mode,
+            Arc::new(Semaphore::new(32)),
+        )));
     }
     for h in handles {
         h.await.map_err(io::Error::other)??;
@@ -877,10 +1022,15 @@ async fn append_publish(t: &Target, pubs: usize, cfg: &Config, tag: usize) -> io
     t.appended.fetch_add(acked, Relaxed);
     Ok(ChanOutcome {
         rate: acked as f64 / took.as_secs_f64(),
-        lost_pct: if sent > 0 { 100.0 * sent.saturating_sub(acked) as f64 / sent as f64 } else { 0.0 },
+        lost_pct: if sent > 0 {
+            100.0 * sent.saturating_sub(acked) as f64 / sent as f64
+        } else {
+            0.0
+        },
         peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
         count: acked,
-        error: (acked < sent).then(|| format!("{} of {sent} publishes never acknowledged", sent - acked)),
+        error: (acked < sent)
+            .then(|| format!("{} of {sent} publishes never acknowledged", sent - acked)),
     })
 }
 
@@ -940,7 +1090,11 @@ async fn append_replay(t: &Target, expected: u64, tag: usize) -> io::Result<Chan
     }
     Ok(ChanOutcome {
         rate: count as f64 / (last - t0).as_secs_f64().max(1e-6),
-        lost_pct: if expected > 0 { 100.0 * expected.saturating_sub(count) as f64 / expected as f64 } else { 0.0 },
+        lost_pct: if expected > 0 {
+            100.0 * expected.saturating_sub(count) as f64 / expected as f64
+        } else {
+            0.0
+        },
         peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
         count,
         error: (count < expected).then(|| format!("replayed {count} of {expected} records")),
@@ -956,13 +1110,21 @@ async fn enqueue(t: &Target, jobs: u64, tag: usize) -> io::Result<()> {
         while sent < jobs && sent - acked < 32 {
             sent += 1;
             pkt.clear();
-            put_publish(&mut pkt, "bench/jobs/x", 1, (sent % 65535 + 1) as u16, b"job");
+            put_publish(
+                &mut pkt,
+                "bench/jobs/x",
+                1,
+                (sent % 65535 + 1) as u16,
+                b"job",
+            );
             w.write_all(&pkt).await?;
         }
         w.flush().await?;
         let (h, _, _) = timeout(Duration::from_secs(10), rd.next())
             .await
-            .map_err(|_| io::Error::other(format!("enqueue: no PUBACK for 10 s ({acked} of {jobs})")))??;
+            .map_err(|_| {
+                io::Error::other(format!("enqueue: no PUBACK for 10 s ({acked} of {jobs})"))
+            })??;
         if h & 0xf0 == 0x40 {
             acked += 1;
         }
@@ -975,7 +1137,13 @@ async fn enqueue(t: &Target, jobs: u64, tag: usize) -> io::Result<()> {
 /// One MQTT 5 queue worker doing no work: for each offer, `ack` on its Response Topic with
 /// its Correlation Data (QoS 0), then the PUBACK. Stops when `done` reaches `jobs`, or after
 /// 10 s without an offer.
-async fn worker(mut rd: Rd, mut w: Wr, done: Arc<AtomicU64>, end_ns: Arc<AtomicU64>, jobs: u64) -> io::Result<()> {
+async fn worker(
+    mut rd: Rd,
+    mut w: Wr,
+    done: Arc<AtomicU64>,
+    end_ns: Arc<AtomicU64>,
+    jobs: u64,
+) -> io::Result<()> {
     let mut out = Vec::new();
     let mut idle_since = Instant::now();
     loop {
@@ -983,8 +1151,11 @@ async fn worker(mut rd: Rd, mut w: Wr, done: Arc<AtomicU64>, end_ns: Arc<AtomicU
             if h & 0xf0 != 0x30 {
                 continue;
             }
-            let o = parse_publish_v5(h, &rd.buf[s..e]).ok_or_else(|| io::Error::other("malformed MQTT 5 PUBLISH"))?;
-            let rt = o.response_topic.ok_or_else(|| io::Error::other("an offer without a Response Topic"))?;
+            let o = parse_publish_v5(h, &rd.buf[s..e])
+                .ok_or_else(|| io::Error::other("malformed MQTT 5 PUBLISH"))?;
+            let rt = o
+                .response_topic
+                .ok_or_else(|| io::Error::other("an offer without a Response Topic"))?;
             put_publish_v5(&mut out, &rt, 0, 0, &o.correlation, b"ack");
             if let Some(pid) = o.pid {
                 out.extend_from_slice(&[0x40, 2]);
@@ -1029,33 +1200,58 @@ async fn queue_drain(t: &Target, workers: usize, jobs: u64, tag: usize) -> io::R
     let t0 = now_ns();
     let mut handles = Vec::new();
     for (mut rd, mut w) in conns {
-        w.write_all(&subscribe_packet_v5(1, &format!("$saguin/queue/{JOBS_QUEUE}"), 1)).await?;
+        w.write_all(&subscribe_packet_v5(
+            1,
+            &format!("$saguin/queue/{JOBS_QUEUE}"),
+            1,
+        ))
+        .await?;
         w.flush().await?;
         // The SUBACK (MQTT 5: packet id, properties, reason codes) comes before any offer.
         let (h, _, e) = timeout(Duration::from_secs(10), rd.next())
             .await
             .map_err(|_| io::Error::other("no SUBACK within 10 s"))??;
         if h != 0x90 || rd.buf[e - 1] != 1 {
-            return Err(io::Error::other(format!("SUBSCRIBE $saguin/queue/{JOBS_QUEUE} not granted at QoS 1")));
+            return Err(io::Error::other(format!(
+                "SUBSCRIBE $saguin/queue/{JOBS_QUEUE} not granted at QoS 1"
+            )));
         }
-        handles.push(tokio::spawn(worker(rd, w, done.clone(), end_ns.clone(), jobs)));
+        handles.push(tokio::spawn(worker(
+            rd,
+            w,
+            done.clone(),
+            end_ns.clone(),
+            jobs,
+        )));
     }
     for h in handles {
         h.await.map_err(io::Error::other)??;
     }
     on.store(false, Relaxed);
     let n = done.load(Relaxed);
-    let end = if n >= jobs { end_ns.load(Relaxed) } else { now_ns() };
-    let left = if n >= jobs { leftover(t, tag).await? } else { 0 };
+    let end = if n >= jobs {
+        end_ns.load(Relaxed)
+    } else {
+        now_ns()
+    };
+    let left = if n >= jobs {
+        leftover(t, tag).await?
+    } else {
+        0
+    };
     Ok(ChanOutcome {
         rate: n.min(jobs) as f64 / ((end - t0) as f64 / 1e9),
         lost_pct: 100.0 * jobs.saturating_sub(n) as f64 / jobs as f64,
         peak_rss_kib: t.pid.map(|_| peak.load(Relaxed)),
         count: n,
         error: if n < jobs {
-            Some(format!("{n} of {jobs} jobs offered, then 10 s without an offer"))
+            Some(format!(
+                "{n} of {jobs} jobs offered, then 10 s without an offer"
+            ))
         } else if left > 0 {
-            Some(format!("{left} jobs offered again after the drain: answers not taken"))
+            Some(format!(
+                "{left} jobs offered again after the drain: answers not taken"
+            ))
         } else {
             None
         },
@@ -1067,7 +1263,12 @@ async fn queue_drain(t: &Target, workers: usize, jobs: u64, tag: usize) -> io::R
 /// Whatever it is offered it answers, so the next run starts from an empty queue.
 async fn leftover(t: &Target, tag: usize) -> io::Result<u64> {
     let (mut rd, mut w) = connect_level(&t.addr, &format!("sb{tag}-check"), KEEPALIVE, 5).await?;
-    w.write_all(&subscribe_packet_v5(1, &format!("$saguin/queue/{JOBS_QUEUE}"), 1)).await?;
+    w.write_all(&subscribe_packet_v5(
+        1,
+        &format!("$saguin/queue/{JOBS_QUEUE}"),
+        1,
+    ))
+    .await?;
     w.flush().await?;
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -1077,12 +1278,15 @@ async fn leftover(t: &Target, tag: usize) -> io::Result<u64> {
     loop {
         while let Some((h, s, e)) = rd.parse() {
             if h & 0xf0 == 0x90 && rd.buf[e - 1] != 1 {
-                return Err(io::Error::other("check worker's SUBSCRIBE not granted at QoS 1"));
+                return Err(io::Error::other(
+                    "check worker's SUBSCRIBE not granted at QoS 1",
+                ));
             }
             if h & 0xf0 != 0x30 {
                 continue;
             }
-            let o = parse_publish_v5(h, &rd.buf[s..e]).ok_or_else(|| io::Error::other("malformed MQTT 5 PUBLISH"))?;
+            let o = parse_publish_v5(h, &rd.buf[s..e])
+                .ok_or_else(|| io::Error::other("malformed MQTT 5 PUBLISH"))?;
             if let Some(rt) = o.response_topic {
                 put_publish_v5(&mut out, &rt, 0, 0, &o.correlation, b"ack");
             }
@@ -1121,7 +1325,11 @@ fn median_chan(runs: &[ChanOutcome]) -> ChanOutcome {
     v[v.len() / 2].clone()
 }
 
-async fn idle_connections(t: &Target, n: usize, tag: usize) -> (Option<u64>, Option<u64>, f64, Option<String>) {
+async fn idle_connections(
+    t: &Target,
+    n: usize,
+    tag: usize,
+) -> (Option<u64>, Option<u64>, f64, Option<String>) {
     let before = t.pid.and_then(rss_kib);
     let start = Instant::now();
     let mut conns = Vec::with_capacity(n);
@@ -1132,7 +1340,9 @@ async fn idle_connections(t: &Target, n: usize, tag: usize) -> (Option<u64>, Opt
         let batch: Vec<_> = (i..(i + 50).min(n))
             .map(|k| {
                 let addr = t.addr.clone();
-                tokio::spawn(async move { connect(&addr, &format!("sb{tag}-idle{k}"), KEEPALIVE).await })
+                tokio::spawn(
+                    async move { connect(&addr, &format!("sb{tag}-idle{k}"), KEEPALIVE).await },
+                )
             })
             .collect();
         for b in batch {
@@ -1147,7 +1357,11 @@ async fn idle_connections(t: &Target, n: usize, tag: usize) -> (Option<u64>, Opt
     sleep(Duration::from_secs(1)).await;
     let with = t.pid.and_then(rss_kib);
     if conns.len() < n {
-        err = Some(format!("{} of {n} connected: {}", conns.len(), err.unwrap_or_default()));
+        err = Some(format!(
+            "{} of {n} connected: {}",
+            conns.len(),
+            err.unwrap_or_default()
+        ));
     }
     for (_, mut w) in conns {
         let _ = w.write_all(&[0xe0, 0]).await;
@@ -1191,7 +1405,17 @@ fn usage() -> ! {
 }
 
 fn parse_args() -> Config {
-    let mut c = Config { targets: vec![], duration: 3.0, latency_secs: 4.0, load_secs: 2.0, idle: 1000, rounds: 1, jobs: 3000, only: None, out: None };
+    let mut c = Config {
+        targets: vec![],
+        duration: 3.0,
+        latency_secs: 4.0,
+        load_secs: 2.0,
+        idle: 1000,
+        rounds: 1,
+        jobs: 3000,
+        only: None,
+        out: None,
+    };
     let mut a = std::env::args().skip(1);
     while let Some(k) = a.next() {
         let mut v = || a.next().unwrap_or_else(|| usage());
@@ -1208,7 +1432,12 @@ fn parse_args() -> Config {
                     eprintln!("saguin-bench: {addr} is not a loopback address");
                     std::process::exit(2);
                 }
-                c.targets.push(Target { name: name.into(), addr: addr.into(), pid, appended: AtomicU64::new(0) });
+                c.targets.push(Target {
+                    name: name.into(),
+                    addr: addr.into(),
+                    pid,
+                    appended: AtomicU64::new(0),
+                });
             }
             "--duration" => c.duration = v().parse().unwrap_or_else(|_| usage()),
             "--latency-secs" => c.latency_secs = v().parse().unwrap_or_else(|_| usage()),
@@ -1239,9 +1468,11 @@ fn scenarios() -> Vec<Scenario> {
             // (40,000 and 20,000 for 1to100), at most half of the slowest row's
             // throughput on either broker, so the load is never a backlog.
             let per_s = if payload == 128 { 20_000.0 } else { 10_000.0 };
-            for (pubs, subs, shape, rate, loaded) in
-                [(1, 1, "1to1", 500.0, per_s), (8, 1, "8to1", 500.0, per_s), (1, 100, "1to100", 100.0, per_s / 50.0)]
-            {
+            for (pubs, subs, shape, rate, loaded) in [
+                (1, 1, "1to1", 500.0, per_s),
+                (8, 1, "8to1", 500.0, per_s),
+                (1, 100, "1to100", 100.0, per_s / 50.0),
+            ] {
                 v.push(Scenario {
                     name: format!("qos{qos}-{shape}-{plabel}"),
                     qos,
@@ -1276,13 +1507,19 @@ fn median(runs: &[Outcome]) -> Outcome {
         p99_us: med(&|o| o.p99_us),
         load_p50_us: med(&|o| o.load_p50_us),
         load_p99_us: med(&|o| o.load_p99_us),
-        peak_rss_kib: runs[0].peak_rss_kib.map(|_| med(&|o| o.peak_rss_kib.unwrap_or(0) as f64) as u64),
+        peak_rss_kib: runs[0]
+            .peak_rss_kib
+            .map(|_| med(&|o| o.peak_rss_kib.unwrap_or(0) as f64) as u64),
         error: None,
     }
 }
 
 fn ratio(a: f64, b: f64) -> String {
-    if a.is_finite() && b.is_finite() && b > 0.0 { format!("{:.2}", a / b) } else { "n/a".into() }
+    if a.is_finite() && b.is_finite() && b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "n/a".into()
+    }
 }
 
 fn fmt_num(x: f64) -> String {
@@ -1337,7 +1574,11 @@ async fn main() {
     let list = scenarios();
     let mut tag = 0;
     for (i, sc) in list.iter().enumerate() {
-        if cfg.only.as_ref().is_some_and(|o| !sc.name.contains(o.as_str())) {
+        if cfg
+            .only
+            .as_ref()
+            .is_some_and(|o| !sc.name.contains(o.as_str()))
+        {
             continue;
         }
         let mut runs: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
@@ -1357,14 +1598,23 @@ async fn main() {
                     o.load_p50_us,
                     o.load_p99_us,
                     mib(o.peak_rss_kib),
-                    o.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
+                    o.error
+                        .as_ref()
+                        .map(|e| format!("  ERROR {e}"))
+                        .unwrap_or_default()
                 );
                 runs[ti].push(o);
             }
         }
         let pair = [median(&runs[0]), median(&runs[1])];
         let (oa, ob) = (pair[0].clone(), pair[1].clone());
-        let cell = |o: &Outcome, x: f64| if o.error.is_some() { "error".to_string() } else { fmt_num(x) };
+        let cell = |o: &Outcome, x: f64| {
+            if o.error.is_some() {
+                "error".to_string()
+            } else {
+                fmt_num(x)
+            }
+        };
         md.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2}/{:.2} |\n",
             sc.name,
@@ -1424,9 +1674,17 @@ async fn main() {
     }
     // Channels: Sagüin only (mosquitto has none), so a target not named saguin… is n/a.
     // --only: a substring of a row's name, or a row name of which the family is a prefix.
-    let wanted = |name: &str| cfg.only.as_ref().is_none_or(|o| name.contains(o.as_str()) || o.starts_with(name));
+    let wanted = |name: &str| {
+        cfg.only
+            .as_ref()
+            .is_none_or(|o| name.contains(o.as_str()) || o.starts_with(name))
+    };
     let is_saguin = |t: &Target| t.name.starts_with("saguin");
-    let why = if is_saguin(a) || is_saguin(b) { "Sagüin only: mosquitto has no channels" } else { "Sagüin only: not measured in a self-check" };
+    let why = if is_saguin(a) || is_saguin(b) {
+        "Sagüin only: mosquitto has no channels"
+    } else {
+        "Sagüin only: not measured in a self-check"
+    };
     let mut chan_failed = false;
     let chan_row = |md: &mut String, label: String, unit: &str, o: [Option<ChanOutcome>; 2]| {
         let cell = |o: &Option<ChanOutcome>| match o {
@@ -1435,7 +1693,11 @@ async fn main() {
             Some(o) => fmt_num(o.rate),
         };
         let rss = |o: &Option<ChanOutcome>| fmt_num(mib(o.as_ref().and_then(|o| o.peak_rss_kib)));
-        let lost = |o: &Option<ChanOutcome>| o.as_ref().map(|o| format!("{:.2}", o.lost_pct)).unwrap_or("n/a".into());
+        let lost = |o: &Option<ChanOutcome>| {
+            o.as_ref()
+                .map(|o| format!("{:.2}", o.lost_pct))
+                .unwrap_or("n/a".into())
+        };
         md.push_str(&format!(
             "| {label}, {unit} ({why}) | {} | {} | n/a | n/a | n/a | n/a | n/a | n/a | n/a | {} | {} | n/a | {}/{} |\n",
             cell(&o[0]),
@@ -1461,8 +1723,14 @@ async fn main() {
                     let $tag = tag;
                     let o = match timeout(chan_timeout, $body).await {
                         Ok(Ok(o)) => o,
-                        Ok(Err(e)) => ChanOutcome { error: Some(e.to_string()), ..Default::default() },
-                        Err(_) => ChanOutcome { error: Some("timed out".into()), ..Default::default() },
+                        Ok(Err(e)) => ChanOutcome {
+                            error: Some(e.to_string()),
+                            ..Default::default()
+                        },
+                        Err(_) => ChanOutcome {
+                            error: Some("timed out".into()),
+                            ..Default::default()
+                        },
                     };
                     eprintln!(
                         "{:<22} {:<12} {:>10.0} /s over {} (lost {:.2}%, peak RSS {:.1} MiB){}",
@@ -1472,7 +1740,10 @@ async fn main() {
                         o.count,
                         o.lost_pct,
                         mib(o.peak_rss_kib),
-                        o.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
+                        o.error
+                            .as_ref()
+                            .map(|e| format!("  ERROR {e}"))
+                            .unwrap_or_default()
                     );
                     runs.push(o);
                     sleep(Duration::from_millis(300)).await;
@@ -1491,14 +1762,30 @@ async fn main() {
             chan_row(&mut md, name, "PUBACKs/s (acknowledged after commit)", o);
         }
         // Everything acknowledged above, on every round, is in the log (retention none).
-        let o = per_target!("append-qos1-sqlite-replay", |t, tg| append_replay(t, t.appended.load(Relaxed), tg));
+        let o = per_target!("append-qos1-sqlite-replay", |t, tg| append_replay(
+            t,
+            t.appended.load(Relaxed),
+            tg
+        ));
         let n = o.iter().flatten().map(|o| o.count).max().unwrap_or(0);
-        let what = if n > 0 { format!("{n} records") } else { "the records written".into() };
-        chan_row(&mut md, format!("append-qos1-sqlite-replay of {what} to 1 QoS 1 subscriber"), "records/s", o);
+        let what = if n > 0 {
+            format!("{n} records")
+        } else {
+            "the records written".into()
+        };
+        chan_row(
+            &mut md,
+            format!("append-qos1-sqlite-replay of {what} to 1 QoS 1 subscriber"),
+            "records/s",
+            o,
+        );
     }
     if wanted("queue-drain") {
         for workers in [1usize, 4] {
-            let name = format!("queue-drain-{workers}worker{}", if workers > 1 { "s" } else { "" });
+            let name = format!(
+                "queue-drain-{workers}worker{}",
+                if workers > 1 { "s" } else { "" }
+            );
             if !wanted(&name) {
                 continue;
             }
@@ -1526,6 +1813,9 @@ async fn main() {
     if let Some(path) = &cfg.out {
         std::fs::write(path, &md).expect("write --out");
     }
-    let failed = chan_failed || results.values().any(|(x, y)| x.error.is_some() || y.error.is_some());
+    let failed = chan_failed
+        || results
+            .values()
+            .any(|(x, y)| x.error.is_some() || y.error.is_some());
     std::process::exit(if failed { 1 } else { 0 });
 }
