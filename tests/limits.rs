@@ -618,17 +618,25 @@ fn a_qos0_channel_consumer_hung_up_at_write_timeout_is_not_replayed_what_was_wri
     }
 }
 
+/// Limits under which a session holds about ten 100 KiB messages.
+const HOLDS_TEN_100KIB: &str = "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n";
+
+/// A QoS 1 subscriber to `full/#` that takes one delivery at a time (Receive
+/// Maximum 1).
+fn slow_subscriber(broker: &Broker, client_id: &str) -> Raw {
+    let mut c = connect(V5, client_id, true);
+    c.properties.edit().receive_maximum = Some(1);
+    let (mut slow, _) = Raw::handshake(broker.addr, c);
+    slow.subscribe("full/#", opts(QoS::AtLeastOnce));
+    slow
+}
+
 /// B-045: a QoS 1 broadcast subscriber is held within `session_queue_bytes`, the oldest
 /// given up past it, never the one on the wire.
 #[test]
 fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refused() {
-    let broker = Broker::start(
-        "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n",
-    );
-    let mut c = connect(V5, "slow", true);
-    c.properties.edit().receive_maximum = Some(1);
-    let (mut slow, _) = Raw::handshake(broker.addr, c);
-    slow.subscribe("full/#", opts(QoS::AtLeastOnce));
+    let broker = Broker::start(HOLDS_TEN_100KIB);
+    let mut slow = slow_subscriber(&broker, "slow");
     let mut publisher = Raw::connected(broker.addr, V5, "publisher");
     for i in 0..30u8 {
         let mut payload = vec![b'x'; 100 * 1024];
@@ -657,17 +665,71 @@ fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refus
     assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
 }
 
+/// B-091, and what a mosquitto user expects ("Outgoing messages are being dropped"):
+/// a session that starts giving deliveries up at its bound is said at WARN once, not
+/// once per delivery or per refill, and when it has caught up, after the episode's
+/// ten seconds, the log says how many it lost.
+#[test]
+fn giving_deliveries_up_at_the_bound_is_said_once_and_counted_when_caught_up() {
+    let broker = Broker::start(HOLDS_TEN_100KIB);
+    let mut slow = slow_subscriber(&broker, "slow-warned");
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let started = Instant::now();
+    let mut fill_and_read = |count: usize| {
+        for _ in 0..count {
+            let payload = vec![b'x'; 100 * 1024];
+            assert_eq!(
+                publisher.publish("full/x", &payload, QoS::AtLeastOnce, false),
+                Some(0)
+            );
+        }
+        let mut got = 0;
+        while let Ok(Packet::Publish(p)) = slow.expect_nothing_or_packet(Duration::from_millis(500))
+        {
+            got += 1;
+            slow.send(&Packet::PubAck(saguin::codec::Ack::new(
+                p.packet_id.expect("QoS 1"),
+                0,
+            )));
+        }
+        got
+    };
+    let first = fill_and_read(30);
+    let second = fill_and_read(30);
+    assert!(
+        first < 30 && second < 30,
+        "both fills gave some up: {first}, {second}"
+    );
+    // The episode began after `started`, with the first fill.
+    std::thread::sleep(Duration::from_millis(10_500).saturating_sub(started.elapsed()));
+    assert_eq!(fill_and_read(1), 1, "one fits");
+    let lines = broker.wait_log_lines("slow-warned: caught up");
+    let full: Vec<_> = lines
+        .iter()
+        .filter(|l| l.contains("slow-warned: its queue is full"))
+        .collect();
+    assert_eq!(full.len(), 1, "said once for both fills: {full:#?}");
+    assert!(full[0].contains(" WARN "), "{}", full[0]);
+    assert!(
+        full[0].contains("limits.session_queue_bytes 1MiB"),
+        "{}",
+        full[0]
+    );
+    let caught_up = lines.last().expect("the caught-up line");
+    assert!(caught_up.contains(" WARN "), "{caught_up}");
+    let lost = 60 - first - second;
+    assert!(
+        caught_up.contains(&format!("; {lost} deliveries to it were given up")),
+        "{lost} lost: {caught_up}"
+    );
+}
+
 /// B-091: what the bound gives up is counted as `session_queue_full`, and what the
 /// sessions hold is reported in messages and bytes.
 #[test]
 fn session_queue_drops_and_holdings_are_reported_b091() {
-    let broker = Broker::start(&format!(
-        "  limits:\n    max_message_size: 128KiB\n    max_connect_size: 100KiB\n    session_queue_bytes: 1MiB\n{OPS_SOCKET}"
-    ));
-    let mut c = connect(V5, "slow-b091", true);
-    c.properties.edit().receive_maximum = Some(1);
-    let (mut slow, _) = Raw::handshake(broker.addr, c);
-    slow.subscribe("full/#", opts(QoS::AtLeastOnce));
+    let broker = Broker::start(&format!("{HOLDS_TEN_100KIB}{OPS_SOCKET}"));
+    let slow = slow_subscriber(&broker, "slow-b091");
     let mut publisher = Raw::connected(broker.addr, V5, "publisher");
     for _ in 0..30 {
         let payload = vec![b'x'; 100 * 1024];

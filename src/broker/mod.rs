@@ -734,7 +734,7 @@ impl Broker {
                     self.backlogged.insert(held.group.clone());
                 }
                 session.hand_logged(entry.offset);
-                session.enqueue(delivery);
+                session.enqueue_counted(&self.metrics, delivery);
                 holders += 1;
             }
             owed += holders;
@@ -1663,13 +1663,7 @@ impl Broker {
 /// Queues a delivery on `session`, counting what the session bound gave up or
 /// refused, and wakes its connection.
 fn enqueue_counted(session: &mut Session, metrics: &Metrics, delivery: Delivery) {
-    let enqueued = session.enqueue(delivery);
-    metrics
-        .dropped_queue_full
-        .set(metrics.dropped_queue_full.get() + enqueued.dropped as u64);
-    metrics
-        .deliveries_refused
-        .set(metrics.deliveries_refused.get() + u64::from(enqueued.refused));
+    session.enqueue_counted(metrics, delivery);
     session.wake();
 }
 

@@ -157,6 +157,19 @@ pub fn user_named(name: &str) -> Option<Arc<str>> {
 /// Slots an emptied session queue keeps (3.5 KiB at 56 bytes a `Delivery`).
 const QUEUE_KEPT: usize = 64;
 
+/// The shortest episode of deliveries given up at the bound: a session that fills
+/// and empties its queue over and over is said to at most once in this long.
+const GIVING_UP_EPISODE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An episode of deliveries given up or refused at a session's bound, said at WARN
+/// when it starts and with its count when the session catches up, as mosquitto warns
+/// that outgoing messages are being dropped.
+#[derive(Debug)]
+struct GivingUp {
+    since: Instant,
+    deliveries: u64,
+}
+
 impl Delivery {
     /// The channel record it is, for a channel delivery: its channel and offset.
     pub fn origin(&self) -> Option<(ChannelId, u64)> {
@@ -390,6 +403,9 @@ pub struct Session {
     /// delivery pays one test of it.
     pub kept_ids: Option<Box<KeptIds>>,
     next_packet_id: u16,
+    /// Its episode of deliveries given up at the bound, if one is going on; boxed, as
+    /// a session that keeps up never has one.
+    giving_up: Option<Box<GivingUp>>,
 }
 
 /// A record an exchange carried: its channel (`None`: the broadcast log) and offset.
@@ -478,6 +494,7 @@ impl Session {
             log: None,
             kept_ids: None,
             next_packet_id: 1,
+            giving_up: None,
         }
     }
 
@@ -485,9 +502,57 @@ impl Session {
     /// largest capacity, and a subscriber that once fell 4,000 messages behind would
     /// hold 220 KiB of it for as long as its session lives. Up to `QUEUE_KEPT` slots
     /// stay, so steady traffic does not allocate anew at every write.
+    /// The session has caught up, too: an episode of deliveries given up that has
+    /// lasted `GIVING_UP_EPISODE` ends, said with its count.
     pub fn release_empty_queue(&mut self) {
-        if self.queue.is_empty() && self.queue.capacity() > QUEUE_KEPT {
+        if !self.queue.is_empty() {
+            return;
+        }
+        if self.queue.capacity() > QUEUE_KEPT {
             self.queue = VecDeque::new();
+        }
+        if let Some(episode) = self
+            .giving_up
+            .take_if(|e| e.since.elapsed() >= GIVING_UP_EPISODE)
+        {
+            log::warn!(
+                "{}: caught up; {} deliveries to it were given up at its bound in {}s",
+                self.client_id,
+                episode.deliveries,
+                episode.since.elapsed().as_secs()
+            );
+        }
+    }
+
+    /// [`Self::enqueue`], counting in `metrics` what the bound gave up or refused
+    /// (B-091); the first of an episode is said at WARN.
+    pub fn enqueue_counted(&mut self, metrics: &super::metrics::Metrics, delivery: Delivery) {
+        let enqueued = self.enqueue(delivery);
+        let lost = enqueued.dropped as u64 + u64::from(enqueued.refused);
+        if lost == 0 {
+            return;
+        }
+        metrics
+            .dropped_queue_full
+            .set(metrics.dropped_queue_full.get() + enqueued.dropped as u64);
+        metrics
+            .deliveries_refused
+            .set(metrics.deliveries_refused.get() + u64::from(enqueued.refused));
+        match &mut self.giving_up {
+            Some(episode) => episode.deliveries += lost,
+            None => {
+                log::warn!(
+                    "{}: its queue is full (limits.session_queue_bytes {}): broadcasts to \
+                     it are given up, oldest first, until it reads faster; counted in \
+                     saguin_session_deliveries_dropped_total",
+                    self.client_id,
+                    crate::config::format_size(self.queue_bound as u64)
+                );
+                self.giving_up = Some(Box::new(GivingUp {
+                    since: Instant::now(),
+                    deliveries: lost,
+                }));
+            }
         }
     }
 
@@ -513,7 +578,7 @@ impl Session {
 
     /// Queues a delivery, giving up the oldest not on the wire while over the bound.
     /// Returns how many deliveries were given up.
-    pub fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
+    fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
         let charge = delivery.message.charge();
         let mut dropped = 0;
         // Only a QoS 0 or 1 broadcast not yet on the wire is given up: a channel's

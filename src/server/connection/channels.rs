@@ -662,7 +662,7 @@ impl Reader<'_> {
                         .is_none_or(|g| g.channel_allows(&name, topic, Verb::Read))
                 });
                 for delivery in deliveries {
-                    session.enqueue(delivery);
+                    session.enqueue_counted(metrics, delivery);
                 }
                 continue;
             }
@@ -727,7 +727,7 @@ impl Reader<'_> {
                 });
             }
             for delivery in deliveries {
-                session.enqueue(delivery);
+                session.enqueue_counted(metrics, delivery);
             }
         }
     }
