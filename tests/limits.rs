@@ -663,6 +663,14 @@ fn a_full_session_gives_up_its_oldest_broadcast_and_the_publisher_is_never_refus
     assert_eq!(got.last(), Some(&29), "the newest are kept: {got:?}");
     assert!(got.len() < 30 && got.len() >= 5, "{got:?}");
     assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+    // Gone before its episode's ten seconds: the count is said as the session ends.
+    slow.disconnect();
+    let line = broker.wait_log("slow: its connection ended;");
+    let lost = 30 - got.len();
+    assert!(
+        line.contains(&format!("; {lost} deliveries to it were given up")),
+        "{lost}: {line}"
+    );
 }
 
 /// B-091, and what a mosquitto user expects ("Outgoing messages are being dropped"):

@@ -951,6 +951,7 @@ impl Broker {
         };
         session.link = None;
         session.away_ms = Some(records::now_ms());
+        session.end_giving_up("its connection ended");
         if session.stored {
             self.record_work.push(client_id.clone());
         }

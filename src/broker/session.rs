@@ -502,6 +502,7 @@ impl Session {
     /// largest capacity, and a subscriber that once fell 4,000 messages behind would
     /// hold 220 KiB of it for as long as its session lives. Up to `QUEUE_KEPT` slots
     /// stay, so steady traffic does not allocate anew at every write.
+    ///
     /// The session has caught up, too: an episode of deliveries given up that has
     /// lasted `GIVING_UP_EPISODE` ends, said with its count.
     pub fn release_empty_queue(&mut self) {
@@ -511,12 +512,17 @@ impl Session {
         if self.queue.capacity() > QUEUE_KEPT {
             self.queue = VecDeque::new();
         }
-        if let Some(episode) = self
-            .giving_up
-            .take_if(|e| e.since.elapsed() >= GIVING_UP_EPISODE)
-        {
+        if (self.giving_up.as_ref()).is_some_and(|e| e.since.elapsed() >= GIVING_UP_EPISODE) {
+            self.end_giving_up("caught up");
+        }
+    }
+
+    /// Ends an episode of deliveries given up at the bound, if one is going on, saying
+    /// how many it lost and `why` it ends.
+    pub fn end_giving_up(&mut self, why: &str) {
+        if let Some(episode) = self.giving_up.take() {
             log::warn!(
-                "{}: caught up; {} deliveries to it were given up at its bound in {}s",
+                "{}: {why}; {} deliveries to it were given up at its bound in {}s",
                 self.client_id,
                 episode.deliveries,
                 episode.since.elapsed().as_secs()
@@ -543,7 +549,7 @@ impl Session {
             None => {
                 log::warn!(
                     "{}: its queue is full (limits.session_queue_bytes {}): broadcasts to \
-                     it are given up, oldest first, until it reads faster; counted in \
+                     it are given up until it reads faster; counted in \
                      saguin_session_deliveries_dropped_total",
                     self.client_id,
                     crate::config::format_size(self.queue_bound as u64)
