@@ -224,3 +224,36 @@ fn a254_a_v311_pubrec_the_store_cannot_record_closes_with_no_pubrel() {
     assert!(again.dup, "MQTT-4.4.0-1: sent again with DUP");
     assert_eq!(again.packet_id, Some(id));
 }
+
+/// A-254 after a seek: the consumer seeks its channel past a record whose exchange
+/// is released and not completed, then SIGKILL. The stored position has passed the
+/// record, but the exchange was never completed: the resumed session is sent its
+/// PUBREL again under the same packet identifier (MQTT-4.4.0-1), and the record is
+/// not sent again.
+#[test]
+fn a254_a_released_exchange_a_seek_passed_gets_its_pubrel_after_sigkill() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let mut s = subscriber(&broker, "events/#");
+    publish(&broker, "events/a", b"once");
+    let id = published(&mut s, b"once").packet_id.expect("a packet id");
+    pubrec(&mut s, id);
+    assert_eq!(
+        s.publish(
+            "$saguin/consumer/events/seek",
+            b"1",
+            QoS::AtLeastOnce,
+            false
+        ),
+        Some(0),
+        "the seek past the record is stored"
+    );
+    let dir = kill(broker);
+    drop(s);
+    assert_eq!(released_rows(&dir), 1, "A-254: kept before the PUBREL");
+    let broker = Broker::start_in(dir, &config("local"));
+    let mut s = resumed(&broker, id);
+    s.expect_nothing(Duration::from_millis(600));
+    s.send(&Packet::PubComp(codec::Ack::new(id, 0)));
+    nothing_more(&mut s, Duration::from_millis(600));
+    nothing_after_restart(broker, s);
+}

@@ -2081,41 +2081,33 @@ impl Conn {
     /// The channel records of released exchanges read back at startup, now
     /// that their cursors are open: one at or past the cursor is held unsettled, so
     /// it is not read again as a PUBLISH and the position stays below it until its
-    /// PUBCOMP; one below the stored position was completed before the stop (the
-    /// position passes a record only once it is settled) and is forgotten; any other
-    /// (its channel no longer read here) only waits for its PUBCOMP.
+    /// PUBCOMP; any other only waits for its PUBCOMP. That includes one below the
+    /// stored position: a seek may have moved the position past an exchange never
+    /// completed, so its PUBREL goes again. At worst the client completed it before
+    /// the crash (its row not yet forgotten), and answers a PUBREL it does not know
+    /// with PUBCOMP (0x92 on MQTT 5).
     fn settle_restored_releases(&mut self) {
         let mut broker = self.shared.broker.borrow_mut();
         let Some(session) = broker.session(&self.client_id) else {
             return;
         };
-        let mut completed = Vec::new();
-        for (id, inflight) in &mut session.inflight {
-            let Inflight::Released(record, token) = inflight else {
+        for inflight in session.inflight.values_mut() {
+            let Inflight::Released(record, _) = inflight else {
                 continue;
             };
             let Some((Some(channel), offset)) = *record else {
                 continue;
             };
             match session.cursors.get_mut(&channel) {
-                Some(c) if c.stored.is_some_and(|p| offset < p) => completed.push((*id, *token)),
                 Some(c) if offset >= c.next => {
                     c.unsettled.insert(offset);
                 }
                 _ => *record = None,
             }
         }
-        for (id, _) in &completed {
-            session.inflight.remove(id);
-        }
         // An identifier kept for a channel record below the stored position, or on a
         // channel no longer read here, is free again (MQTT-4.4.0-1).
         session.forget_kept_channel_ids();
-        for (id, token) in completed {
-            if let Some(token) = token {
-                broker.forget_released(&self.client_id, id, token);
-            }
-        }
     }
 
     /// Writes the session's record as it is, less the filters in `without`, if the
