@@ -256,6 +256,9 @@ impl Outbound {
                     ..publish
                 });
             }
+            // As a client's connection does: a burst's room back, an episode of
+            // deliveries given up ended.
+            session.release_empty_queue();
         }
         if !out.is_empty() {
             drop(broker);
