@@ -523,6 +523,29 @@ enum Mode {
     },
 }
 
+/// Runs one flooding publisher on each connection until `until`, at most `window`
+/// messages ahead of the subscribers, 32 QoS 1 publishes unacknowledged each.
+async fn flood(
+    conns: Vec<(Rd, Wr)>,
+    sh: &Arc<Shared>,
+    sc: &Scenario,
+    until: Instant,
+    window: u64,
+) -> io::Result<()> {
+    let handles: Vec<_> = conns
+        .into_iter()
+        .map(|(rd, w)| {
+            let mode = Mode::Flood { until, window };
+            let inflight = Arc::new(Semaphore::new(32));
+            tokio::spawn(publisher(rd, w, sh.clone(), sc.clone(), mode, inflight))
+        })
+        .collect();
+    for h in handles {
+        h.await.map_err(io::Error::other)??;
+    }
+    Ok(())
+}
+
 async fn publisher(
     rd: Rd,
     mut w: Wr,
@@ -774,21 +797,7 @@ async fn flooded(st: Stage, sc: &Scenario, cfg: &Config) -> io::Result<Outcome> 
     let window = ((256 * 1024) / sc.payload.max(1)).clamp(16, 500) as u64;
     let t0 = Instant::now();
     let until = t0 + Duration::from_secs_f64(cfg.duration);
-    let mut handles = Vec::new();
-    for (rd, w) in flooders {
-        let mode = Mode::Flood { until, window };
-        handles.push(tokio::spawn(publisher(
-            rd,
-            w,
-            sh.clone(),
-            sc.clone(),
-            mode,
-            Arc::new(Semaphore::new(32)),
-        )));
-    }
-    for h in handles {
-        h.await.unwrap()?;
-    }
+    flood(flooders, &sh, sc, until, window).await?;
     let pub_end = Instant::now();
     let last = drain(&sh, sc.subs as u64).await;
     sh.stop_subs.store(true, Relaxed);
@@ -1008,21 +1017,7 @@ async fn append_publish(
     }
     let t0 = Instant::now();
     let until = t0 + Duration::from_secs_f64(cfg.duration);
-    let mut handles = Vec::new();
-    for (rd, w) in conns {
-        let mode = Mode::Flood { until, window: 500 };
-        handles.push(tokio::spawn(publisher(
-            rd,
-            w,
-            sh.clone(),
-            sc.clone(),
-            mode,
-            Arc::new(Semaphore::new(32)),
-        )));
-    }
-    for h in handles {
-        h.await.map_err(io::Error::other)??;
-    }
+    flood(conns, &sh, &sc, until, 500).await?;
     let took = t0.elapsed();
     on.store(false, Relaxed);
     let (sent, acked) = (sh.sent.load(Relaxed), sh.acked.load(Relaxed));
