@@ -458,11 +458,11 @@ impl KeptIds {
 
 /// What queueing one delivery cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Enqueued {
+struct Enqueued {
     /// Older broadcasts given up to make room.
-    pub dropped: usize,
+    dropped: usize,
     /// The delivery itself was refused (QoS 2, nothing left to give up).
-    pub refused: bool,
+    refused: bool,
 }
 
 impl Session {
@@ -512,7 +512,11 @@ impl Session {
         if self.queue.capacity() > QUEUE_KEPT {
             self.queue = VecDeque::new();
         }
-        if (self.giving_up.as_ref()).is_some_and(|e| e.since.elapsed() >= GIVING_UP_EPISODE) {
+        if self
+            .giving_up
+            .as_deref()
+            .is_some_and(|e| e.since.elapsed() >= GIVING_UP_EPISODE)
+        {
             self.end_giving_up("caught up");
         }
     }
@@ -582,8 +586,8 @@ impl Session {
         before - self.queue.len()
     }
 
-    /// Queues a delivery, giving up the oldest not on the wire while over the bound.
-    /// Returns how many deliveries were given up.
+    /// Queues a delivery, giving up the oldest not on the wire while over the bound;
+    /// says how many it gave up, and whether it refused this one.
     fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
         let charge = delivery.message.charge();
         let mut dropped = 0;
