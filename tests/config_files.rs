@@ -416,6 +416,51 @@ fn b551_check_files_reports_every_unreadable_file_at_once() {
     assert!(err.findings().iter().all(|f| f.line > 0), "{err}");
 }
 
+/// B-551 through the binary: every kind of named file (both password files, the
+/// certificate, key and client CA, and a bridge's CA), each with its line, in one
+/// report; a directory named as a file is refused too, though it opens.
+#[test]
+fn b551_check_config_names_every_unreadable_file_and_a_directory() {
+    let run = |path: &Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
+            .arg("--check-config")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&fixture("full.yaml"));
+    for (line, key) in [
+        (15, "broker.mqtt.listen.tcp[1].tls.cert_file"),
+        (16, "broker.mqtt.listen.tcp[1].tls.key_file"),
+        (17, "broker.mqtt.listen.tcp[1].tls.client_ca_file"),
+        (33, "broker.mqtt.password_file"),
+        (36, "broker.operations.password_file"),
+        (100, "bridges.head-office.ca_file"),
+    ] {
+        let said = format!("  - line {line}: {key} ");
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&said) && l.contains("cannot be read")),
+            "{said}\n{err}"
+        );
+    }
+
+    let dir = scratch("b551-dir", &[("passwd/keep", "")]);
+    let yaml = format!(
+        "{HEAD}  mqtt:\n    password_file: {}\n",
+        dir.join("passwd").display()
+    );
+    fs::write(dir.join("saguin.yaml"), yaml).unwrap();
+    let err = run(&dir.join("saguin.yaml"));
+    assert!(
+        err.contains("broker.mqtt.password_file")
+            && err.contains("is a directory; name the file in it"),
+        "{err}"
+    );
+}
+
 #[test]
 fn b550_summary_lists_the_file_and_channels() {
     let c = config::load(&fixture("spec-example.yaml")).unwrap();

@@ -146,15 +146,21 @@ impl Config {
             if !READ.contains(&last) || !nf.path.is_absolute() {
                 continue;
             }
-            if let Err(e) = std::fs::File::open(&nf.path) {
-                findings.push(Finding {
-                    file: nf.file.clone(),
-                    line: nf.line,
-                    key: nf.key.clone(),
-                    value: Some(format!("{:?}", nf.path.display().to_string())),
-                    text: format!(" cannot be read ({e}); make the file readable by the broker, or fix the path"),
-                });
-            }
+            // A directory opens like a file on Linux and fails only when it is read.
+            let problem = match std::fs::File::open(&nf.path).and_then(|f| f.metadata()) {
+                Err(e) => format!(
+                    " cannot be read ({e}); make the file readable by the broker, or fix the path"
+                ),
+                Ok(m) if m.is_dir() => " is a directory; name the file in it".to_string(),
+                Ok(_) => continue,
+            };
+            findings.push(Finding {
+                file: nf.file.clone(),
+                line: nf.line,
+                key: nf.key.clone(),
+                value: Some(format!("{:?}", nf.path.display().to_string())),
+                text: problem,
+            });
         }
         if findings.is_empty() {
             Ok(())
