@@ -186,3 +186,48 @@ fn a_stopping_broker_closes_a_socket_short_of_its_connect_at_once() {
     let _ = silent.read_to_end(&mut rest);
     assert!(rest.is_empty(), "closed with nothing written: {rest:02X?}");
 }
+
+#[test]
+fn a_connection_taken_over_gives_its_slot_back_before_its_last_write_which_write_timeout_bounds() {
+    // B-058: "deaf" stops reading with its socket full. A new connection takes its
+    // client id over; the old one owes a DISCONNECT 0x8E it cannot write. Its slot is
+    // already free, so a third client is admitted under max_connections 2, and the old
+    // socket is closed once write_timeout (4 s) passes without its reader.
+    let broker = Broker::start(
+        "  limits:\n    max_connections: 2\n    write_timeout: 4s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
+    );
+    let mut deaf = Raw::connected(broker.addr, ProtocolVersion::V5, "deaf");
+    assert_eq!(
+        deaf.subscribe("flood/#", common::opts(QoS::AtMostOnce)),
+        [0]
+    );
+    let mut publisher = Raw::connected(broker.addr, ProtocolVersion::V5, "publisher");
+    let payload = vec![b'x'; 200 * 1024];
+    for _ in 0..40 {
+        assert_eq!(
+            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    publisher.disconnect();
+    let taken_over = Instant::now();
+    let (_new_deaf, ack) = Raw::handshake(broker.addr, connect(ProtocolVersion::V5, "deaf", true));
+    assert_eq!(ack.code, 0, "the takeover is admitted");
+    let (_third, ack) = Raw::handshake(broker.addr, connect(ProtocolVersion::V5, "third", true));
+    assert_eq!(
+        ack.code, 0,
+        "the old connection's slot was given back before its last write"
+    );
+    assert!(
+        taken_over.elapsed() < Duration::from_secs(4),
+        "admitted before write_timeout: {:?}",
+        taken_over.elapsed()
+    );
+    broker.wait_log("deaf disconnected: ended by the broker, 0x8E");
+    let ended = taken_over.elapsed();
+    assert!(
+        ended >= Duration::from_secs(3),
+        "the last write waited for its reader: {ended:?}"
+    );
+    drop(deaf);
+}

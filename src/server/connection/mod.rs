@@ -968,6 +968,40 @@ impl Conn {
         self.flushed(result)
     }
 
+    /// [`Conn::flush_waiting`] for the serve loop: a connection told to end stops
+    /// waiting for its reader at once, so its slot is free while its last write still
+    /// waits (B-058). What is left stays in the outbox, for `finish` to write.
+    async fn flush_waiting_unless_kicked(&mut self) -> Result<(), End> {
+        let Conn {
+            out,
+            stream,
+            woken,
+            link,
+            shared,
+            ..
+        } = self;
+        let mut woken_meanwhile = false;
+        let write = with_write_timeout(out.write_to(stream), shared.settings.write_timeout);
+        let kicked = async {
+            loop {
+                woken.recv().await;
+                if link.kicked().is_some() {
+                    return None;
+                }
+                woken_meanwhile = true;
+            }
+        };
+        let written = future::or(async { Some(write.await) }, kicked).await;
+        // A wake-up taken while the write waited is the next turn's.
+        if woken_meanwhile {
+            self.link.wake();
+        }
+        match written {
+            Some(result) => self.flushed(result),
+            None => Ok(()),
+        }
+    }
+
     /// Empties the outbox once a write has ended, well or not.
     fn flushed(&mut self, result: std::io::Result<()>) -> Result<(), End> {
         self.out.clear();
@@ -1054,7 +1088,7 @@ impl Conn {
             match self.flush_now() {
                 Ok(true) => {}
                 Ok(false) => {
-                    if let Err(end) = Box::pin(self.flush_waiting()).await {
+                    if let Err(end) = Box::pin(self.flush_waiting_unless_kicked()).await {
                         // Acknowledgements that arrived while the write waited move
                         // positions before the connection ends (B-041).
                         return self.handle_what_was_sent().await.err().unwrap_or(end);

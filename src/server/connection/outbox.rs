@@ -124,8 +124,9 @@ impl Outbox {
         Ok(true)
     }
 
-    /// Writes the rest and flushes. Safe to drop part-way only when the connection is
-    /// abandoned with it (a write timeout), as every caller does.
+    /// Writes the rest and flushes. Safe to drop part-way: every write the socket took
+    /// is counted, and the next call goes on from there (a connection told to end
+    /// stops waiting, and its `finish` writes the rest).
     ///
     /// # Errors
     /// The socket's, or `WriteZero` when it takes nothing.
