@@ -345,6 +345,63 @@ fn a_pubrel_refused_for_room_is_disconnect_0x97_and_completes_later_a268() {
     assert!(value.retain && value.payload.len() == payload.len());
 }
 
+/// A-268, the channel half. A session that outlives its connection stores its held
+/// publish in the channel's provider before the PUBREC (B-441), so the room the
+/// release needs is taken then: a provider filled after the PUBREC does not refuse
+/// the PUBREL. A session that ends with its connection holds it in memory only, and
+/// its PUBREL into the filled channel is DISCONNECT 0x97; the value is not served.
+#[test]
+fn a_pubrel_into_a_channel_filled_after_the_pubrec_a268() {
+    let yaml = format!(
+        "{RETAINED_SMALL}channels:\n  state:\n    type: latest\n    filter: state/#\n    storage: small\n"
+    );
+    let broker = Broker::start_with(&yaml);
+    let payload = vec![b'h'; 50 << 10];
+    let (mut stored, _) = connected(&broker, persistent("stored", true, 300));
+    let (mut in_memory, _) = connected(&broker, persistent("in-memory", true, 0));
+    assert_eq!(pubrec(&mut stored, "state/stored", &payload, 3, false), 0);
+    assert_eq!(
+        pubrec(&mut in_memory, "state/in-memory", &payload, 4, false),
+        0
+    );
+    let mut filler = Raw::connected(broker.addr, V5, "filler");
+    let mut filled = 0;
+    while filled < 40 {
+        match filler.publish(
+            &format!("state/{filled:02}"),
+            &payload,
+            QoS::AtLeastOnce,
+            false,
+        ) {
+            Some(0) => filled += 1,
+            code => {
+                assert_eq!(code, Some(0x97), "after {filled}");
+                break;
+            }
+        }
+    }
+    assert!(filled < 40, "the channel's provider filled");
+    assert_eq!(
+        pubrel(&mut stored, 3),
+        0,
+        "its room was taken at the PUBREC"
+    );
+    in_memory.send(&Packet::PubRel(codec::Ack::new(4, 0)));
+    assert_eq!(in_memory.expect_disconnect(), 0x97);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("state/stored", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let value = reader.recv_publish();
+    assert!(value.retain && value.payload.len() == payload.len());
+    assert_eq!(
+        reader.subscribe("state/in-memory", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    reader.expect_nothing(Duration::from_millis(300));
+}
+
 /// A memory provider whose 12 KiB (less the 3 KiB reserve) hold the session records
 /// and the held publishes.
 const TIGHT: &str = "broker:

@@ -286,3 +286,38 @@ fn a_position_write_the_store_holds_up_does_not_stop_the_connection_b457() {
     );
     drop(lock);
 }
+
+/// A-169, broadcast log half: a QoS 1 broadcast owed to a session that outlives its
+/// connection, which the broadcast log cannot keep, is PUBACK 0x83, and the broker
+/// says so in its log. Sessions that end with their connection had it at once, and
+/// one that outlives its connection is not denied it either: it waits in memory (gone
+/// with a crash, as the 0x83 warned the publisher) and comes before the next, which
+/// the log keeps.
+#[test]
+fn a_broadcast_the_log_cannot_keep_is_puback_0x83_and_kept_in_memory_only_a169() {
+    let broker = start();
+    let mut s = connected(&broker, persistent(V5, "subscriber"));
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    s.disconnect();
+    let mut p = connected(&broker, common::connect(V5, "publisher", true));
+    let lock = WriteLock::take(&broker);
+    assert_eq!(
+        p.publish("news/unlogged", b"memory", QoS::AtLeastOnce, false),
+        Some(STORAGE_ERROR)
+    );
+    broker.wait_log("could not be logged, and is kept in memory only");
+    drop(lock);
+    assert_eq!(
+        p.publish("news/logged", b"stored", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut s = connected(&broker, persistent(V5, "subscriber"));
+    for (topic, payload) in [
+        ("news/unlogged", &b"memory"[..]),
+        ("news/logged", b"stored"),
+    ] {
+        let got = s.recv_publish();
+        assert_eq!((&*got.topic, &*got.payload), (topic, payload));
+    }
+    s.expect_nothing(Duration::from_millis(300));
+}
