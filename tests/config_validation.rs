@@ -42,7 +42,7 @@ fn line_of(text: &str, marker: &str) -> u32 {
 
 /// (requirement, YAML after BASE, key the finding names, marker of its line)
 const INVALID: &[(&str, &str, &str, &str)] = &[
-    // Channel names (A-023 … A-027, B-482, B-491).
+    // Channel names (A-023 … A-028: no key lifts the 128-byte limit; B-482, B-491).
     (
         "A-023",
         "channels:\n  a/b:\n    type: append\n",
@@ -72,6 +72,12 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "channels:\n  aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:\n    type: append\n",
         "channels.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
         "aaaa:",
+    ),
+    (
+        "A-028",
+        "  limits:\n    max_channel_name_length: 256\n",
+        "broker.limits.max_channel_name_length",
+        "max_channel_name_length:",
     ),
     (
         "A-027",
