@@ -272,3 +272,46 @@ fn b459_after_sigkill_the_record_comes_again_with_dup_its_id_not_kept() {
     complete(&mut s, id, QoS::ExactlyOnce);
     nothing_more(&mut s, Duration::from_millis(600));
 }
+
+/// MQTT-4.6.0-5 (3.1.1 §4.6): what one publisher sent to one topic reaches a
+/// subscriber in that order, what is sent again included. After a graceful stop the
+/// first two go again under their kept identifiers and the third takes a free one
+/// below them; when the connection drops before any is acknowledged, the next
+/// connection gets all three again in the order they were first sent, which the
+/// identifiers no longer tell (nor do they once they wrap past 65,535).
+#[test]
+fn a_resumed_session_gets_its_exchanges_again_in_the_order_they_were_sent() {
+    let v5 = ProtocolVersion::V5;
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut s, _) = connected(&broker, sub_connect(v5, true));
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    warm_up(&broker, &mut s);
+    for payload in [&b"one"[..], b"two"] {
+        publish(&broker, "news/a", payload, false);
+        unanswered(&mut s, QoS::AtLeastOnce);
+    }
+    let dir = broker.stop();
+    drop(s);
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut s, present) = connected(&broker, sub_connect(v5, false));
+    assert!(present, "Session Present 1");
+    let kept: Vec<u16> = (0..2)
+        .filter_map(|_| unanswered(&mut s, QoS::AtLeastOnce).packet_id)
+        .collect();
+    publish(&broker, "news/a", b"three", false);
+    let third = unanswered(&mut s, QoS::AtLeastOnce)
+        .packet_id
+        .expect("an id");
+    assert!(
+        kept.iter().all(|id| third < *id),
+        "the case: a new identifier ({third}) below the kept ones ({kept:?})"
+    );
+    drop(s);
+    broker.wait_log("sub disconnected");
+    let (mut s, present) = connected(&broker, sub_connect(v5, false));
+    assert!(present);
+    let order: Vec<Vec<u8>> = (0..3)
+        .map(|_| unanswered(&mut s, QoS::AtLeastOnce).payload.to_vec())
+        .collect();
+    assert_eq!(order, [&b"one"[..], b"two", b"three"], "MQTT-4.6.0-5");
+}

@@ -11,6 +11,7 @@ pub mod channels;
 mod connection_link;
 pub mod cursor;
 pub mod held;
+pub mod inflight;
 pub mod metrics;
 pub mod partition;
 pub mod queue;
@@ -1185,9 +1186,9 @@ impl Broker {
             }
         }
         // Its released outbound exchanges too.
-        for (packet_id, inflight) in &session.inflight {
+        for (packet_id, inflight) in session.inflight.in_send_order() {
             if let Inflight::Released(_, Some(token)) = inflight {
-                self.forget_released(client_id, *packet_id, *token);
+                self.forget_released(client_id, packet_id, *token);
             }
         }
         // What its groups had handed it and it had not settled goes back to them.

@@ -19,6 +19,7 @@ use crate::codec::{Properties, ProtocolVersion, QoS, SubscriptionOptions, Will};
 use super::channels::ChannelId;
 use super::connection_link::ConnLink;
 use super::cursor::Cursor;
+use super::inflight::InflightTable;
 
 /// A message as the broker routes it: shared by every session it is delivered to.
 #[derive(Debug)]
@@ -356,8 +357,8 @@ pub struct Session {
     /// The connected client under the acl_file, when one is held: whose entry's
     /// `limits:` its publish budget refills at (B-115, B-116).
     pub principal: Option<std::rc::Rc<crate::acl::Principal>>,
-    /// Outbound exchanges on the wire, by packet identifier.
-    pub inflight: BTreeMap<u16, Inflight>,
+    /// Outbound exchanges on the wire, by packet identifier, in the order sent.
+    pub inflight: InflightTable,
     /// Inbound QoS 2 publishes received and not yet released, by packet identifier.
     pub incoming: BTreeMap<u16, HeldQos2>,
     /// Bytes charged for `queue` and the published part of `inflight`.
@@ -475,7 +476,7 @@ impl Session {
             subscriptions: Subscriptions::default(),
             queue: VecDeque::new(),
             principal: None,
-            inflight: BTreeMap::new(),
+            inflight: InflightTable::default(),
             incoming: BTreeMap::new(),
             queued_bytes: 0,
             queue_bound,
@@ -756,12 +757,13 @@ impl Session {
         }
         let published = self
             .inflight
-            .iter()
+            .in_send_order()
+            .into_iter()
             .filter_map(|(id, inflight)| match inflight {
                 Inflight::Published(d) => d
                     .record
                     .filter(|(channel, _)| !channel.is_some_and(&offer))
-                    .map(|record| (*id, record)),
+                    .map(|record| (id, record)),
                 Inflight::Released(..) => None,
             });
         let kept = self.kept_ids.iter().flat_map(|k| k.iter());
@@ -882,9 +884,10 @@ impl Session {
     pub fn take_all_held(&mut self) -> Vec<Delivery> {
         let on_wire: Vec<u16> = self
             .inflight
-            .iter()
+            .in_send_order()
+            .into_iter()
             .filter(|(_, f)| matches!(f, Inflight::Published(d) if d.held.is_some()))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         let mut taken: Vec<Delivery> = on_wire
             .into_iter()

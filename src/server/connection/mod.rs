@@ -919,12 +919,13 @@ impl Conn {
         };
         let now = Instant::now();
         let mut packets = Vec::new();
-        for (id, inflight) in &session.inflight {
+        // In the order first sent, which the identifiers do not tell (MQTT-4.6.0-5).
+        for (id, inflight) in session.inflight.in_send_order() {
             packets.push(match inflight {
                 Inflight::Published(d) => {
-                    Packet::Publish(publish_packet(d, Some(*id), true, now, self.protocol))
+                    Packet::Publish(publish_packet(d, Some(id), true, now, self.protocol))
                 }
-                Inflight::Released(..) => Packet::PubRel(Ack::new(*id, 0)),
+                Inflight::Released(..) => Packet::PubRel(Ack::new(id, 0)),
             });
         }
         drop(broker);

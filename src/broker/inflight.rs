@@ -1,0 +1,166 @@
+//! A session's outbound exchanges on the wire: found by packet identifier, and
+//! remembered in the order they were sent.
+//!
+//! The order is what a resumed session gets them again in: what one publisher sent
+//! to one topic reaches a subscriber in that order, what is sent again included
+//! (MQTT-4.6.0-5). Packet identifiers do not tell it. They wrap past 65,535, and after
+//! a graceful stop a record goes again under the identifier it had, above the free
+//! ones new deliveries take.
+
+use super::Map;
+use super::session::Inflight;
+
+/// Below this many slots the table keeps its room when it empties; above, it gives
+/// back what a burst left (a window can reach a client's Receive Maximum).
+const KEEP_SLOTS: usize = 64;
+
+/// Outbound exchanges by packet identifier, each with its place in the order sent.
+#[derive(Debug, Default)]
+pub struct InflightTable {
+    by_id: Map<u16, (u64, Inflight)>,
+    /// The place the next exchange takes.
+    next_place: u64,
+}
+
+impl InflightTable {
+    /// How many exchanges are on the wire.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Whether `id` is taken by one.
+    pub fn contains_key(&self, id: &u16) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// The exchange under `id`.
+    pub fn get(&self, id: &u16) -> Option<&Inflight> {
+        self.by_id.get(id).map(|(_, inflight)| inflight)
+    }
+
+    /// The exchange under `id`, to move it on (a PUBLISH answered by PUBREC becomes
+    /// its PUBREL in the same place).
+    pub fn get_mut(&mut self, id: &u16) -> Option<&mut Inflight> {
+        self.by_id.get_mut(id).map(|(_, inflight)| inflight)
+    }
+
+    /// Puts `inflight` under `id`: last in the order, or in the place of the exchange
+    /// it replaces.
+    pub fn insert(&mut self, id: u16, inflight: Inflight) {
+        match self.by_id.get_mut(&id) {
+            Some((_, old)) => *old = inflight,
+            None => {
+                self.by_id.insert(id, (self.next_place, inflight));
+                self.next_place += 1;
+            }
+        }
+    }
+
+    /// Takes the exchange under `id` out.
+    pub fn remove(&mut self, id: &u16) -> Option<Inflight> {
+        let (_, inflight) = self.by_id.remove(id)?;
+        self.give_back_room();
+        Some(inflight)
+    }
+
+    /// Keeps only the exchanges `keep` says yes to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&u16, &mut Inflight) -> bool) {
+        self.by_id.retain(|id, (_, inflight)| keep(id, inflight));
+        self.give_back_room();
+    }
+
+    /// Forgets every exchange.
+    pub fn clear(&mut self) {
+        self.by_id = Map::default();
+    }
+
+    /// Every exchange, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &Inflight> {
+        self.by_id.values().map(|(_, inflight)| inflight)
+    }
+
+    /// Every exchange, in no particular order, to change.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Inflight> {
+        self.by_id.values_mut().map(|(_, inflight)| inflight)
+    }
+
+    /// Every exchange with its identifier, oldest first.
+    pub fn in_send_order(&self) -> Vec<(u16, &Inflight)> {
+        let mut all: Vec<(u64, u16, &Inflight)> = self
+            .by_id
+            .iter()
+            .map(|(id, (place, inflight))| (*place, *id, inflight))
+            .collect();
+        all.sort_unstable_by_key(|(place, ..)| *place);
+        all.into_iter()
+            .map(|(_, id, inflight)| (id, inflight))
+            .collect()
+    }
+
+    /// Frees what a burst left once three quarters of it stand empty.
+    fn give_back_room(&mut self) {
+        let capacity = self.by_id.capacity();
+        if capacity > KEEP_SLOTS && self.by_id.len() * 4 < capacity {
+            self.by_id.shrink_to(KEEP_SLOTS.max(self.by_id.len() * 2));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn released(offset: u64) -> Inflight {
+        Inflight::Released(Some((None, offset)), None)
+    }
+
+    fn offsets(table: &InflightTable) -> Vec<(u16, u64)> {
+        table
+            .in_send_order()
+            .into_iter()
+            .map(|(id, inflight)| match inflight {
+                Inflight::Released(Some((None, offset)), _) => (id, *offset),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_order_sent_survives_identifiers_that_wrap_and_exchanges_that_move_on() {
+        let mut table = InflightTable::default();
+        for (id, offset) in [(65_534, 1), (65_535, 2), (1, 3), (2, 4)] {
+            table.insert(id, released(offset));
+        }
+        table.insert(65_535, released(20));
+        assert_eq!(offsets(&table), [(65_534, 1), (65_535, 20), (1, 3), (2, 4)]);
+        assert!(table.remove(&65_534).is_some());
+        table.insert(65_534, released(5));
+        assert_eq!(offsets(&table), [(65_535, 20), (1, 3), (2, 4), (65_534, 5)]);
+        table.retain(|id, _| *id != 1);
+        assert_eq!(offsets(&table), [(65_535, 20), (2, 4), (65_534, 5)]);
+    }
+
+    #[test]
+    fn a_burst_gives_its_room_back_as_it_drains() {
+        let mut table = InflightTable::default();
+        for id in 1..=10_000 {
+            table.insert(id, released(u64::from(id)));
+        }
+        let burst = table.by_id.capacity();
+        for id in 1..=9_990 {
+            assert!(table.remove(&id).is_some());
+        }
+        assert!(
+            table.by_id.capacity() <= burst / 100,
+            "{}",
+            table.by_id.capacity()
+        );
+        assert_eq!(table.len(), 10);
+        assert_eq!(table.in_send_order()[0].0, 9_991);
+    }
+}
