@@ -1,25 +1,43 @@
-//! A session's outbound exchanges on the wire: found by packet identifier, and
-//! remembered in the order they were sent.
+//! A session's outbound exchanges on the wire: found by packet identifier,
+//! remembered in the order they were sent, and the bytes of those still published
+//! summed as they come and go.
 //!
 //! The order is what a resumed session gets them again in: what one publisher sent
 //! to one topic reaches a subscriber in that order, what is sent again included
 //! (MQTT-4.6.0-5). Packet identifiers do not tell it. They wrap past 65,535, and after
 //! a graceful stop a record goes again under the identifier it had, above the free
 //! ones new deliveries take.
+//!
+//! The sum is what a full window asks on every delivery (`Session::window_open`):
+//! summed by walking the table, a replay of a channel spent half its time there.
+
+use std::collections::hash_map::Entry;
 
 use super::Map;
-use super::session::Inflight;
+use super::session::{Delivery, Inflight, KeptRecord};
 
 /// Below this many slots the table keeps its room when it empties; above, it gives
 /// back what a burst left (a window can reach a client's Receive Maximum).
 const KEEP_SLOTS: usize = 64;
 
 /// Outbound exchanges by packet identifier, each with its place in the order sent.
+/// Only this module changes an exchange, so `published_bytes` is always their sum.
 #[derive(Debug, Default)]
 pub struct InflightTable {
     by_id: Map<u16, (u64, Inflight)>,
     /// The place the next exchange takes.
     next_place: u64,
+    /// What the exchanges still published are charged (`Message::charge`).
+    published_bytes: usize,
+}
+
+/// What `inflight` is charged while on the wire: a PUBLISH its message, a PUBREL
+/// nothing.
+fn charge(inflight: &Inflight) -> usize {
+    match inflight {
+        Inflight::Published(d) => d.message.charge(),
+        Inflight::Released(..) => 0,
+    }
 }
 
 impl InflightTable {
@@ -43,40 +61,70 @@ impl InflightTable {
         self.by_id.get(id).map(|(_, inflight)| inflight)
     }
 
-    /// The exchange under `id`, to move it on (a PUBLISH answered by PUBREC becomes
-    /// its PUBREL in the same place).
-    pub fn get_mut(&mut self, id: &u16) -> Option<&mut Inflight> {
-        self.by_id.get_mut(id).map(|(_, inflight)| inflight)
+    /// What the exchanges still published are charged, summed.
+    pub fn published_bytes(&self) -> usize {
+        self.published_bytes
     }
 
     /// Puts `inflight` under `id`: last in the order, or in the place of the exchange
     /// it replaces.
     pub fn insert(&mut self, id: u16, inflight: Inflight) {
-        match self.by_id.get_mut(&id) {
-            Some((_, old)) => *old = inflight,
-            None => {
-                self.by_id.insert(id, (self.next_place, inflight));
+        self.published_bytes += charge(&inflight);
+        match self.by_id.entry(id) {
+            Entry::Occupied(mut taken) => {
+                let old = std::mem::replace(&mut taken.get_mut().1, inflight);
+                self.published_bytes -= charge(&old);
+            }
+            Entry::Vacant(free) => {
+                free.insert((self.next_place, inflight));
                 self.next_place += 1;
             }
         }
     }
 
+    /// Moves the QoS 2 exchange `id` from PUBLISH to PUBREL in its place, its row in
+    /// storage named by `stored`: `None` when there is no exchange `id`, else
+    /// the delivery it published (`None` when it was released already).
+    pub fn release(&mut self, id: u16, stored: Option<u64>) -> Option<Option<Delivery>> {
+        let (_, slot) = self.by_id.get_mut(&id)?;
+        let record = match slot {
+            Inflight::Published(d) => d.record,
+            Inflight::Released(..) => return Some(None),
+        };
+        let Inflight::Published(d) = std::mem::replace(slot, Inflight::Released(record, stored))
+        else {
+            return Some(None);
+        };
+        self.published_bytes -= d.message.charge();
+        Some(Some(d))
+    }
+
     /// Takes the exchange under `id` out.
     pub fn remove(&mut self, id: &u16) -> Option<Inflight> {
         let (_, inflight) = self.by_id.remove(id)?;
+        self.published_bytes -= charge(&inflight);
         self.give_back_room();
         Some(inflight)
     }
 
     /// Keeps only the exchanges `keep` says yes to.
-    pub fn retain(&mut self, mut keep: impl FnMut(&u16, &mut Inflight) -> bool) {
-        self.by_id.retain(|id, (_, inflight)| keep(id, inflight));
+    pub fn retain(&mut self, mut keep: impl FnMut(&u16, &Inflight) -> bool) {
+        let mut gone = 0;
+        self.by_id.retain(|id, (_, inflight)| {
+            let kept = keep(id, inflight);
+            if !kept {
+                gone += charge(inflight);
+            }
+            kept
+        });
+        self.published_bytes -= gone;
         self.give_back_room();
     }
 
     /// Forgets every exchange.
     pub fn clear(&mut self) {
         self.by_id = Map::default();
+        self.published_bytes = 0;
     }
 
     /// Every exchange, in no particular order.
@@ -84,9 +132,14 @@ impl InflightTable {
         self.by_id.values().map(|(_, inflight)| inflight)
     }
 
-    /// Every exchange, in no particular order, to change.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Inflight> {
-        self.by_id.values_mut().map(|(_, inflight)| inflight)
+    /// The record each released exchange holds, to forget one that is settled.
+    pub fn released_records_mut(&mut self) -> impl Iterator<Item = &mut Option<KeptRecord>> {
+        self.by_id
+            .values_mut()
+            .filter_map(|(_, inflight)| match inflight {
+                Inflight::Released(record, _) => Some(record),
+                Inflight::Published(_) => None,
+            })
     }
 
     /// Every exchange with its identifier, oldest first.

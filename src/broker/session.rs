@@ -634,22 +634,11 @@ impl Session {
     /// Whether a QoS > 0 delivery may be put on the wire now.
     pub fn window_open(&self) -> bool {
         let half = self.queue_bound / 2;
-        // What is on the wire is counted in `queued_bytes` until it is settled, so
-        // below half the bound it is not summed: a sum per delivery is quadratic in a
-        // full window.
+        // What is on the wire is counted in `queued_bytes` until it is settled; the
+        // table keeps its part summed.
         self.inflight.len() < usize::from(self.receive_maximum)
-            && (self.queued_bytes <= half || self.queued_bytes_on_wire() <= half)
+            && self.inflight.published_bytes() <= half
             || self.inflight.is_empty()
-    }
-
-    fn queued_bytes_on_wire(&self) -> usize {
-        self.inflight
-            .values()
-            .map(|i| match i {
-                Inflight::Published(d) => d.message.charge(),
-                Inflight::Released(..) => 0,
-            })
-            .sum()
     }
 
     /// Whether the acl_file lets this session's client read `topic` now: asked
@@ -968,20 +957,13 @@ impl Session {
     /// Moves a QoS 2 exchange from PUBLISH to PUBREL at PUBREC, its row in storage
     /// named by `stored` when it is kept there; returns whether it existed.
     pub fn release(&mut self, packet_id: u16, stored: Option<u64>) -> bool {
-        match self.inflight.get_mut(&packet_id) {
-            Some(slot @ Inflight::Published(_)) => {
-                let record = match slot {
-                    Inflight::Published(d) => d.record,
-                    Inflight::Released(record, _) => *record,
-                };
-                if let Inflight::Published(d) =
-                    std::mem::replace(slot, Inflight::Released(record, stored))
-                {
+        match self.inflight.release(packet_id, stored) {
+            Some(published) => {
+                if let Some(d) = published {
                     self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
                 }
                 true
             }
-            Some(Inflight::Released(..)) => true,
             None => false,
         }
     }
@@ -1331,5 +1313,42 @@ mod tests {
         delivery.record = None;
         s.inflight.insert(5, Inflight::Published(delivery));
         assert_eq!(s.to_keep_released(5), None, "no record to keep it by");
+    }
+
+    /// The table's running sum of what is published on the wire is, after every kind
+    /// of change, what walking it gives.
+    #[test]
+    fn the_bytes_published_on_the_wire_are_summed_as_exchanges_come_and_go() {
+        fn walked(s: &Session) -> usize {
+            s.inflight
+                .values()
+                .map(|i| match i {
+                    Inflight::Published(d) => d.message.charge(),
+                    Inflight::Released(..) => 0,
+                })
+                .sum()
+        }
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 1 << 20);
+        for (id, size) in [(1, 100), (2, 2_000), (3, 30), (4, 400)] {
+            let mut d = owed(None);
+            d.message = message(size);
+            d.qos = QoS::ExactlyOnce;
+            s.inflight.insert(id, Inflight::Published(d));
+        }
+        let all = walked(&s);
+        assert_eq!(s.inflight.published_bytes(), all);
+        assert!(s.release(2, None), "PUBREC: its PUBLISH leaves the sum");
+        assert!(s.release(2, None), "a PUBREC again changes nothing");
+        assert_eq!(s.inflight.published_bytes(), walked(&s));
+        assert!(walked(&s) < all);
+        s.inflight.insert(3, Inflight::Released(None, None));
+        assert!(s.settle(4));
+        s.inflight.retain(|id, _| *id != 1);
+        assert_eq!(s.inflight.published_bytes(), walked(&s));
+        assert_eq!(s.inflight.published_bytes(), 0, "only PUBRELs are left");
+        s.inflight.insert(9, Inflight::Published(owed(None)));
+        assert_eq!(s.inflight.published_bytes(), walked(&s));
+        s.inflight.clear();
+        assert_eq!(s.inflight.published_bytes(), 0);
     }
 }

@@ -2126,10 +2126,7 @@ impl Conn {
         let Some(session) = broker.session(&self.client_id) else {
             return;
         };
-        for inflight in session.inflight.values_mut() {
-            let Inflight::Released(record, _) = inflight else {
-                continue;
-            };
+        for record in session.inflight.released_records_mut() {
             let Some((Some(channel), offset)) = *record else {
                 continue;
             };
