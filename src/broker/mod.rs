@@ -10,6 +10,7 @@ pub mod broadcast_log;
 pub mod channels;
 mod connection_link;
 pub mod cursor;
+pub mod delivery_queue;
 pub mod held;
 pub mod inflight;
 pub mod metrics;

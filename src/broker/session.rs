@@ -9,7 +9,7 @@
 //! past the bound the oldest delivery not yet on the wire is given up (RFC 0002
 //! "How much a session may hold").
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,7 @@ use crate::codec::{Properties, ProtocolVersion, QoS, SubscriptionOptions, Will};
 use super::channels::ChannelId;
 use super::connection_link::ConnLink;
 use super::cursor::Cursor;
+use super::delivery_queue::DeliveryQueue;
 use super::inflight::InflightTable;
 
 /// A message as the broker routes it: shared by every session it is delivered to.
@@ -353,7 +354,7 @@ pub struct Session {
     /// tree, not this (a queue's offer asks it, among a worker's few filters).
     pub subscriptions: Subscriptions,
     /// Deliveries not yet written.
-    pub queue: VecDeque<Delivery>,
+    pub queue: DeliveryQueue,
     /// The connected client under the acl_file, when one is held: whose entry's
     /// `limits:` its publish budget refills at (B-115, B-116).
     pub principal: Option<std::rc::Rc<crate::acl::Principal>>,
@@ -474,7 +475,7 @@ impl Session {
             protocol,
             expiry: 0,
             subscriptions: Subscriptions::default(),
-            queue: VecDeque::new(),
+            queue: DeliveryQueue::default(),
             principal: None,
             inflight: InflightTable::default(),
             incoming: BTreeMap::new(),
@@ -510,9 +511,7 @@ impl Session {
         if !self.queue.is_empty() {
             return;
         }
-        if self.queue.capacity() > QUEUE_KEPT {
-            self.queue = VecDeque::new();
-        }
+        self.queue.release_room(QUEUE_KEPT);
         if self
             .giving_up
             .as_deref()
@@ -597,11 +596,7 @@ impl Session {
         // lease would be left pointing at nothing; a QoS 2 delivery is never lost
         // (RFC 0002 "How much a session may hold", B-082, B-083).
         while self.queued_bytes + charge > self.queue_bound {
-            let Some(oldest) = self
-                .queue
-                .iter()
-                .position(|d| d.origin().is_none() && d.qos != QoS::ExactlyOnce)
-            else {
+            let Some(oldest) = self.queue.oldest_to_give_up() else {
                 break;
             };
             let Some(oldest) = self.queue.remove(oldest) else {
@@ -889,11 +884,7 @@ impl Session {
                 _ => None,
             })
             .collect();
-        let (held, kept): (VecDeque<Delivery>, VecDeque<Delivery>) =
-            std::mem::take(&mut self.queue)
-                .into_iter()
-                .partition(|d| d.held.is_some());
-        self.queue = kept;
+        let held = self.queue.take_where(|d| d.held.is_some());
         for d in &held {
             self.queued_bytes -= d.message.charge();
         }

@@ -7,23 +7,12 @@ the peak and after the drain. Loopback only.
 usage: burst_rss.py PID PORT
 """
 import socket, sys, time
+from mqtt_wire import pkt, s16 as s, connect as connect_to
 pid, port = sys.argv[1], int(sys.argv[2])
 def rss():
     for l in open(f"/proc/{pid}/status"):
         if l.startswith("RssAnon"): return int(l.split()[1])
-def enc_len(n):
-    out = b""
-    while True:
-        b = n % 128; n //= 128
-        out += bytes([b | (0x80 if n else 0)])
-        if not n: return out
-def pkt(t, body): return bytes([t]) + enc_len(len(body)) + body
-def s(x): return len(x).to_bytes(2, "big") + x
-def connect(cid):
-    c = socket.create_connection(("127.0.0.1", port))
-    c.sendall(pkt(0x10, s(b"MQTT") + b"\x04\x02\x00\x3c" + s(cid)))
-    assert c.recv(4)[:2] == b"\x20\x02"
-    return c
+def connect(cid): return connect_to(port, cid)
 subs = []
 for i in range(20):
     c = connect(b"burst-sub-%d" % i)
