@@ -15,45 +15,18 @@ divided by N * SUBSCRIBERS is its user-space instructions per delivery
 Every wait has a timeout; only 127.0.0.1 is spoken to.
 """
 import selectors
-import socket
 import sys
 import time
+
+import mqtt_wire
+from mqtt_wire import pkt as packet, read_exact, s16 as string
 
 TOPIC = b"bench/fan"
 TIMEOUT_S = 120
 
 
-def packet(first, body):
-    n, length = len(body), b""
-    while True:
-        byte, n = n % 128, n // 128
-        length += bytes([byte | (0x80 if n else 0)])
-        if not n:
-            return bytes([first]) + length + body
-
-
-def string(b):
-    return len(b).to_bytes(2, "big") + b
-
-
 def connect(port, client_id):
-    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.sendall(packet(0x10, string(b"MQTT") + b"\x04\x02\x00\x3c" + string(client_id.encode())))
-    ack = read_packet(s)
-    if ack[0] != 0x20 or ack[1][1] != 0:
-        raise SystemExit(f"{client_id}: CONNACK {ack!r}")
-    return s
-
-
-def read_exact(s, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise SystemExit("broker closed a connection")
-        buf += chunk
-    return buf
+    return mqtt_wire.connect(port, client_id.encode(), TIMEOUT_S)
 
 
 def read_packet(s):

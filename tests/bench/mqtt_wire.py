@@ -35,10 +35,13 @@ def read_exact(c, n):
     return b
 
 
-def connect(port, cid):
-    """A clean 3.1.1 session for `cid` on 127.0.0.1:`port`, its CONNACK read."""
-    c = socket.create_connection(("127.0.0.1", port))
+def connect(port, cid, timeout=None):
+    """A clean 3.1.1 session for `cid` on 127.0.0.1:`port`, accepted; every wait on
+    the socket then up to `timeout` seconds (None: no limit)."""
+    c = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     c.sendall(pkt(0x10, s16(b"MQTT") + b"\x04\x02\x00\x3c" + s16(cid)))
-    assert read_exact(c, 4)[:2] == b"\x20\x02"
+    ack = read_exact(c, 4)
+    if ack[:2] != b"\x20\x02" or ack[3] != 0:
+        raise ConnectionError(f"{cid!r}: CONNACK {ack!r}")
     return c
