@@ -1,0 +1,683 @@
+//! Everything from a socket's first byte to its CONNACK: the PROXY header, the
+//! WebSocket upgrade, reading and checking the CONNECT, credentials, the takeover of
+//! a session, storing it before it is acknowledged, and the refusals on the way.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_lite::future;
+use smol::io::AsyncWriteExt;
+
+use super::{
+    Conn, check_topic_name, is_control, linger, outbox, publish_packet, with_write_timeout,
+};
+use crate::broker::session::Inflight;
+use crate::broker::{Accepted, ConnLink, TOPIC_ALIAS_MAXIMUM};
+use crate::codec::{
+    self, Ack, ConnAck, Connect, DecodeError, Packet, Properties, PropertyValues, ProtocolVersion,
+    reason,
+};
+use crate::server::Shared;
+use crate::server::frame::{FrameError, FrameReader};
+use crate::server::slots::{Place, Slot};
+use crate::server::socket::Socket;
+
+/// Everything from the first byte to the CONNACK: PROXY header, WebSocket upgrade,
+/// CONNECT, credentials, takeover. `None` when the connection ended there.
+pub(super) async fn establish(
+    stream: Socket,
+    mut peer: String,
+    shared: Rc<Shared>,
+    slot: Slot,
+    gate: Rc<crate::auth::Gate>,
+    websocket: Option<Rc<crate::server::ws::OriginPolicy>>,
+) -> Option<(Box<Conn>, Slot)> {
+    let mut reader = FrameReader::default();
+    // One deadline for the TLS handshake, the WebSocket upgrade and the CONNECT
+    // together (B-062).
+    let deadline = Instant::now() + shared.settings.connect_timeout;
+    let (stream, certificate) =
+        crate::server::proxy::admit(&gate, stream, deadline, &mut peer, &shared).await?;
+    let (mut stream, slot) = match websocket {
+        None => (stream, slot),
+        Some(policy) => {
+            let max = shared.settings.max_message_size as usize;
+            let upgrade = crate::server::ws::upgrade(stream, slot, &policy, max, deadline, &peer);
+            match upgrade.await {
+                Some(upgraded) => upgraded,
+                None => return None,
+            }
+        }
+    };
+    let connect = match read_connect(&mut stream, &mut reader, &shared, deadline).await {
+        Ok(connect) => connect,
+        Err(reply) => {
+            shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_connection("unreadable connect");
+            drop(slot);
+            if let Some(bytes) = reply {
+                close_with(&mut stream, &bytes, &shared).await;
+            }
+            log::debug!("{peer}: connection refused before CONNECT was read");
+            return None;
+        }
+    };
+    reader.connected();
+    let protocol = connect.protocol;
+    // Mutable: a features denial may make the session end with the connection.
+    let mut connect = connect;
+    let admitted = match check_connect(&connect, &shared) {
+        Some(code) => Err(code),
+        None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
+    };
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(code) => {
+            // Refusals given to clients are warnings (B-021).
+            log::warn!(
+                "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
+                connect.client_id
+            );
+            refuse(stream, slot, &shared, protocol, code, Properties::default()).await;
+            return None;
+        }
+    };
+    let (link, woken) = ConnLink::new(shared.next_link_id());
+    // What a Clean Start replaces ends before the CONNACK; a store that cannot end
+    // it refuses the CONNECT 0x83 (A-234, A-261).
+    let discarded = if connect.clean_start && !connect.client_id.is_empty() {
+        discard_positions(&shared, &connect.client_id, &peer).await
+    } else {
+        Ok(())
+    };
+    // An assigned id is chosen now, so the record written below is kept under it.
+    let assigned = connect.client_id.is_empty();
+    if assigned {
+        connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
+    }
+    take_over(&shared, &connect.client_id).await;
+    let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
+    let mut cut_for_room = false;
+    let stored = match discarded {
+        Err(e) => Err(e),
+        Ok(()) => store_connect(&shared, &connect, &admitted.user).await,
+    };
+    let stored = match stored {
+        Err(e) if e.is_full() && connect.will.is_none() => {
+            // B-469: a session the store has no room for is accepted ending with its
+            // connection, and told so; a Will is refused below instead (B-461), since
+            // MQTT has no way to say "your Will is not held".
+            log::warn!(
+                "{peer}: {:?} asked for a session that outlives its connection; the session \
+                 store has no room ({e}), so it ends with this connection",
+                connect.client_id
+            );
+            {
+                let broker = shared.broker.borrow();
+                let dropped = &broker.metrics.sessions_dropped_full;
+                dropped.set(dropped.get() + 1);
+            }
+            cut_for_room = true;
+            match protocol {
+                ProtocolVersion::V5 => connect.properties.edit().session_expiry_interval = Some(0),
+                ProtocolVersion::V311 if !connect.clean_start => {
+                    connect.clean_start = true;
+                    if let Err(e) = discard_positions(&shared, &connect.client_id, &peer).await {
+                        return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
+                    }
+                }
+                ProtocolVersion::V311 => {}
+            }
+            // What remains to write: the deletion of the record of the session it
+            // replaces, if there was one.
+            store_connect(&shared, &connect, &admitted.user).await
+        }
+        other => other,
+    };
+    if let Err(e) = stored {
+        return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
+    }
+    let mut accepted = shared.broker.borrow_mut().connect(&connect, link.clone());
+    accepted.assigned = assigned;
+    accepted.cut_for_room = cut_for_room;
+    // A Clean Start ended the session it replaces: its held QoS 2 publishes leave
+    // storage before the CONNACK, so a crash cannot hand them to this one.
+    crate::server::forget_held(&shared).await;
+    let mut conn = Conn {
+        stream,
+        peer: peer.into_boxed_str(),
+        reader,
+        out: outbox::Outbox::default(),
+        protocol,
+        client_id: accepted.client_id.clone(),
+        link,
+        woken,
+        keep_alive: None,
+        aliases: None,
+        problem_info: connect.properties.request_problem_information != Some(0),
+        connected_with_zero_expiry: asked_zero_expiry,
+        positions_stored_at: None,
+        durable: false,
+        positions_writing: None,
+        positions_timer: None,
+        suback_reason: None,
+        over_max_subscriptions: false,
+        puback_reason: None,
+        acl: admitted.principal.clone(),
+        waited: false,
+        log_window_full: false,
+        shared,
+    };
+    if accepted.session_present {
+        conn.reopen_restored_cursors().await;
+    }
+    conn.keep_alive = conn
+        .send_connack(&connect, &accepted)
+        .map(|grace| conn.shared.keep_alive.watch(grace));
+    conn.bind_acl_to_session();
+    conn.durable = conn
+        .with_session(|s| s.outlives_connection())
+        .unwrap_or(false);
+    // Who holds the session, and on which door, for /v1/operations/users (B-175).
+    conn.with_session(|s| {
+        s.user = crate::broker::session::user_named(&admitted.user);
+        s.listener = Some(gate.door.clone());
+    });
+    // The door by the name B-175 gives it, as certificate errors name it.
+    log::info!(
+        "{}: {} connected ({protocol:?}, session present {}) listener={}",
+        conn.peer,
+        conn.client_id,
+        accepted.session_present,
+        gate.door
+    );
+    Some((Box::new(conn), slot))
+}
+
+/// Refuses a CONNECT whose session the store could not keep, or whose replaced
+/// session it could not end: stored before acknowledged, and the refusal changes
+/// nothing (B-462, C-270, A-234). 0x97 when the store is full, 0x83 otherwise.
+async fn refuse_unstored(
+    shared: &Shared,
+    peer: &str,
+    connect: &Connect,
+    e: crate::storage::StorageError,
+    slot: Slot,
+    stream: Socket,
+) -> Option<(Box<Conn>, Slot)> {
+    let code = if e.is_full() {
+        reason::QUOTA_EXCEEDED
+    } else {
+        reason::IMPLEMENTATION_SPECIFIC_ERROR
+    };
+    log::warn!(
+        "{peer}: CONNECT from {:?} refused with 0x{code:02X}: its session could not be stored",
+        connect.client_id
+    );
+    // What filled, for a Will there is no room for (B-461).
+    let properties = Properties::from(PropertyValues {
+        reason_string: e
+            .is_full()
+            .then(|| format!("the session store has no room for this Will: {e}")),
+        ..PropertyValues::default()
+    });
+    refuse(stream, slot, shared, connect.protocol, code, properties).await;
+    None
+}
+
+/// Refuses a CONNECT that was read: counted, its slot given back, and the CONNACK
+/// carrying `code` written before the socket closes.
+async fn refuse(
+    mut stream: Socket,
+    slot: Slot,
+    shared: &Shared,
+    protocol: ProtocolVersion,
+    code: u8,
+    properties: Properties,
+) {
+    shared
+        .broker
+        .borrow()
+        .metrics
+        .refuse_connection(connection_refusal_label(code));
+    let ack = connack(protocol, false, code, properties);
+    let bytes = encode_one(&Packet::ConnAck(ack), protocol);
+    drop(slot);
+    close_with(&mut stream, &bytes, shared).await;
+}
+
+/// Clean Start discards what a durable consumer kept (gaps G-11): its channel
+/// positions and its place in the broadcast log, in every provider; the first
+/// provider that fails stops it.
+async fn discard_positions(
+    shared: &Shared,
+    client_id: &str,
+    peer: &str,
+) -> Result<(), crate::storage::StorageError> {
+    let providers = shared.broker.borrow().channels.providers();
+    for provider in providers {
+        if let Err(e) = provider.drop_positions(client_id).await {
+            log::error!("{peer}: positions of {client_id:?} not discarded: {e}");
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Writes what a CONNECT changes in `broker.session.storage` before its CONNACK: the
+/// record of a session that outlives its connection, with the Will the CONNECT arms
+/// (B-460), or the deletion of the record a Clean Start or a zero expiry ends.
+async fn store_connect(
+    shared: &Shared,
+    connect: &Connect,
+    user: &str,
+) -> Result<(), crate::storage::StorageError> {
+    let id = &connect.client_id;
+    let (write, refused) = {
+        let broker = shared.broker.borrow();
+        (
+            broker.connect_record(connect, id, user),
+            broker.record_refused(id),
+        )
+    };
+    let record = match write {
+        crate::broker::RecordWrite::Put(record) => Some(record),
+        crate::broker::RecordWrite::Delete => None,
+        // A write the provider refused before - a withdrawn Will, a deletion - lands
+        // before this client connects again, or the CONNECT is refused (C-286).
+        crate::broker::RecordWrite::Nothing if refused => {
+            shared.broker.borrow().record_of(id, &[], false)
+        }
+        crate::broker::RecordWrite::Nothing => return Ok(()),
+    };
+    crate::server::write_session_record(shared, id, record).await?;
+    if refused {
+        // What this wrote supersedes what was waiting to be written again.
+        let id = Arc::from(id.as_str());
+        shared.broker.borrow_mut().record_written(&id, true);
+    }
+    Ok(())
+}
+
+/// Answers a socket that held an overflow place but got no slot: once the opening
+/// bytes of its CONNECT name the protocol, CONNACK 0x89 Server busy (3.1.1: 0x03), no
+/// credential checked (B-051); by `deadline` it is closed with nothing written (B-052).
+/// Its `place` is given back before the answer is written, as a slot is (B-054).
+pub(crate) async fn refuse_busy(
+    stream: Socket,
+    peer: &str,
+    shared: &Shared,
+    gate: &crate::auth::Gate,
+    deadline: Instant,
+    place: Place,
+) {
+    let mut peer = peer.to_string();
+    let Some((mut stream, _)) = Box::pin(crate::server::proxy::admit(
+        gate, stream, deadline, &mut peer, shared,
+    ))
+    .await
+    else {
+        return;
+    };
+    let mut reader = FrameReader::default();
+    let level = loop {
+        let head = reader.peek(16);
+        if head.first().is_some_and(|first| first >> 4 != 1) {
+            return; // not a CONNECT: nothing to answer
+        }
+        if let Some(level) = connect_level(head) {
+            break level;
+        }
+        if head.len() == 16 {
+            // A CONNECT's level is within its first 12 bytes: this is not one, and
+            // reading on would let a sender keep this task reading past the deadline.
+            return;
+        }
+        // What is already in the socket first: a task that first runs past the
+        // deadline would otherwise see the timer win and reset an unread CONNECT.
+        match reader.try_fill(&mut stream).await {
+            Ok(0) => {}
+            Ok(_) => continue,
+            Err(_) => return,
+        }
+        let read = future::or(async { Some(reader.fill(&mut stream).await) }, async {
+            smol::Timer::at(deadline).await;
+            None
+        });
+        match read.await {
+            Some(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    };
+    let protocol = if level == 5 {
+        ProtocolVersion::V5
+    } else {
+        ProtocolVersion::V311
+    };
+    log::info!("{peer}: refused with Server busy: every connection slot is taken");
+    shared
+        .broker
+        .borrow()
+        .metrics
+        .refuse_connection("server busy");
+    let ack = connack(protocol, false, reason::SERVER_BUSY, Properties::default());
+    let bytes = encode_one(&Packet::ConnAck(ack), protocol);
+    drop(place);
+    Box::pin(close_with(&mut stream, &bytes, shared)).await;
+}
+
+/// Takes a session over from the connection holding it: that connection is told to end
+/// (0x8E), finishes what it has already read and hands the session back, and only then
+/// does the new one resume it, so nothing the client sent before reconnecting is lost.
+/// One that does not finish within `TAKEOVER_WAIT` is taken over regardless.
+async fn take_over(shared: &Shared, client_id: &str) {
+    const TAKEOVER_WAIT: Duration = Duration::from_secs(1);
+    let Some(old) = shared.broker.borrow().holder(client_id) else {
+        return;
+    };
+    old.kick(reason::SESSION_TAKEN_OVER);
+    let deadline = Instant::now() + TAKEOVER_WAIT;
+    while Instant::now() < deadline
+        && shared
+            .broker
+            .borrow()
+            .holder(client_id)
+            .is_some_and(|h| h.id == old.id)
+    {
+        smol::Timer::after(Duration::from_millis(2)).await;
+    }
+}
+
+/// Reads the CONNECT by `deadline` (accept + `connect_timeout`). On failure, returns
+/// the bytes to send
+/// before closing, if the refused protocol has a way to say it.
+async fn read_connect(
+    stream: &mut Socket,
+    reader: &mut FrameReader,
+    shared: &Shared,
+    deadline: Instant,
+) -> Result<Box<Connect>, Option<Vec<u8>>> {
+    loop {
+        match reader.next_frame(shared.settings.max_connect_size) {
+            Ok(Some(frame)) => {
+                if frame.first_byte >> 4 != 1 {
+                    return Err(None); // the first packet must be CONNECT (MQTT-3.1.0-1)
+                }
+                let result = codec::decode_connect(frame.first_byte, reader.body(&frame));
+                reader.consume(frame);
+                return result
+                    .map(Box::new)
+                    .map_err(|e| connect_refusal(e.protocol, &e.error));
+            }
+            Ok(None) => {}
+            Err(FrameError::Decode(_)) => return Err(None),
+            Err(FrameError::TooLarge { first_byte, .. }) => {
+                // Learn the level from the bytes at hand: an MQTT 5 client is told 0x95.
+                let speaks_v5 = first_byte >> 4 == 1 && connect_level(reader.peek(16)) == Some(5);
+                let reply = speaks_v5.then(|| {
+                    let ack = connack(
+                        ProtocolVersion::V5,
+                        false,
+                        reason::PACKET_TOO_LARGE,
+                        Properties::default(),
+                    );
+                    encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5)
+                });
+                return Err(reply);
+            }
+        }
+        // A stopping broker closes a socket still short of its CONNECT at once (B-065).
+        let give_up = future::or(
+            async {
+                smol::Timer::at(deadline).await;
+            },
+            shared.stopped(),
+        );
+        let read = future::or(async { Some(reader.fill(stream).await) }, async {
+            give_up.await;
+            None
+        });
+        match read.await {
+            Some(Ok(n)) if n > 0 => {}
+            _ => return Err(None),
+        }
+    }
+}
+
+/// The protocol level byte of a CONNECT whose first bytes are `head`.
+fn connect_level(head: &[u8]) -> Option<u8> {
+    let header = codec::read_fixed_header(head).ok()??;
+    head.get(header.header_len + 6).copied()
+}
+
+/// The CONNACK that answers an unreadable CONNECT, in the protocol it declared.
+fn connect_refusal(protocol: Option<ProtocolVersion>, error: &DecodeError) -> Option<Vec<u8>> {
+    match (protocol, error) {
+        // MQTT 3.1 and older levels: their CONNACK has the same two bytes as 3.1.1's.
+        (_, DecodeError::UnsupportedProtocol(level)) if *level < 4 => Some(vec![
+            0x20,
+            0x02,
+            0x00,
+            reason::v311::UNACCEPTABLE_PROTOCOL_VERSION,
+        ]),
+        (_, DecodeError::UnsupportedProtocol(_)) => {
+            let ack = connack(
+                ProtocolVersion::V5,
+                false,
+                reason::UNSUPPORTED_PROTOCOL_VERSION,
+                Properties::default(),
+            );
+            Some(encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5))
+        }
+        (Some(ProtocolVersion::V5), e) => {
+            let code = e.reason_code()?;
+            let ack = connack(ProtocolVersion::V5, false, code, Properties::default());
+            Some(encode_one(&Packet::ConnAck(ack), ProtocolVersion::V5))
+        }
+        (Some(ProtocolVersion::V311), e) => Some(vec![0x20, 0x02, 0x00, e.v311_connect_code()?]),
+        _ => None,
+    }
+}
+
+/// The refusal a decoded CONNECT earns, if any (RFC 0002 "At CONNECT").
+fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
+    let settings = &shared.settings;
+    if connect.protocol == ProtocolVersion::V311 && settings.min_protocol == ProtocolVersion::V5 {
+        return Some(reason::UNSUPPORTED_PROTOCOL_VERSION);
+    }
+    if connect.properties.authentication_method.is_some() {
+        return Some(reason::BAD_AUTHENTICATION_METHOD);
+    }
+    if connect
+        .properties
+        .user_properties
+        .iter()
+        .any(|(k, _)| k.starts_with("saguin-"))
+    {
+        return Some(reason::IMPLEMENTATION_SPECIFIC_ERROR);
+    }
+    let id = &connect.client_id;
+    // Bytes: the bound is on durable state the client chooses the size of (A-032).
+    if id.len() > settings.max_client_id_length
+        || id.chars().any(is_control)
+        || (id.is_empty() && !connect.clean_start)
+    {
+        return Some(reason::CLIENT_IDENTIFIER_NOT_VALID);
+    }
+    if connect
+        .username
+        .as_deref()
+        .is_some_and(|u| u.chars().any(|c| c == '\0' || is_control(c)))
+    {
+        log::warn!(
+            "CONNECT from {:?}: its user name holds U+0000 or a control character, which no name may (B-200)",
+            connect.client_id
+        );
+        return Some(reason::BAD_USER_NAME_OR_PASSWORD);
+    }
+    if let Some(will) = &connect.will
+        && let Err(code) = check_topic_name(&will.topic, settings)
+    {
+        // A Will that could never be delivered (RFC 0003 "Last Will").
+        return Some(if code == reason::NOT_AUTHORIZED {
+            reason::TOPIC_NAME_INVALID
+        } else {
+            code
+        });
+    }
+    // A Will bound for a dead-letter channel could never be stored (A-245, C-254).
+    if let Some(will) = &connect.will
+        && shared.broker.borrow().channels.is_dead_letter(&will.topic)
+    {
+        return Some(reason::TOPIC_NAME_INVALID);
+    }
+    None
+}
+
+fn connack(
+    protocol: ProtocolVersion,
+    session_present: bool,
+    code: u8,
+    properties: Properties,
+) -> ConnAck {
+    let code = match protocol {
+        ProtocolVersion::V5 => code,
+        ProtocolVersion::V311 => connack_v311(code),
+    };
+    ConnAck {
+        session_present: session_present && code == 0,
+        code,
+        properties,
+    }
+}
+
+/// The label a refused connection is counted under (RFC 0005, proposed in gaps §4).
+fn connection_refusal_label(code: u8) -> &'static str {
+    match code {
+        reason::SERVER_BUSY => "server busy",
+        reason::UNSUPPORTED_PROTOCOL_VERSION => "unsupported protocol version",
+        reason::CLIENT_IDENTIFIER_NOT_VALID => "client identifier not valid",
+        reason::BAD_USER_NAME_OR_PASSWORD => "bad user name or password",
+        reason::BAD_AUTHENTICATION_METHOD => "bad authentication method",
+        reason::TOPIC_NAME_INVALID => "topic name invalid",
+        reason::PACKET_TOO_LARGE => "packet too large",
+        reason::QUOTA_EXCEEDED => "session store full",
+        reason::IMPLEMENTATION_SPECIFIC_ERROR => "storage error",
+        _ => "not authorized",
+    }
+}
+
+/// The 3.1.1 CONNACK return code for an MQTT 5 CONNACK refusal (RFC 0002 "At CONNECT").
+fn connack_v311(code: u8) -> u8 {
+    match code {
+        reason::SUCCESS => reason::v311::ACCEPTED,
+        reason::UNSUPPORTED_PROTOCOL_VERSION => reason::v311::UNACCEPTABLE_PROTOCOL_VERSION,
+        reason::CLIENT_IDENTIFIER_NOT_VALID => reason::v311::IDENTIFIER_REJECTED,
+        reason::BAD_USER_NAME_OR_PASSWORD => reason::v311::BAD_USER_NAME_OR_PASSWORD,
+        reason::SERVER_BUSY | reason::IMPLEMENTATION_SPECIFIC_ERROR => {
+            reason::v311::SERVER_UNAVAILABLE
+        }
+        _ => reason::v311::NOT_AUTHORIZED,
+    }
+}
+
+fn encode_one(packet: &Packet, protocol: ProtocolVersion) -> Vec<u8> {
+    let mut out = Vec::new();
+    codec::encode(packet, protocol, &mut out);
+    out
+}
+
+/// Writes all of `bytes`, giving up after `timeout` (`limits.write_timeout`; `None`
+/// waits as long as it takes).
+async fn write_with_timeout(
+    stream: &mut Socket,
+    bytes: &[u8],
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
+    let write = async {
+        stream.write_all(bytes).await?;
+        stream.flush().await
+    };
+    with_write_timeout(write, timeout).await
+}
+
+/// Writes a last packet and closes.
+async fn close_with(stream: &mut Socket, bytes: &[u8], shared: &Shared) {
+    let _ = write_with_timeout(stream, bytes, shared.settings.write_timeout).await;
+    linger(stream).await;
+}
+
+impl Conn {
+    /// Sends the CONNACK and, for a resumed session, what was on the wire. Returns the
+    /// keepalive the connection runs with.
+    fn send_connack(&mut self, connect: &Connect, accepted: &Accepted) -> Option<Duration> {
+        let settings = &self.shared.settings;
+        let mut properties = Properties::default();
+        let mut keep_alive = connect.keep_alive;
+        if self.protocol == ProtocolVersion::V5 {
+            properties.edit().topic_alias_maximum = Some(TOPIC_ALIAS_MAXIMUM);
+            properties.edit().maximum_packet_size = Some(settings.max_message_size);
+            properties.edit().retain_available = Some(1);
+            properties.edit().receive_maximum = Some(settings.receive_maximum);
+            if accepted.cut_for_room
+                || connect.properties.session_expiry_interval.unwrap_or(0)
+                    != accepted.session_expiry
+            {
+                properties.edit().session_expiry_interval = Some(accepted.session_expiry);
+            }
+            if accepted.assigned {
+                properties.edit().assigned_client_identifier = Some(accepted.client_id.to_string());
+            }
+            if let Some(max) = settings.max_keepalive
+                && (keep_alive == 0 || keep_alive > max)
+            {
+                properties.edit().server_keep_alive = Some(max);
+                keep_alive = max;
+            }
+            self.features_in_connack(&mut properties);
+        }
+        // A 3.1.1 client cannot be told a Server Keep Alive, so it keeps the one it
+        // asked for: a ceiling it never heard of would only cut it off (B-076).
+        let ack = connack(
+            self.protocol,
+            accepted.session_present,
+            reason::SUCCESS,
+            properties,
+        );
+        self.queue_packet(&Packet::ConnAck(ack));
+        if accepted.session_present {
+            self.resend_inflight();
+        }
+        (keep_alive > 0).then(|| Duration::from_millis(u64::from(keep_alive) * 1500))
+    }
+
+    /// Re-sends, DUP set, every exchange that was on the wire when the session's last
+    /// connection ended (MQTT-4.4.0-1).
+    fn resend_inflight(&mut self) {
+        self.strip_queue_offers();
+        let shared = self.shared.clone();
+        let mut broker = shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut packets = Vec::new();
+        // In the order first sent, which the identifiers do not tell (MQTT-4.6.0-5).
+        for (id, inflight) in session.inflight.in_send_order() {
+            packets.push(match inflight {
+                Inflight::Published(d) => {
+                    Packet::Publish(publish_packet(d, Some(id), true, now, self.protocol))
+                }
+                Inflight::Released(..) => Packet::PubRel(Ack::new(id, 0)),
+            });
+        }
+        drop(broker);
+        for packet in &packets {
+            self.queue_packet(packet);
+        }
+    }
+}

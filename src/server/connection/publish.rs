@@ -1,0 +1,445 @@
+//! An inbound PUBLISH and its PUBREL: topic aliases, the topic and quota checks,
+//! the QoS 2 exchange held until released, and the answer (PUBACK or PUBREC).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::channels::{Routing, route_now, route_releasing, route_rest, with_room};
+use super::verbs::{self, Verb};
+use super::{Conn, End, check_topic_name, over_header_limits, refusal, refusal_text};
+use crate::broker::session::{HeldQos2, Message};
+use crate::codec::{Ack, Packet, ProtocolVersion, Publish, QoS, reason};
+
+/// What a publish waits for once `Conn::accept_publish` has done what needs no
+/// waiting: for an ordinary broadcast at QoS 0 or 1, nothing.
+pub(super) enum PublishStep {
+    /// A `$saguin/...` verb, to perform and answer.
+    Verb(Verb),
+    /// A QoS 2 publish, to keep in storage before its PUBREC.
+    StoreHeld(u16, Arc<Message>),
+    /// The rest of its routing: a channel's store, a retained write, the log.
+    Route(Routing),
+}
+
+/// What a publish's quota check came to (`Conn::check_quota`).
+enum Quota {
+    Within,
+    /// Refused 0x97; `rate` when by the client's publish rate rather than its
+    /// headers.
+    Over {
+        rate: bool,
+    },
+}
+
+/// What holding an inbound QoS 2 publish came to (`Conn::hold_qos2`).
+enum Hold {
+    /// Answered now with this PUBREC code (held in memory, a DUP, or refused).
+    Answer(u8),
+    /// To be kept in storage before its PUBREC (B-441).
+    Store(Arc<Message>),
+}
+
+impl Conn {
+    /// Resolves a topic alias (MQTT 5 section 3.3.2.3.4) into the publish's topic.
+    fn resolve_alias(&mut self, publish: &mut Publish) -> Result<(), End> {
+        let Some(alias) = (publish.properties.present_mut()).and_then(|p| p.topic_alias.take())
+        else {
+            if publish.topic.is_empty() {
+                return Err(self.refuse(reason::PROTOCOL_ERROR));
+            }
+            return Ok(());
+        };
+        let protocol = self.protocol;
+        let aliases = self.aliases.get_or_insert_with(Default::default);
+        let Some(slot) = alias
+            .checked_sub(1)
+            .and_then(|i| aliases.get_mut(usize::from(i)))
+        else {
+            return Err(refusal(protocol, reason::TOPIC_ALIAS_INVALID));
+        };
+        if publish.topic.is_empty() {
+            match slot {
+                Some(topic) => publish.topic = topic.clone(),
+                None => return Err(refusal(protocol, reason::PROTOCOL_ERROR)),
+            }
+        } else {
+            *slot = Some(publish.topic.clone());
+        }
+        Ok(())
+    }
+
+    /// Handles a publish as far as it goes without waiting, and says what is left:
+    /// `None` once it is answered (or dropped, at QoS 0).
+    pub(super) fn accept_publish(
+        &mut self,
+        publish: &mut Publish,
+    ) -> Result<Option<PublishStep>, End> {
+        self.resolve_alias(publish)?;
+        if let Some(end) = self.features_refuse_publish(publish) {
+            return Err(end);
+        }
+        if let Some(answered) = self.queue_response(publish) {
+            return answered.map(|()| None);
+        }
+        if let Some(verb) = Verb::of(&publish.topic) {
+            // A 3.1.1 client cannot name a Response Topic: asking to hang somebody up
+            // ends its own connection, whatever the QoS (B-302).
+            if matches!(verb, Verb::HangUp) && self.protocol == ProtocolVersion::V311 {
+                return Err(End::Close);
+            }
+            // A point read or a catalogue question at QoS 0 has no PUBACK to carry
+            // its refusals, so it is dropped unread (C-005, B-327).
+            if publish.qos == QoS::AtMostOnce && verb.needs_acknowledgement() {
+                return Ok(None);
+            }
+            return Ok(Some(PublishStep::Verb(verb)));
+        }
+        let shared = self.shared.clone();
+        let settings = &shared.settings;
+        let refused = |label| {
+            shared.broker.borrow().metrics.refuse_publish(label);
+        };
+        let mut over_rate = false;
+        let code = match check_topic_name(&publish.topic, settings) {
+            Err(code) => {
+                refused(if code == reason::NOT_AUTHORIZED {
+                    "not authorized"
+                } else {
+                    "topic name invalid"
+                });
+                code
+            }
+            Ok(())
+                if publish.properties.payload_format_indicator == Some(1)
+                    && std::str::from_utf8(&publish.payload).is_err() =>
+            {
+                refused("payload format invalid");
+                reason::PAYLOAD_FORMAT_INVALID
+            }
+            Ok(()) => match self.check_quota(publish) {
+                Quota::Within => reason::SUCCESS,
+                Quota::Over { rate } => {
+                    over_rate = rate;
+                    reason::QUOTA_EXCEEDED
+                }
+            },
+        };
+        // Asked after the rate, which spends before any authorization (B-120).
+        let code = match self.authorize_publish(code, publish) {
+            // Into a dead-letter channel, refused on the PUBREC, before anything is
+            // held: at the PUBREL it would hold the message for a
+            // retry that can never succeed. QoS 0 and 1 are refused as they are
+            // stored (`channels::store`), the topic resolved once.
+            reason::SUCCESS
+                if publish.qos == QoS::ExactlyOnce
+                    && shared
+                        .broker
+                        .borrow()
+                        .channels
+                        .is_dead_letter(&publish.topic) =>
+            {
+                refused("not authorized");
+                reason::NOT_AUTHORIZED
+            }
+            code => code,
+        };
+        if code != reason::SUCCESS {
+            // Every refused publish is logged, whatever its QoS; one over its
+            // rate at debug, since such a client refuses itself many times a second
+            // (B-123).
+            let level = if over_rate {
+                log::Level::Debug
+            } else {
+                log::Level::Info
+            };
+            log::log!(
+                level,
+                "{}: publish by {} to {:?} refused 0x{code:02X}",
+                self.peer,
+                self.client_id,
+                publish.topic
+            );
+            return self.answer_publish(publish, code).map(|()| None);
+        }
+        let code = if publish.qos == QoS::ExactlyOnce {
+            let packet_id = publish.packet_id.unwrap_or(0);
+            match self.hold_qos2(publish, packet_id)? {
+                Hold::Answer(code) => code,
+                Hold::Store(message) => {
+                    return Ok(Some(PublishStep::StoreHeld(packet_id, message)));
+                }
+            }
+        } else {
+            match route_now(&self.shared, Arc::new(self.message_from(publish))) {
+                Routing::Done(code) => code,
+                routing => return Ok(Some(PublishStep::Route(routing))),
+            }
+        };
+        self.answer_publish(publish, code).map(|()| None)
+    }
+
+    /// What `accept_publish` left: performed, stored or routed, then answered.
+    pub(super) async fn finish_publish(
+        &mut self,
+        publish: Publish,
+        step: PublishStep,
+    ) -> Result<(), End> {
+        let code = match step {
+            PublishStep::Verb(verb) => return self.answer_verb(verb, &publish).await,
+            PublishStep::StoreHeld(packet_id, message) => {
+                Box::pin(self.store_held(packet_id, message)).await
+            }
+            PublishStep::Route(routing) => route_rest(&self.shared, routing).await,
+        };
+        self.answer_publish(&publish, code)
+    }
+
+    /// Performs a `$saguin/...` verb and answers it: its code, and the reply to its
+    /// Response Topic if it has one.
+    async fn answer_verb(&mut self, verb: Verb, publish: &Publish) -> Result<(), End> {
+        let (code, reply) = self.perform(verb, publish).await;
+        if code != reason::SUCCESS {
+            log::info!(
+                "{}: {} {:?} refused 0x{code:02X}",
+                self.peer,
+                self.client_id,
+                publish.topic
+            );
+            let label = match code {
+                reason::NOT_AUTHORIZED => "not authorized",
+                reason::TOPIC_NAME_INVALID => "topic name invalid",
+                _ => "implementation specific error",
+            };
+            self.shared.broker.borrow().metrics.refuse_publish(label); // C-006
+        }
+        self.answer_publish(publish, code)?;
+        if let Some(reply) = reply {
+            self.queue_packet(&verbs::reply_packet(reply));
+        }
+        Ok(())
+    }
+
+    /// The publish quota (RFC 0002 "How fast one client may publish"; max_header_count,
+    /// max_header_bytes): 0x97 before routing or storage, counted by label.
+    fn check_quota(&mut self, publish: &Publish) -> Quota {
+        let settings = &self.shared.settings;
+        let mut broker = self.shared.broker.borrow_mut();
+        let (label, why, rate) = if over_header_limits(&publish.properties, settings) {
+            (
+                "quota exceeded",
+                "limits.max_header_count or max_header_bytes",
+                false,
+            )
+        } else if !broker.spend_publish_budget(
+            &self.client_id,
+            publish.payload.len(),
+            Instant::now(),
+        ) {
+            (
+                "publish rate exceeded",
+                "limits.publish_rate or publish_bytes",
+                true,
+            )
+        } else {
+            return Quota::Within;
+        };
+        broker.metrics.refuse_publish(label);
+        drop(broker);
+        // Which bound refused, not only that one did.
+        self.puback_reason = Some(format!("{label}: over {why}").into());
+        Quota::Over { rate }
+    }
+
+    /// Answers a publish with `code`: PUBACK or PUBREC, and on 3.1.1 a refusal closes
+    /// the connection, since its acknowledgements carry no code. At QoS 0 nothing is
+    /// sent and nothing closes, on 3.1.1 as on MQTT 5 (A-183, B-122, B-287).
+    pub(super) fn answer_publish(&mut self, publish: &Publish, code: u8) -> Result<(), End> {
+        let Some(packet_id) = publish.packet_id else {
+            self.puback_reason = None;
+            return Ok(());
+        };
+        if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
+            return Err(End::Close);
+        }
+        let mut ack = Ack::new(packet_id, code);
+        let why = self.puback_reason.take();
+        if code >= 0x80 && self.problem_info {
+            ack.properties.edit().reason_string =
+                Some(why.map_or_else(|| refusal_text(code).to_string(), String::from));
+        }
+        let packet = match publish.qos {
+            QoS::ExactlyOnce => Packet::PubRec(ack),
+            _ => Packet::PubAck(ack),
+        };
+        self.queue_packet(&packet);
+        Ok(())
+    }
+
+    fn message_from(&self, publish: &Publish) -> Message {
+        Message::published(
+            publish.topic.clone(),
+            publish.payload.clone(),
+            (publish.qos, publish.retain),
+            publish.properties.clone(),
+            self.client_id.clone(),
+            Instant::now(),
+        )
+    }
+
+    /// Holds a QoS 2 publish on the session until its PUBREL, in memory, or says it
+    /// is to be kept in storage first (`store_held`); a DUP re-send of one held is
+    /// answered again. Past Receive Maximum the connection ends.
+    fn hold_qos2(&mut self, publish: &Publish, packet_id: u16) -> Result<Hold, End> {
+        let shared = self.shared.clone();
+        let settings = &shared.settings;
+        let mut broker = shared.broker.borrow_mut();
+        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            // Another connection holds the client id now: nothing can be held for
+            // a PUBREL here (A-168; 3.1.1 closes, as every refusal does).
+            return Ok(Hold::Answer(reason::UNSPECIFIED_ERROR));
+        };
+        // A DUP re-send of a held publish gets its PUBREC again and is not kept
+        // twice (gaps G-13).
+        if session.incoming.contains_key(&packet_id) {
+            return Ok(Hold::Answer(reason::SUCCESS));
+        }
+        if session.incoming.len() >= usize::from(settings.receive_maximum) {
+            drop(broker);
+            return Err(self.refuse(reason::RECEIVE_MAXIMUM_EXCEEDED));
+        }
+        if session.incoming.len() >= settings.qos2_max_inflight {
+            // Refused before ownership is taken; the connection stays.
+            broker.metrics.refuse_publish("inflight allowance exceeded");
+            return Ok(Hold::Answer(reason::QUOTA_EXCEEDED));
+        }
+        // Held until PUBREL, so a retransmission is never delivered twice; the
+        // message is built only for a publish that is kept.
+        let message = Arc::new(self.message_from(publish));
+        if session.stored && session.keeps_owed_in_log() {
+            // Its session outlives the connection: kept in storage before the
+            // PUBREC (B-441).
+            return Ok(Hold::Store(message));
+        }
+        let held = HeldQos2 {
+            since: Instant::now(),
+            message: Some(message),
+            stored: None,
+        };
+        session.incoming.insert(packet_id, held);
+        Ok(Hold::Answer(reason::SUCCESS))
+    }
+
+    /// Keeps a QoS 2 publish of a session that outlives its connection in the
+    /// provider of the channel it is for, or the broadcast log's (B-441), before its
+    /// PUBREC, and then holds it on the session; the PUBREC's code. A full provider
+    /// takes room from the broadcast log first (B-476), then refuses 0x97.
+    async fn store_held(&mut self, packet_id: u16, message: Arc<Message>) -> u8 {
+        let shared = self.shared.clone();
+        let (provider, token) = {
+            let mut broker = shared.broker.borrow_mut();
+            let provider = match broker.destination(&message.topic) {
+                crate::broker::Destination::Channel(id) => {
+                    Some(broker.channels.get(id).provider.clone())
+                }
+                crate::broker::Destination::Broadcast => broker.session_store(),
+            };
+            (provider, broker.held_token())
+        };
+        let since = Instant::now();
+        let Some(provider) = provider else {
+            // No provider to keep it in: held in memory, as for any other session.
+            let held = HeldQos2 {
+                since,
+                message: Some(message),
+                stored: None,
+            };
+            self.with_session(|s| s.incoming.insert(packet_id, held));
+            return reason::SUCCESS;
+        };
+        let held = crate::storage::Held {
+            client_id: self.client_id.to_string(),
+            packet_id,
+            token,
+            data: crate::broker::held::encode(&message, crate::broker::records::now_ms()),
+        };
+        let key = held.key();
+        let put = || provider.put_held(held.clone());
+        let written = with_room(&shared, &provider, put).await;
+        let mut broker = shared.broker.borrow_mut();
+        match written {
+            Ok(()) => {
+                let stored = crate::broker::held::StoredHeld {
+                    provider: provider.clone(),
+                    token,
+                };
+                let held = HeldQos2 {
+                    since,
+                    message: Some(message),
+                    stored: Some(stored),
+                };
+                if let Some(session) = broker.session_of(&self.client_id, self.link.id) {
+                    session.incoming.insert(packet_id, held);
+                    return reason::SUCCESS;
+                }
+                // Taken over while it was written: nothing here can release it.
+                broker.forget_held(crate::broker::held::HeldRef { provider, key });
+                reason::UNSPECIFIED_ERROR
+            }
+            Err(e) if e.is_full() => {
+                log::info!(
+                    "{}: QoS 2 publish {packet_id} by {} to {:?} refused 0x97: {e}",
+                    self.peer,
+                    self.client_id,
+                    message.topic
+                );
+                broker.metrics.refuse_publish("quota exceeded");
+                reason::QUOTA_EXCEEDED
+            }
+            Err(e) => {
+                log::error!(
+                    "{}: QoS 2 publish {packet_id} by {} to {:?} could not be kept: {e}",
+                    self.peer,
+                    self.client_id,
+                    message.topic
+                );
+                broker.metrics.storage_failed(&e);
+                reason::IMPLEMENTATION_SPECIFIC_ERROR
+            }
+        }
+    }
+
+    pub(super) async fn on_pubrel(&mut self, packet_id: u16) -> Result<(), End> {
+        let held = self
+            .with_session(|s| s.incoming.remove(&packet_id))
+            .flatten();
+        let code = match held {
+            Some(HeldQos2 {
+                since,
+                message: Some(message),
+                stored,
+            }) => {
+                // Kept in storage: the record is written as one operation with the
+                // release (B-442).
+                let mut release = stored.as_ref().map(|s| s.at(&self.client_id, packet_id));
+                let code = route_releasing(&self.shared, message.clone(), &mut release).await;
+                if code >= 0x80 {
+                    // The message stays held, and a PUBREL on the next connection
+                    // completes it (RFC 0002 "A DISCONNECT from the broker").
+                    let held = HeldQos2 {
+                        since,
+                        message: Some(message),
+                        stored,
+                    };
+                    self.with_session(|s| s.incoming.insert(packet_id, held));
+                    return Err(self.refuse(code));
+                }
+                code
+            }
+            Some(HeldQos2 { message: None, .. }) => reason::SUCCESS,
+            // Never held, or abandoned after broker.qos2.expires_after.
+            None => reason::PACKET_IDENTIFIER_NOT_FOUND,
+        };
+        self.queue_packet(&Packet::PubComp(Ack::new(packet_id, code)));
+        Ok(())
+    }
+}
