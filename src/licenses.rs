@@ -2,7 +2,7 @@
 //!
 //! Sagüin ships as one file, so the answer to "whose code is this" travels inside it.
 //! `bundled.rs` is generated from Cargo.lock by `tests/licenses.rs`, which fails when
-//! the two disagree, for the packages that reach the binary on each architecture it
+//! the two disagree, for the packages that reach the binary on each target it
 //! ships for: normal dependencies, not build scripts, procedural macros or tests.
 
 use std::io::{self, Write};
@@ -18,8 +18,8 @@ struct Package {
     declared: &'static str,
     /// Where the declaration offers a choice that includes MIT, the one Sagüin takes.
     chosen: Option<&'static str>,
-    /// `std::env::consts::ARCH` values whose binaries contain it.
-    arches: &'static [&'static str],
+    /// The targets whose binaries contain it, named as [`this_target`] names one.
+    targets: &'static [&'static str],
     /// Indices into `TEXTS` of the licence files it ships.
     texts: &'static [usize],
 }
@@ -31,21 +31,32 @@ struct Text {
     body: &'static str,
 }
 
-fn in_this_binary(package: &Package) -> bool {
-    package.arches.contains(&std::env::consts::ARCH)
+/// This binary's architecture and C library ("arm-musl"): together they decide what
+/// is linked in - the static musl builds carry mimalloc, the glibc ones do not.
+fn this_target() -> String {
+    let libc = if cfg!(target_env = "musl") {
+        "musl"
+    } else {
+        "gnu"
+    };
+    format!("{}-{libc}", std::env::consts::ARCH)
+}
+
+fn in_this_binary(package: &Package, target: &str) -> bool {
+    package.targets.contains(&target)
 }
 
 /// Writes the list of packages in this binary, then each licence text they ship once.
 pub fn write(out: &mut impl Write) -> io::Result<()> {
+    let target = this_target();
     let packages: Vec<&Package> = bundled::PACKAGES
         .iter()
-        .filter(|p| in_this_binary(p))
+        .filter(|p| in_this_binary(p, &target))
         .collect();
     writeln!(
         out,
-        "saguin {} ({}) is Apache-2.0. It contains code from these packages, under these licences:\n",
+        "saguin {} ({target}) is Apache-2.0. It contains code from these packages, under these licences:\n",
         env!("CARGO_PKG_VERSION"),
-        std::env::consts::ARCH
     )?;
     let mut shown = vec![false; bundled::TEXTS.len()];
     for p in &packages {
@@ -90,11 +101,15 @@ mod tests {
     }
 
     #[test]
-    fn the_text_lists_this_architectures_packages_and_their_licences() {
+    fn the_text_lists_this_targets_packages_and_their_licences() {
         let mut out = Vec::new();
         write(&mut out).expect("writes to memory");
         let text = String::from_utf8(out).expect("utf-8");
-        for p in bundled::PACKAGES.iter().filter(|p| in_this_binary(p)) {
+        let target = this_target();
+        for p in bundled::PACKAGES
+            .iter()
+            .filter(|p| in_this_binary(p, &target))
+        {
             assert!(
                 text.contains(&format!("{} {}", p.name, p.version)),
                 "{}",
@@ -102,5 +117,19 @@ mod tests {
             );
         }
         assert!(text.contains("SQLite"));
+    }
+
+    #[test]
+    fn mimalloc_is_listed_for_the_static_musl_builds_alone() {
+        let mimalloc = bundled::PACKAGES
+            .iter()
+            .find(|p| p.name == "mimalloc")
+            .expect("mimalloc is a dependency");
+        for target in ["arm-musl", "aarch64-musl", "x86_64-musl"] {
+            assert!(in_this_binary(mimalloc, target), "{target}");
+        }
+        for target in ["arm-gnu", "aarch64-gnu", "x86_64-gnu"] {
+            assert!(!in_this_binary(mimalloc, target), "{target}");
+        }
     }
 }

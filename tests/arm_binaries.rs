@@ -102,6 +102,20 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
         eprintln!("skipped: {qemu} is not installed");
         return;
     }
+    // B-564: its licences are those of what it carries, mimalloc's among them.
+    let licences = Command::new(qemu)
+        .arg(&bin)
+        .arg("--licenses")
+        .output()
+        .expect("qemu runs the binary");
+    let licences = String::from_utf8_lossy(&licences.stdout);
+    assert!(
+        licences
+            .lines()
+            .any(|l| l.trim_start().starts_with("mimalloc ")),
+        "{triple}: --licenses does not list mimalloc:\n{}",
+        &licences[..licences.len().min(2000)]
+    );
     // `bash -c WRAPPER saguin <test build> --config FILE`: run the shipped binary instead.
     let wrapper = format!("shift; exec {qemu} {} \"$@\"", bin.display());
     let broker = Broker::start_under(common::temp_dir("static"), common::CHANNELS, Some(&wrapper));

@@ -11,13 +11,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The targets binaries are shipped for, and the `std::env::consts::ARCH` of each.
+/// The targets binaries are built for, each as `src/licenses.rs` names its own: the
+/// `std::env::consts::ARCH` and the C library, which decide what is linked in (the
+/// static musl builds carry mimalloc, the glibc ones do not).
 const TARGETS: &[(&str, &str)] = &[
-    ("x86_64-unknown-linux-gnu", "x86_64"),
-    ("armv7-unknown-linux-gnueabihf", "arm"),
-    ("armv7-unknown-linux-musleabihf", "arm"),
-    ("aarch64-unknown-linux-gnu", "aarch64"),
-    ("aarch64-unknown-linux-musl", "aarch64"),
+    ("x86_64-unknown-linux-gnu", "x86_64-gnu"),
+    ("x86_64-unknown-linux-musl", "x86_64-musl"),
+    ("armv7-unknown-linux-gnueabihf", "arm-gnu"),
+    ("armv7-unknown-linux-musleabihf", "arm-musl"),
+    ("aarch64-unknown-linux-gnu", "aarch64-gnu"),
+    ("aarch64-unknown-linux-musl", "aarch64-musl"),
 ];
 
 const GENERATED: &str = "src/licenses/bundled.rs";
@@ -40,17 +43,17 @@ fn cargo(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("cargo prints UTF-8")
 }
 
-/// (name, version) -> the architectures whose binaries contain the package.
+/// (name, version) -> the targets whose binaries contain the package.
 fn packages_in_binaries() -> BTreeMap<(String, String), BTreeSet<&'static str>> {
     let mut found: BTreeMap<(String, String), BTreeSet<&'static str>> = BTreeMap::new();
-    for (target, arch) in TARGETS {
+    for (triple, target) in TARGETS {
         let tree = cargo(&[
             "tree",
             "--locked",
             "-e",
             "normal,no-proc-macro",
             "--target",
-            target,
+            triple,
             "--prefix",
             "none",
             "-f",
@@ -70,7 +73,7 @@ fn packages_in_binaries() -> BTreeMap<(String, String), BTreeSet<&'static str>> 
             found
                 .entry((name.to_owned(), version))
                 .or_default()
-                .insert(arch);
+                .insert(target);
         }
     }
     found
@@ -145,7 +148,7 @@ fn generate() -> String {
     let mut texts: Vec<(String, String)> = Vec::new(); // (from, body)
     let mut by_content: BTreeMap<String, usize> = BTreeMap::new();
     let mut entries = String::new();
-    for ((name, version), arches) in &packages {
+    for ((name, version), targets) in &packages {
         let (declared, dir) = meta
             .get(&(name.clone(), version.clone()))
             .unwrap_or_else(|| panic!("cargo metadata does not know {name} {version}"));
@@ -173,14 +176,14 @@ fn generate() -> String {
             });
             indices.push(index.to_string());
         }
-        let arches: Vec<String> = arches.iter().map(|a| format!("{a:?}")).collect();
+        let targets: Vec<String> = targets.iter().map(|t| format!("{t:?}")).collect();
         let chosen = match chosen {
             Some(c) => format!("Some({c:?})"),
             None => "None".to_owned(),
         };
         entries.push_str(&format!(
-            "    Package {{ name: {name:?}, version: {version:?}, declared: {declared:?}, chosen: {chosen}, arches: &[{}], texts: &[{}] }},\n",
-            arches.join(", "),
+            "    Package {{ name: {name:?}, version: {version:?}, declared: {declared:?}, chosen: {chosen}, targets: &[{}], texts: &[{}] }},\n",
+            targets.join(", "),
             indices.join(", ")
         ));
     }
