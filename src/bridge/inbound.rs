@@ -4,7 +4,7 @@
 //! by the link's ack ticker (B-411).
 //!
 //! **Invariants:** nothing here writes storage: a record goes through
-//! `server::connection::channels::route`, the path a client's publish takes after
+//! `server::connection::routing::route`, the path a client's publish takes after
 //! its checks, so channel resolution, the store's bounds and their reason codes are
 //! the client's. What the worker holds is bounded: the peer may have
 //! `receive_maximum` QoS 1/2 publishes unacknowledged, and at most as many QoS 0
@@ -283,7 +283,7 @@ async fn store(
 ) -> Stored {
     let mut wait = RETRY_FIRST;
     loop {
-        let code = crate::server::connection::channels::route(shared, message.clone()).await;
+        let code = crate::server::connection::routing::route(shared, message.clone()).await;
         match code {
             reason::SUCCESS => return Stored::Taken,
             // A dead-letter channel takes nothing but its queue's records.

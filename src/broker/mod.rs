@@ -978,7 +978,7 @@ impl Broker {
     }
 
     /// Routes a publish whose storage is done: a broadcast (its retained value, if
-    /// any, already written through by `channels::write_retained`) is handed out now;
+    /// any, already written through by `routing::write_retained`) is handed out now;
     /// one bound for a channel is left for the server to store (`take_unstored`).
     pub fn publish(&mut self, message: Arc<Message>) {
         match self.destination(&message.topic) {

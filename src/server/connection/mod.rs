@@ -5,8 +5,8 @@
 //! the keepalive deadline. Nothing else ever writes to this socket.
 //!
 //! What a packet asks is done beside this loop: `handshake` up to the CONNACK,
-//! `publish` and `subscribe` for what a client sends, `channels`, `queue` and `verbs`
-//! for what those reach.
+//! `publish` and `subscribe` for what a client sends; `routing` (storing), `channels`
+//! (reading), `queue` and `verbs` for what those reach.
 
 use std::pin::Pin;
 use std::rc::Rc;
@@ -23,12 +23,13 @@ pub(crate) mod keep_alive;
 mod outbox;
 mod publish;
 mod queue;
+pub(crate) mod routing;
 mod subscribe;
 mod verbs;
 
-pub(crate) use channels::{drop_unneeded_log, log_owed, route, with_room};
 pub(crate) use handshake::refuse_busy;
 use publish::PublishStep;
+pub(crate) use routing::{drop_unneeded_log, log_owed, route, with_room};
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::channels::{Routing, route_now, route_releasing, route_rest, with_room};
+use super::routing::{Routing, route_now, route_releasing, route_rest, with_room};
 use super::verbs::{self, Verb};
 use super::{Conn, End, check_topic_name, over_header_limits, refusal, refusal_text};
 use crate::broker::session::{HeldQos2, Message};
@@ -129,7 +129,7 @@ impl Conn {
             // Into a dead-letter channel, refused on the PUBREC, before anything is
             // held: at the PUBREL it would hold the message for a
             // retry that can never succeed. QoS 0 and 1 are refused as they are
-            // stored (`channels::store`), the topic resolved once.
+            // stored (`routing::store`), the topic resolved once.
             reason::SUCCESS
                 if publish.qos == QoS::ExactlyOnce
                     && shared

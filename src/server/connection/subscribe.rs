@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::channels::log_owed;
+use super::routing::log_owed;
 use super::verbs;
 use super::{Conn, End, refusal_text};
 use crate::broker::session::{Delivery, Subscription};
