@@ -114,7 +114,7 @@ fn check_serves_with_mimalloc(triple: &str, qemu: &str) {
             .lines()
             .any(|l| l.trim_start().starts_with("mimalloc ")),
         "{triple}: --licenses does not list mimalloc:\n{}",
-        &licences[..licences.len().min(2000)]
+        licences.chars().take(2000).collect::<String>()
     );
     // `bash -c WRAPPER saguin <test build> --config FILE`: run the shipped binary instead.
     let wrapper = format!("shift; exec {qemu} {} \"$@\"", bin.display());
