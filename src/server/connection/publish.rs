@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::routing::{Routing, route_now, route_releasing, route_rest, with_room};
+use super::routing::{Routing, not_stored, route_now, route_releasing, route_rest, with_room};
 use super::verbs::{self, Verb};
 use super::{Conn, End, check_topic_name, over_header_limits, refusal, refusal_text};
 use crate::broker::session::{HeldQos2, Message};
@@ -385,26 +385,14 @@ impl Conn {
                 broker.forget_held(crate::broker::held::HeldRef { provider, key });
                 reason::UNSPECIFIED_ERROR
             }
-            Err(e) if e.is_full() => {
-                log::info!(
-                    "{}: QoS 2 publish {packet_id} by {} to {:?} refused 0x97: {e}",
-                    self.peer,
-                    self.client_id,
-                    message.topic
-                );
-                broker.metrics.refuse_publish("quota exceeded");
-                reason::QUOTA_EXCEEDED
-            }
-            Err(e) => {
-                log::error!(
-                    "{}: QoS 2 publish {packet_id} by {} to {:?} could not be kept: {e}",
-                    self.peer,
-                    self.client_id,
-                    message.topic
-                );
-                broker.metrics.storage_failed(&e);
-                reason::IMPLEMENTATION_SPECIFIC_ERROR
-            }
+            Err(e) => not_stored(
+                &broker.metrics,
+                &e,
+                format_args!(
+                    "{}: QoS 2 publish {packet_id} by {} to {:?}",
+                    self.peer, self.client_id, message.topic
+                ),
+            ),
         }
     }
 

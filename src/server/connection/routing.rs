@@ -6,11 +6,13 @@
 //! Architecture invariant: a channel publish is acknowledged only after its provider
 //! reports the record stored.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::broker::Destination;
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::held::HeldRef;
+use crate::broker::metrics::Metrics;
 use crate::broker::records::{self, now_ms};
 use crate::broker::session::Message;
 use crate::codec::reason;
@@ -294,20 +296,11 @@ async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
     let write = || crate::broker::retained::write_through(&provider, message);
     match with_room(shared, &provider, write).await {
         Ok(()) => None,
-        Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
-            log::info!("retained value of {:?} refused 0x97: {e}", message.topic);
-            shared
-                .broker
-                .borrow()
-                .metrics
-                .refuse_publish("quota exceeded");
-            Some(reason::QUOTA_EXCEEDED)
-        }
-        Err(e) => {
-            log::error!("retained value of {:?} not stored: {e}", message.topic);
-            shared.broker.borrow().metrics.storage_failed(&e);
-            Some(reason::IMPLEMENTATION_SPECIFIC_ERROR)
-        }
+        Err(e) => Some(not_stored(
+            &shared.broker.borrow().metrics,
+            &e,
+            format_args!("retained value of {:?}", message.topic),
+        )),
     }
 }
 
@@ -389,22 +382,25 @@ pub(super) async fn store(
             shared.broker.borrow_mut().landed(id, delivered);
             reason::SUCCESS
         }
-        Err(e @ (StorageError::ChannelFull { .. } | StorageError::ProviderFull { .. })) => {
-            log::info!("publish to {:?} refused 0x97: {e}", message.topic);
-            shared
-                .broker
-                .borrow()
-                .metrics
-                .refuse_publish("quota exceeded");
-            reason::QUOTA_EXCEEDED
-        }
-        Err(e) => {
-            log::error!(
-                "channel {name} could not store a record for {:?}: {e}",
-                message.topic
-            );
-            shared.broker.borrow().metrics.storage_failed(&e);
-            reason::IMPLEMENTATION_SPECIFIC_ERROR
-        }
+        Err(e) => not_stored(
+            &shared.broker.borrow().metrics,
+            &e,
+            format_args!("a record for {:?} on channel {name}", message.topic),
+        ),
     }
+}
+
+/// What a publisher is answered when what it sent could not be stored (`what`
+/// names it in the log): the error's own reason code. At a bound that is 0x97, a
+/// refusal logged at info and counted as a refused publish; otherwise 0x83, a
+/// storage failure logged as an error and counted as one.
+pub(super) fn not_stored(metrics: &Metrics, e: &StorageError, what: fmt::Arguments<'_>) -> u8 {
+    if e.is_full() {
+        log::info!("{what} refused 0x97: {e}");
+        metrics.refuse_publish("quota exceeded");
+    } else {
+        log::error!("{what} not stored: {e}");
+        metrics.storage_failed(e);
+    }
+    e.reason_code()
 }
