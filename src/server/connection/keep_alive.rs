@@ -4,8 +4,10 @@
 //! One ticker watches every connection, as mosquitto's main loop does, rather than a
 //! timer per connection: a timer is polled on every turn of its connection's loop
 //! and walked by the reactor on every wake-up, which under callgrind cost a QoS 1
-//! fan-out delivery about 560 instructions (BENCHMARKS.md). A silent client is told
-//! between its grace and one tick later.
+//! fan-out delivery about 560 instructions (BENCHMARKS.md). The ticker sleeps until
+//! the first grace that could run out, at most once a [`TICK`], so a silent client is
+//! told between its grace and one tick later, and a broker whose clients all talk
+//! does not wake for them (a gateway's idle CPU is its power budget).
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
@@ -14,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::broker::Waiter;
 
-/// How often the ticker looks: how late past its grace a silent client may be told.
+/// The least time between two looks of the ticker: how late past its grace a silent
+/// client may be told.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
 
 /// One connection's watch, shared between its task and the ticker.
@@ -43,15 +46,23 @@ impl KeepAlive {
 }
 
 /// Every connection's watch, weakly: a connection that ends takes its watch with it,
-/// and the ticker forgets it at its next look. Bounded by the connections open and
-/// those accepted within one tick.
+/// and the ticker forgets it at its next look, or [`Watches::watch`] when the list is
+/// full. Bounded by twice the connections open at once.
 #[derive(Default)]
-pub(crate) struct Watches(RefCell<Vec<Weak<KeepAlive>>>);
+pub(crate) struct Watches {
+    watched: RefCell<Vec<Weak<KeepAlive>>>,
+    /// When the ticker looks next; `None` while it sleeps until something is watched.
+    next_look: Cell<Option<Instant>>,
+    /// A watch whose grace runs out before `next_look` was added.
+    sooner: Cell<bool>,
+    ticker: Waiter,
+}
 
 impl std::fmt::Debug for Watches {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Watches")
-            .field("watched", &self.0.borrow().len())
+            .field("watched", &self.watched.borrow().len())
+            .field("next_look", &self.next_look.get())
             .finish()
     }
 }
@@ -59,42 +70,96 @@ impl std::fmt::Debug for Watches {
 impl Watches {
     /// A watch over a client that negotiated `grace`, heard from now.
     pub(crate) fn watch(&self, grace: Duration) -> Rc<KeepAlive> {
+        let now = Instant::now();
         let watch = Rc::new(KeepAlive {
             grace,
-            heard_at: Cell::new(Instant::now()),
+            heard_at: Cell::new(now),
             expired: Cell::new(false),
             waiter: Waiter::default(),
         });
-        self.0.borrow_mut().push(Rc::downgrade(&watch));
+        let mut watched = self.watched.borrow_mut();
+        if watched.len() == watched.capacity() {
+            // Between two looks minutes apart, connections that came and went would
+            // otherwise pile up here. Growing when half is still live keeps this
+            // amortised O(1).
+            watched.retain(|w| w.strong_count() > 0);
+            let live = watched.len();
+            if live >= watched.capacity() / 2 {
+                watched.reserve(live.max(4));
+            }
+        }
+        watched.push(Rc::downgrade(&watch));
+        let runs_out = now + grace;
+        if self.next_look.get().is_none_or(|at| runs_out < at) {
+            self.next_look.set(Some(runs_out));
+            self.sooner.set(true);
+            self.ticker.wake();
+        }
         watch
     }
 
     /// Wakes every connection whose client has been silent past its grace at `now`,
-    /// and forgets the watches of connections that ended.
-    pub(crate) fn look(&self, now: Instant) {
-        self.0.borrow_mut().retain(|watch| {
+    /// forgets the watches of connections that ended, and says when the first grace
+    /// still running runs out, if any runs.
+    pub(crate) fn look(&self, now: Instant) -> Option<Instant> {
+        let mut first: Option<Instant> = None;
+        self.watched.borrow_mut().retain(|watch| {
             let Some(watch) = watch.upgrade() else {
                 return false;
             };
-            if !watch.expired.get() && now >= watch.heard_at.get() + watch.grace {
+            if watch.expired.get() {
+                return true;
+            }
+            let runs_out = watch.heard_at.get() + watch.grace;
+            if now >= runs_out {
                 watch.expired.set(true);
                 watch.waiter.wake();
+            } else if first.is_none_or(|at| runs_out < at) {
+                first = Some(runs_out);
             }
             true
         });
+        first
     }
 
-    /// Looks every [`TICK`], for as long as the broker serves.
+    /// Looks when the first grace could run out, a [`TICK`] after the last look at
+    /// the soonest, for as long as the broker serves. A client heard since only moves
+    /// its own end later, so a look that finds nobody silent is the only cost of it.
     pub(crate) async fn tick(&self) {
+        let mut looked = Instant::now();
         loop {
-            smol::Timer::after(TICK).await;
-            self.look(Instant::now());
+            // A sooner watch only sets the timer again: its look waits for the timer.
+            while !self.sleep_until_look(looked + TICK).await {}
+            looked = Instant::now();
+            self.next_look.set(self.look(looked));
         }
+    }
+
+    /// Sleeps until `next_look`, `not_before` at the soonest (true), or until a
+    /// sooner watch is added (false).
+    async fn sleep_until_look(&self, not_before: Instant) -> bool {
+        self.sooner.set(false);
+        let timer = match self.next_look.get() {
+            Some(at) => smol::Timer::at(at.max(not_before)),
+            None => smol::Timer::never(),
+        };
+        let sooner = std::future::poll_fn(|cx| {
+            if self.sooner.get() {
+                return Poll::Ready(false);
+            }
+            self.ticker.wait(cx);
+            Poll::Pending
+        });
+        let looks = async {
+            timer.await;
+            true
+        };
+        smol::future::or(looks, sooner).await
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.borrow().len()
+        self.watched.borrow().len()
     }
 }
 
@@ -138,6 +203,80 @@ mod tests {
             waited >= grace && waited <= grace + TICK + Duration::from_secs(2),
             "{waited:?}"
         );
+    }
+
+    #[test]
+    fn a_look_says_when_the_first_running_grace_runs_out() {
+        let watches = Watches::default();
+        let long = watches.watch(Duration::from_secs(90));
+        let short = watches.watch(Duration::from_secs(3));
+        let start = short.heard_at.get();
+        assert_eq!(watches.look(start), Some(start + Duration::from_secs(3)));
+        // Expired, the short one no longer counts: the long one's end is next.
+        let later = start + Duration::from_secs(4);
+        assert_eq!(
+            watches.look(later),
+            Some(long.heard_at.get() + Duration::from_secs(90))
+        );
+        assert!(short.expired.get());
+        drop(long);
+        assert_eq!(watches.look(later), None, "nothing runs: the ticker sleeps");
+    }
+
+    #[test]
+    fn a_sooner_watch_wakes_a_ticker_asleep_on_a_later_one() {
+        let watches = Rc::new(Watches::default());
+        let ex = smol::LocalExecutor::new();
+        let ticker = ex.spawn({
+            let watches = watches.clone();
+            async move { watches.tick().await }
+        });
+        let far = watches.watch(Duration::from_secs(600));
+        let near = smol::block_on(ex.run(async {
+            smol::Timer::after(Duration::from_millis(50)).await;
+            assert_eq!(
+                watches.next_look.get(),
+                Some(far.heard_at.get() + Duration::from_secs(600))
+            );
+            let near = watches.watch(Duration::from_millis(300));
+            let expired = async {
+                std::future::poll_fn(|cx| near.poll_expired(cx)).await;
+                true
+            };
+            let given_up = async {
+                smol::Timer::after(Duration::from_secs(10)).await;
+                false
+            };
+            assert!(
+                smol::future::or(expired, given_up).await,
+                "the ticker slept on"
+            );
+            near
+        }));
+        drop(ticker);
+        let waited = near.heard_at.get().elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited <= Duration::from_secs(3),
+            "{waited:?}"
+        );
+        assert!(!far.expired.get());
+    }
+
+    #[test]
+    fn connections_that_came_and_went_between_looks_do_not_pile_up() {
+        let watches = Watches::default();
+        let kept: Vec<_> = (0..10)
+            .map(|_| watches.watch(Duration::from_secs(60)))
+            .collect();
+        for _ in 0..10_000 {
+            drop(watches.watch(Duration::from_secs(60)));
+        }
+        assert!(
+            watches.len() <= 64,
+            "{} watches kept for 10 live",
+            watches.len()
+        );
+        drop(kept);
     }
 
     #[test]
