@@ -96,8 +96,15 @@ async fn run(
     owner.load().await;
     let mut next_tick = Instant::now() + TICK;
     loop {
+        // An empty queue sleeps until an event: its first one finds the tick overdue
+        // and runs it before anything is offered, as a tick on time would have.
+        let timer = if owner.idle() {
+            smol::Timer::never()
+        } else {
+            smol::Timer::at(next_tick)
+        };
         let got = future::or(async { Some(mailbox.recv().await) }, async {
-            smol::Timer::at(next_tick).await;
+            timer.await;
             None
         })
         .await;
@@ -471,6 +478,13 @@ impl Owner {
                 self.name
             );
         }
+    }
+
+    /// Whether the tick has nothing to find: no job waits, is out with a worker, or is
+    /// left in storage (a missed job arrives with a full mailbox, which wakes the
+    /// owner). Workers that left are pruned by the tick its next event runs.
+    fn idle(&self) -> bool {
+        self.jobs.is_empty() && self.held.is_empty() && self.backlog.is_none()
     }
 
     /// The tick: offers never written go back unspent, deadlines that passed take their
@@ -1015,6 +1029,31 @@ channels:
                 !owner.jobs.contains_key(&offset),
                 "dead-lettered on the next tick"
             );
+        });
+    }
+
+    /// An owner sleeps without a tick only while the tick could find nothing: a job
+    /// waiting (its backoff or expiry), out with a worker (its lease) or left in
+    /// storage (the refill) each keeps the 200 ms tick going (C-067).
+    #[test]
+    fn only_an_empty_queue_sleeps_past_its_tick() {
+        smol::block_on(async {
+            let (mut owner, offset) = owner_with_a_job().await;
+            assert!(!owner.idle(), "a waiting job");
+            let worker = Worker {
+                client: Arc::from("w"),
+                link: 1,
+            };
+            let delivery = offer_to(&mut owner, &worker, offset).await;
+            owner.on_puback(&worker, delivery.bytes()).await;
+            assert!(!owner.idle(), "a leased job");
+            owner
+                .on_answer(&worker, Some(delivery.bytes()), Some(Verdict::Ack))
+                .await;
+            assert!(!owner.jobs.contains_key(&offset), "acknowledged");
+            assert!(owner.idle(), "nothing left to tick for");
+            owner.behind(offset + 1, 1);
+            assert!(!owner.idle(), "a job missed into storage");
         });
     }
 }
