@@ -31,7 +31,9 @@
 //! each figure is the median of its N values.
 //!
 //! Broker RSS is sampled from /proc/PID/status every 50 ms; the peak per
-//! scenario is reported, and once idle and with `--idle` idle connections.
+//! scenario is reported, and once idle and with `--idle` idle connections. With
+//! those open, the broker's context switches (every thread) over 5 s say how often
+//! it wakes with nothing to carry: an idle gateway's CPU and power.
 //!
 //! Channels, measured on a target whose name starts with `saguin` only (mosquitto
 //! has none; its columns print n/a). The broker must declare an append channel on
@@ -1327,12 +1329,22 @@ fn median_chan(runs: &[ChanOutcome]) -> ChanOutcome {
     v[v.len() / 2].clone()
 }
 
-async fn idle_connections(
-    t: &Target,
-    n: usize,
-    tag: usize,
-) -> (Option<u64>, Option<u64>, f64, Option<String>) {
-    let before = t.pid.and_then(rss_kib);
+/// What a broker does with `--idle` connections open and nothing to carry.
+struct Idle {
+    /// VmRSS with them open.
+    rss_kib: Option<u64>,
+    /// Handshakes a second while opening them.
+    rate: f64,
+    /// Context switches a second, every thread of the broker, over [`IDLE_WAKE_WINDOW`]:
+    /// how often an idle broker wakes a gateway's CPU.
+    wakeups: Option<f64>,
+    error: Option<String>,
+}
+
+/// How long the idle connections' broker is watched for wake-ups.
+const IDLE_WAKE_WINDOW: Duration = Duration::from_secs(5);
+
+async fn idle_connections(t: &Target, n: usize, tag: usize) -> Idle {
     let start = Instant::now();
     let mut conns = Vec::with_capacity(n);
     let mut err = None;
@@ -1357,7 +1369,17 @@ async fn idle_connections(
     }
     let rate = conns.len() as f64 / start.elapsed().as_secs_f64();
     sleep(Duration::from_secs(1)).await;
-    let with = t.pid.and_then(rss_kib);
+    let rss_kib = t.pid.and_then(rss_kib);
+    // Keep Alive is 60 s: nobody pings within the window.
+    let switched = t.pid.and_then(context_switches);
+    sleep(IDLE_WAKE_WINDOW).await;
+    let wakeups = t
+        .pid
+        .and_then(context_switches)
+        .zip(switched)
+        .map(|(after, before)| {
+            after.saturating_sub(before) as f64 / IDLE_WAKE_WINDOW.as_secs_f64()
+        });
     if conns.len() < n {
         err = Some(format!(
             "{} of {n} connected: {}",
@@ -1370,7 +1392,28 @@ async fn idle_connections(
         let _ = w.flush().await;
     }
     sleep(Duration::from_millis(500)).await;
-    (before, with, rate, err)
+    Idle {
+        rss_kib,
+        rate,
+        wakeups,
+        error: err,
+    }
+}
+
+/// Voluntary and involuntary context switches of every thread of `pid` so far.
+fn context_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let switches = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum();
+    Some(switches)
 }
 
 // ---------------------------------------------------------------- command line, report
@@ -1652,26 +1695,40 @@ async fn main() {
     // channel rows below are Sagüin's alone, and what their storage keeps in the heap
     // would be charged to its idle connections.
     let mut idle_row = String::new();
+    let mut wakeup_md = String::new();
     if cfg.idle > 0 {
         tag += 1;
-        let (_, wa, ra, ea) = idle_connections(a, cfg.idle, tag).await;
+        let ia = idle_connections(a, cfg.idle, tag).await;
         tag += 1;
-        let (_, wb, rb, eb) = idle_connections(b, cfg.idle, tag).await;
-        for (n, e) in [(&a.name, &ea), (&b.name, &eb)] {
+        let ib = idle_connections(b, cfg.idle, tag).await;
+        for (n, e) in [(&a.name, &ia.error), (&b.name, &ib.error)] {
             if let Some(e) = e {
                 eprintln!("idle connections on {n}: {e}");
             }
         }
+        let flag = |i: &Idle| if i.error.is_some() { " (error)" } else { "" };
+        let per_s = |i: &Idle| i.wakeups.unwrap_or(f64::NAN);
         idle_row = format!(
             "| {} idle connections | {}{} | {}{} | {} | {:.0} | {:.0} |\n",
             cfg.idle,
-            fmt_num(mib(wa)),
-            if ea.is_some() { " (error)" } else { "" },
-            fmt_num(mib(wb)),
-            if eb.is_some() { " (error)" } else { "" },
-            ratio(mib(wa), mib(wb)),
-            ra,
-            rb
+            fmt_num(mib(ia.rss_kib)),
+            flag(&ia),
+            fmt_num(mib(ib.rss_kib)),
+            flag(&ib),
+            ratio(mib(ia.rss_kib), mib(ib.rss_kib)),
+            ia.rate,
+            ib.rate
+        );
+        wakeup_md = format!(
+            "\n| idle, {} connections, {} s | {a} wake-ups/s | {b} wake-ups/s | ratio |\n|---|---:|---:|---:|\n\
+             | context switches, every thread | {} | {} | {} |\n",
+            cfg.idle,
+            IDLE_WAKE_WINDOW.as_secs(),
+            fmt_num(per_s(&ia)),
+            fmt_num(per_s(&ib)),
+            ratio(per_s(&ia), per_s(&ib)),
+            a = a.name,
+            b = b.name
         );
     }
     // Channels: Sagüin only (mosquitto has none), so a target not named saguin… is n/a.
@@ -1811,6 +1868,7 @@ async fn main() {
         ratio(mib(idle_a), mib(idle_b))
     ));
     md.push_str(&idle_row);
+    md.push_str(&wakeup_md);
     println!("{md}");
     if let Some(path) = &cfg.out {
         std::fs::write(path, &md).expect("write --out");
