@@ -1405,12 +1405,12 @@ fn context_switches(pid: u32) -> Option<u64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let switches = tasks
         .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
-        .flat_map(|status| {
+        .map(|status| {
             status
                 .lines()
                 .filter(|l| l.contains("ctxt_switches:"))
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
+                .sum::<u64>()
         })
         .sum();
     Some(switches)
