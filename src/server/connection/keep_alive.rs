@@ -52,9 +52,8 @@ impl KeepAlive {
 pub(crate) struct Watches {
     watched: RefCell<Vec<Weak<KeepAlive>>>,
     /// When the ticker looks next; `None` while it sleeps until something is watched.
+    /// Only a look, or a watch whose grace runs out sooner, sets it.
     next_look: Cell<Option<Instant>>,
-    /// A watch whose grace runs out before `next_look` was added.
-    sooner: Cell<bool>,
     ticker: Waiter,
 }
 
@@ -92,7 +91,6 @@ impl Watches {
         let runs_out = now + grace;
         if self.next_look.get().is_none_or(|at| runs_out < at) {
             self.next_look.set(Some(runs_out));
-            self.sooner.set(true);
             self.ticker.wake();
         }
         watch
@@ -136,15 +134,15 @@ impl Watches {
     }
 
     /// Sleeps until `next_look`, `not_before` at the soonest (true), or until a
-    /// sooner watch is added (false).
+    /// sooner watch moves `next_look` (false).
     async fn sleep_until_look(&self, not_before: Instant) -> bool {
-        self.sooner.set(false);
-        let timer = match self.next_look.get() {
+        let planned = self.next_look.get();
+        let timer = match planned {
             Some(at) => smol::Timer::at(at.max(not_before)),
             None => smol::Timer::never(),
         };
         let sooner = std::future::poll_fn(|cx| {
-            if self.sooner.get() {
+            if self.next_look.get() != planned {
                 return Poll::Ready(false);
             }
             self.ticker.wait(cx);
