@@ -295,3 +295,66 @@ fn a_retained_will_is_written_through_and_survives_a_restart_c248() {
     let broker = Broker::start_in(dir, &yaml);
     assert!(retained_values(&broker, "after", "will/#").is_empty());
 }
+
+/// The topics `$retained` holds a live value for in the sqlite file under `dir` (the
+/// broker stopped), sorted.
+fn stored_topics(dir: &std::path::Path) -> Vec<String> {
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the db");
+    let mut query = db
+        .prepare(
+            "SELECT r.topic FROM records r JOIN latest l \
+             ON l.channel_id = r.channel_id AND l.record_offset = r.record_offset \
+             JOIN channels c ON c.id = r.channel_id \
+             WHERE c.name = '$retained' AND length(r.payload) > 0 ORDER BY r.topic",
+        )
+        .expect("query");
+    let rows = query.query_map([], |row| row.get(0)).expect("rows");
+    rows.map(|r| r.expect("a topic")).collect()
+}
+
+/// Publishes a retained QoS 1 value with a Message Expiry Interval of `secs`.
+fn retain_expiring(raw: &mut Raw, topic: &str, secs: u32) -> Option<u8> {
+    let mut p = common::publish(topic, b"v", QoS::AtLeastOnce, true);
+    p.properties.edit().message_expiry_interval = Some(secs);
+    raw.publish_packet(p)
+}
+
+/// C-239: a publisher's Message Expiry removes the stored value, not only the one in
+/// memory - on the running broker's tick, and at a start for one that died while it
+/// was stopped - so values that die do not fill the provider. A value that replaced
+/// one with an expiry is not touched by it.
+#[test]
+fn a_value_past_its_message_expiry_is_removed_from_storage_c239() {
+    let yaml = config("", "");
+    let broker = Broker::start_in(temp_dir("retained-expiry-stored"), &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(retain_expiring(&mut publisher, "dies/a", 1), Some(0));
+    assert_eq!(retain(&mut publisher, "dies/b", b"b"), Some(0));
+    assert_eq!(retain_expiring(&mut publisher, "dies/c", 1), Some(0));
+    assert_eq!(retain(&mut publisher, "dies/c", b"c"), Some(0));
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(
+        topics(&retained_values(&broker, "r", "dies/#")),
+        ["dies/b", "dies/c"]
+    );
+    drop(publisher);
+    let dir = broker.stop();
+    assert_eq!(stored_topics(&dir), ["dies/b", "dies/c"]);
+
+    let broker = Broker::start_in(dir, &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(retain_expiring(&mut publisher, "dies/d", 1), Some(0));
+    drop(publisher);
+    let dir = broker.stop();
+    assert_eq!(stored_topics(&dir), ["dies/b", "dies/c", "dies/d"]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let broker = Broker::start_in(dir, &yaml);
+    let said = "retained store: 2 values loaded from local, 1 past their expiry removed";
+    assert!(
+        broker.startup.iter().any(|line| line.contains(said)),
+        "{:#?}",
+        broker.startup
+    );
+    let dir = broker.stop();
+    assert_eq!(stored_topics(&dir), ["dies/b", "dies/c"]);
+}

@@ -200,7 +200,7 @@ impl Broker {
             let (now, now_ms) = (Instant::now(), records::now_ms());
             for loaded in std::mem::take(&mut durable.loaded) {
                 let age = Duration::from_millis(now_ms.saturating_sub(loaded.stored_ms));
-                retained.load(loaded.message, age, now);
+                retained.load(loaded.message, loaded.offset, age, now);
             }
         }
         let budgets = PublishBudgets::new(settings.publish_rate, settings.publish_bytes);
@@ -970,6 +970,17 @@ impl Broker {
         self.sessions
             .get(client_id)
             .map_or(0, |s| s.subscriptions.len())
+    }
+
+    /// Notes the record in `broker.retained.storage` a retained broadcast was written
+    /// through to, so that it is removed there when the value dies (C-239).
+    pub fn retained_written_at(&mut self, message: &Arc<Message>, offset: u64) {
+        self.retained.written_at(message, offset);
+    }
+
+    /// The records in `broker.retained.storage` of the retained values that died.
+    pub fn take_dead_retained(&mut self) -> Vec<u64> {
+        self.retained.take_dead()
     }
 
     /// The retained messages `filter` matches, to be sent after the SUBACK.

@@ -370,6 +370,7 @@ async fn housekeeping(shared: Rc<Shared>) {
     loop {
         smol::Timer::after(Duration::from_secs(1)).await;
         shared.broker.borrow_mut().tick(Instant::now());
+        connection::remove_dead_retained(&shared).await;
         store_unstored(&shared).await;
         drop_lapsed_positions(&shared).await;
         sync_records(&shared).await;

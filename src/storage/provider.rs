@@ -254,7 +254,9 @@ impl Provider {
         }
     }
 
-    /// Removes a resolved queue job.
+    /// Removes one record: a resolved queue job, or a latest channel's value by the
+    /// record it is - the retained store's, once its Message Expiry ran out (C-239). A
+    /// value a newer one replaced is gone already: `NoSuchRecord`.
     pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
         match self {
             Provider::Sqlite(p) => p.resolve(channel, offset).await,

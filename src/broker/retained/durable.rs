@@ -43,6 +43,8 @@ pub struct Loaded {
     pub message: Arc<Message>,
     /// When it was stored (the record's timestamp), in milliseconds since the epoch.
     pub stored_ms: u64,
+    /// The record it is.
+    pub offset: u64,
 }
 
 /// What startup did with the values of topics a channel now claims, per channel.
@@ -80,21 +82,31 @@ impl Durable {
             .map_err(|e| format!("broker.retained: {e}"))?;
         let now = now_ms();
         let mut loaded = Vec::new();
+        let mut dead = Vec::new();
         let mut claimed = Claimed::default();
         for record in read_all(&provider).await? {
+            let offset = record.offset;
             match channels.resolve(&record.topic) {
                 Some(id) => claimed.by_channel.entry(id).or_default().push(record),
-                None => loaded.extend(
-                    alive(&record, retention_period, now)
-                        .then(|| from_stored(record, now))
-                        .flatten(),
-                ),
+                None => match alive(&record, retention_period, now)
+                    .then(|| from_stored(record, now))
+                    .flatten()
+                {
+                    Some(value) => loaded.push(value),
+                    None => dead.push(offset),
+                },
             }
         }
+        // Either clock removes a value silently (C-239, C-243); one left behind is
+        // found dead again at the next start.
+        for &offset in &dead {
+            remove(&provider, offset).await;
+        }
         log::info!(
-            "retained store: {} values loaded from {}",
+            "retained store: {} values loaded from {}, {} past their expiry removed",
             loaded.len(),
-            provider.name()
+            provider.name(),
+            dead.len()
         );
         claimed
             .settle(&provider, channels, retention_period, now)
@@ -256,17 +268,31 @@ async fn delete(provider: &Provider, topic: &str) {
 }
 
 /// Writes `message` (a retained broadcast) through to `provider`; an empty payload
-/// deletes the topic's value.
+/// deletes the topic's value. Returns the record it is.
 ///
 /// # Errors
 /// The provider's refusal.
-pub async fn write_through(provider: &Provider, message: &Message) -> Result<(), StorageError> {
+pub async fn write_through(provider: &Provider, message: &Message) -> Result<u64, StorageError> {
     let mut record = records::to_record(message, now_ms());
     record
         .properties
         .user_properties
         .push((QOS_PROPERTY.into(), (message.qos as u8).to_string()));
-    provider.append(CHANNEL, record).await.map(|_| ())
+    provider.append(CHANNEL, record).await
+}
+
+/// Removes the value that is the record at `offset` from `$retained`, as its expiry
+/// or the operator's period removes it (C-239). A record a newer value replaced is
+/// gone already, so this never takes a value that is still live.
+pub async fn remove(provider: &Provider, offset: u64) {
+    match provider.resolve(CHANNEL, offset).await {
+        Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {}
+        Err(e) => log::error!(
+            "retained store: an expired value (record {offset}) was not removed from \
+             {CHANNEL} on {}: {e}",
+            provider.name()
+        ),
+    }
 }
 
 /// A stored value as the message it was, with when it was stored; nothing if its
@@ -310,5 +336,6 @@ fn from_stored(record: Record, now_ms: u64) -> Option<Loaded> {
     Some(Loaded {
         message: Arc::new(message),
         stored_ms: record.timestamp_ms,
+        offset: record.offset,
     })
 }

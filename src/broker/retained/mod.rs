@@ -29,6 +29,8 @@ struct Held {
     message: Arc<Message>,
     /// When the operator's period runs out; `None` without a period.
     aged_at: Option<Instant>,
+    /// The record it is in [`durable`], once written through.
+    offset: Option<u64>,
 }
 
 impl Held {
@@ -44,6 +46,10 @@ pub struct RetainedStore {
     values: HashMap<Arc<str>, Held>,
     /// `broker.retained.retention_period`.
     period: Option<Duration>,
+    /// The records in [`durable`] of values that died, for the server to remove
+    /// (C-239): the storage sweep knows the operator's period but not a publisher's
+    /// expiry. At most one per value held, taken every housekeeping tick.
+    dead: Vec<u64>,
 }
 
 impl RetainedStore {
@@ -52,6 +58,7 @@ impl RetainedStore {
         RetainedStore {
             values: HashMap::new(),
             period,
+            dead: Vec::new(),
         }
     }
 
@@ -63,29 +70,48 @@ impl RetainedStore {
             return;
         }
         let aged_at = self.period.and_then(|p| now.checked_add(p));
-        self.keep(message.clone(), aged_at);
+        self.keep(message.clone(), aged_at, None);
     }
 
-    /// Keeps a value read back from storage, stored `age` before `now`. One already
-    /// past the period is not kept; returns whether it was.
-    pub fn load(&mut self, message: Arc<Message>, age: Duration, now: Instant) -> bool {
-        let aged_at = match self.period {
-            None => None,
-            Some(period) => match period.checked_sub(age).filter(|left| !left.is_zero()) {
-                Some(left) => now.checked_add(left),
-                None => return false,
-            },
-        };
-        if message.payload.is_empty() || message.expired(now) {
+    /// Notes that `message`, `topic`'s value, is the record at `offset` in
+    /// [`durable`]; a value that replaced it since keeps its own.
+    pub fn written_at(&mut self, message: &Arc<Message>, offset: u64) {
+        if let Some(held) = self.values.get_mut(&message.topic)
+            && Arc::ptr_eq(&held.message, message)
+        {
+            held.offset = Some(offset);
+        }
+    }
+
+    /// Keeps a value read back from storage, the record at `offset` stored `age`
+    /// before `now`. One already past either clock is not kept, and its record is left
+    /// for [`RetainedStore::take_dead`]; returns whether it was kept.
+    pub fn load(
+        &mut self,
+        message: Arc<Message>,
+        offset: u64,
+        age: Duration,
+        now: Instant,
+    ) -> bool {
+        let left = self
+            .period
+            .map(|p| p.checked_sub(age).filter(|l| !l.is_zero()));
+        if left == Some(None) || message.payload.is_empty() || message.expired(now) {
+            self.dead.push(offset);
             return false;
         }
-        self.keep(message, aged_at);
+        let aged_at = left.flatten().and_then(|left| now.checked_add(left));
+        self.keep(message, aged_at, Some(offset));
         true
     }
 
-    fn keep(&mut self, message: Arc<Message>, aged_at: Option<Instant>) {
-        self.values
-            .insert(message.topic.clone(), Held { message, aged_at });
+    fn keep(&mut self, message: Arc<Message>, aged_at: Option<Instant>, offset: Option<u64>) {
+        let held = Held {
+            message,
+            aged_at,
+            offset,
+        };
+        self.values.insert(held.message.topic.clone(), held);
     }
 
     /// The live values whose topics `filter` matches.
@@ -99,9 +125,22 @@ impl RetainedStore {
     }
 
     /// Drops, silently (C-243), the values whose Message Expiry or retention period
-    /// ran out.
+    /// ran out, keeping their records for [`RetainedStore::take_dead`].
     pub fn purge(&mut self, now: Instant) {
-        self.values.retain(|_, h| h.alive(now));
+        let dead = &mut self.dead;
+        self.values.retain(|_, h| {
+            let alive = h.alive(now);
+            if !alive && let Some(offset) = h.offset {
+                dead.push(offset);
+            }
+            alive
+        });
+    }
+
+    /// The records of the values that died since the last call, to remove from
+    /// [`durable`]. A record a newer value replaced there is gone already.
+    pub fn take_dead(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dead)
     }
 
     /// How many values are held.
@@ -153,9 +192,37 @@ mod tests {
     fn a_loaded_value_keeps_the_age_it_had_b431() {
         let now = Instant::now();
         let mut store = RetainedStore::new(Some(Duration::from_secs(10)));
-        assert!(!store.load(value("old", None, now), Duration::from_secs(10), now));
-        assert!(store.load(value("young", None, now), Duration::from_secs(8), now));
+        assert!(!store.load(value("old", None, now), 1, Duration::from_secs(10), now));
+        assert!(store.load(value("young", None, now), 2, Duration::from_secs(8), now));
         assert_eq!(store.matching("#", now + Duration::from_secs(1)).len(), 1);
         assert!(store.matching("#", now + Duration::from_secs(2)).is_empty());
+        assert_eq!(
+            store.take_dead(),
+            [1, 2],
+            "both records go from storage too"
+        );
+    }
+
+    #[test]
+    fn the_record_of_a_value_that_died_is_left_for_storage_to_remove_c239() {
+        let now = Instant::now();
+        let mut store = RetainedStore::new(None);
+        let expiring = value("a", Some(Duration::from_secs(1)), now);
+        store.store(&expiring, now);
+        store.written_at(&expiring, 7);
+        let lasting = value("b", None, now);
+        store.store(&lasting, now);
+        store.written_at(&lasting, 8);
+        // Replaced before it was noted: the newer value keeps no record of the older.
+        let stale = value("c", Some(Duration::from_secs(1)), now);
+        store.store(&stale, now);
+        store.store(&value("c", Some(Duration::from_secs(1)), now), now);
+        store.written_at(&stale, 9);
+        store.purge(now + Duration::from_millis(500));
+        assert!(store.take_dead().is_empty(), "nothing has died yet");
+        store.purge(now + Duration::from_secs(1));
+        assert_eq!(store.take_dead(), [7], "c's value was never written at 9");
+        assert!(store.take_dead().is_empty(), "taken once");
+        assert_eq!(store.len(), 1);
     }
 }

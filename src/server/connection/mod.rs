@@ -29,7 +29,7 @@ mod verbs;
 
 pub(crate) use handshake::refuse_busy;
 use publish::PublishStep;
-pub(crate) use routing::{drop_unneeded_log, log_owed, route, with_room};
+pub(crate) use routing::{drop_unneeded_log, log_owed, remove_dead_retained, route, with_room};
 
 use super::Shared;
 use super::frame::{FrameError, FrameReader};

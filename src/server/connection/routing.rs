@@ -88,15 +88,27 @@ async fn route_to(
 ) -> u8 {
     let code = match destination {
         Destination::Broadcast => {
-            if message.retain
-                && let Some(code) = write_retained(shared, &message).await
-            {
-                return code;
-            }
+            let written = if message.retain {
+                match write_retained(shared, &message).await {
+                    Ok(offset) => offset,
+                    Err(code) => return code,
+                }
+            } else {
+                None
+            };
             // Kept only when there is something to release: the log's record is told
             // apart by the message it carries.
             let mine = release.is_some().then(|| message.clone());
-            shared.broker.borrow_mut().publish(message);
+            {
+                let mut broker = shared.broker.borrow_mut();
+                match written {
+                    Some(offset) => {
+                        broker.publish(message.clone());
+                        broker.retained_written_at(&message, offset);
+                    }
+                    None => broker.publish(message),
+                }
+            }
             // Only a broadcast owed to a session that outlives its connection waits
             // here; every other costs this one branch.
             if shared.broker.borrow().has_unlogged() {
@@ -284,23 +296,47 @@ pub(crate) async fn drop_unneeded_log(shared: &Shared) {
 }
 
 /// Writes a retained broadcast through to `broker.retained.storage` before it is
-/// acknowledged; `Some(code)` refuses the publish (0x97 for room, 0x83 otherwise).
-async fn write_retained(shared: &Shared, message: &Message) -> Option<u8> {
-    let provider = shared
+/// acknowledged: the record it is there, if there is a store; `Err(code)` refuses
+/// the publish (0x97 for room, 0x83 otherwise).
+async fn write_retained(shared: &Shared, message: &Message) -> Result<Option<u64>, u8> {
+    let Some(provider) = shared
         .broker
         .borrow()
         .channels
         .retained
         .as_ref()
-        .map(|d| d.provider.clone())?;
+        .map(|d| d.provider.clone())
+    else {
+        return Ok(None);
+    };
     let write = || crate::broker::retained::write_through(&provider, message);
     match with_room(shared, &provider, write).await {
-        Ok(()) => None,
-        Err(e) => Some(not_stored(
+        Ok(offset) => Ok(Some(offset)),
+        Err(e) => Err(not_stored(
             &shared.broker.borrow().metrics,
             &e,
             format_args!("retained value of {:?}", message.topic),
         )),
+    }
+}
+
+/// Removes from `broker.retained.storage` the values that died since the last tick
+/// (C-239).
+pub(crate) async fn remove_dead_retained(shared: &Shared) {
+    let (dead, provider) = {
+        let mut broker = shared.broker.borrow_mut();
+        let provider = broker
+            .channels
+            .retained
+            .as_ref()
+            .map(|d| d.provider.clone());
+        (broker.take_dead_retained(), provider)
+    };
+    let Some(provider) = provider else {
+        return;
+    };
+    for offset in dead {
+        crate::broker::retained::durable::remove(&provider, offset).await;
     }
 }
 

@@ -564,10 +564,20 @@ impl MemoryProvider {
         })
     }
 
-    /// Removes a resolved job.
+    /// Removes a resolved job, or a latest channel's value by the record it is.
     pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
         let mut st = self.state();
-        self.check_job(&st, channel, offset, "resolve")?;
+        match st.channels.get(channel) {
+            Some(open) if open.settings.is_latest() => {
+                if !open.data.records.contains_key(&offset) {
+                    return Err(StorageError::NoSuchRecord {
+                        channel: channel.to_owned(),
+                        offset,
+                    });
+                }
+            }
+            _ => self.check_job(&st, channel, offset, "resolve")?,
+        }
         let gone = st
             .channels
             .get_mut(channel)

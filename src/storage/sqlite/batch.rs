@@ -165,10 +165,7 @@ impl<'a> Batch<'a> {
                 offset,
                 done,
             } => {
-                let r = self
-                    .job_channel(&channel, "resolve")
-                    .and_then(|_| self.take_record(c, &channel, offset))
-                    .map(|_| ());
+                let r = self.remove_record(c, &channel, offset);
                 self.complete(done, r)
             }
             WriteOp::DeadLetter {
@@ -469,6 +466,28 @@ impl<'a> Batch<'a> {
         })
         .map(|_| ())
         .map_err(|e| self.sql(c, name, e))
+    }
+
+    /// Removes a resolved job, or a latest channel's value by the record it is (and
+    /// then the topic has none).
+    fn remove_record(
+        &mut self,
+        c: &Connection,
+        name: &str,
+        offset: u64,
+    ) -> Result<(), StorageError> {
+        let ch = self.channel(name)?;
+        if !ch.settings.is_latest() {
+            self.job_channel(name, "resolve")?;
+        }
+        let (id, latest) = (ch.id, ch.settings.is_latest());
+        self.take_record(c, name, offset)?;
+        if latest {
+            c.prepare_cached("DELETE FROM latest WHERE channel_id = ?1 AND record_offset = ?2")
+                .and_then(|mut s| s.execute(params![id, i(offset)]))
+                .map_err(|e| self.sql(c, name, e))?;
+        }
+        Ok(())
     }
 
     /// Removes one record and returns it, moving the channel's counts.

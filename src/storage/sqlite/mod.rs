@@ -421,7 +421,7 @@ impl SqliteProvider {
         .await
     }
 
-    /// Removes a resolved job.
+    /// Removes a resolved job, or a latest channel's value by the record it is.
     pub async fn resolve(&self, channel: &str, offset: u64) -> Result<(), StorageError> {
         let channel = channel.to_owned();
         self.write(|done| WriteOp::Resolve {
