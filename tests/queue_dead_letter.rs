@@ -25,6 +25,13 @@ const CHANNELS: &str = "channels:
     filter: stale/#
     visibility_timeout: 1s
     job_expires_after: 2s
+  brief:
+    type: queue
+    filter: brief/#
+    visibility_timeout: 1s
+    job_expires_after: 2s
+    retry:
+      max_attempts: 1
   slow:
     type: queue
     filter: slow/#
@@ -187,6 +194,26 @@ fn a_job_out_with_a_worker_is_not_expired_until_it_comes_back() {
     );
     let mut w = worker(&broker, "w", "stale");
     assert_eq!(put(&broker, "stale/b", b"held"), 0);
+    let offer = w.recv_offer();
+    reader.expect_nothing(Duration::from_millis(2600));
+    w.answer(&offer, b"return");
+    let dead = reader.recv_publish();
+    assert_eq!(prop(&dead, "saguin-dlq-reason"), "expired");
+    assert_eq!(prop(&dead, "saguin-dlq-attempts"), "1");
+}
+
+/// C-135: a job returned on its last attempt after it expired goes as `expired`,
+/// whatever its attempt count says.
+#[test]
+fn a_job_out_of_attempts_and_of_time_is_dead_lettered_expired_c135() {
+    let broker = start();
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(
+        reader.subscribe("brief/__dlq/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut w = worker(&broker, "w", "brief");
+    assert_eq!(put(&broker, "brief/b", b"held"), 0);
     let offer = w.recv_offer();
     reader.expect_nothing(Duration::from_millis(2600));
     w.answer(&offer, b"return");

@@ -451,11 +451,14 @@ impl Owner {
             Outcome::DeadLetter { counted } => (counted, true),
             Outcome::Ignored | Outcome::Moved | Outcome::Resolve => (false, false),
         };
-        if dead
-            && !self
-                .dead_letter(offset, DeadReason::AttemptsExhausted)
-                .await
-        {
+        // Out of attempts, and perhaps out of time as well: then it goes as expired,
+        // whatever its attempt count (C-135).
+        let reason = self
+            .jobs
+            .get(&offset)
+            .and_then(|job| self.due_out(job, now_ms()))
+            .unwrap_or(DeadReason::AttemptsExhausted);
+        if dead && !self.dead_letter(offset, reason).await {
             if let Some(job) = self.jobs.get_mut(&offset) {
                 *job = before;
             }
