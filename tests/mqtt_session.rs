@@ -207,9 +207,18 @@ fn the_will_is_published_on_an_abnormal_close_and_not_on_disconnect() {
         raw.send(&Packet::Disconnect(Disconnect::new(0)));
         watcher.expect_nothing(Duration::from_millis(300));
     }
-    let (mut raw, _) = Raw::handshake(broker.addr, with_will(V5, "asks", "wills/asks", None, 0));
-    raw.send(&Packet::Disconnect(Disconnect::new(0x04)));
-    assert_eq!(&*watcher.recv_publish().topic, "wills/asks");
+    // Only 0x00 withdraws the Will (MQTT-3.1.2-10): 0x04 asks for it, and a client
+    // ending on an error of its own (0x80, 0x83) still owes it.
+    for (client, code) in [("asks", 0x04), ("failed", 0x80), ("refuses", 0x83)] {
+        let topic = format!("wills/{client}");
+        let (mut raw, _) = Raw::handshake(broker.addr, with_will(V5, client, &topic, None, 0));
+        raw.send(&Packet::Disconnect(Disconnect::new(code)));
+        assert_eq!(
+            &*watcher.recv_publish().topic,
+            topic,
+            "DISCONNECT 0x{code:02X}"
+        );
+    }
 }
 
 /// C-269: a delayed Will is held and published when the delay expires.

@@ -69,8 +69,9 @@ enum Reading {
 /// Why a connection ends.
 #[derive(Debug)]
 enum End {
-    /// The client sent DISCONNECT; `will` says whether its Will is still owed (0x04).
-    Client { will: bool },
+    /// The client sent DISCONNECT with this reason: only 0x00 withdraws its Will
+    /// (MQTT-3.1.2-10, MQTT 5 section 3.14.4); any other, 0x04 included, leaves it owed.
+    Client(u8),
     /// The broker ends it with this reason (a DISCONNECT on MQTT 5).
     Broker(u8),
     /// Close with nothing more written (3.1.1 refusals, bad UTF-8 topics, I/O errors).
@@ -84,9 +85,12 @@ enum End {
 impl std::fmt::Display for End {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
-            End::Client { will: false } => f.write_str("DISCONNECT from the client"),
-            End::Client { will: true } => {
-                f.write_str("DISCONNECT 0x04 from the client: its Will is published")
+            End::Client(reason::NORMAL_DISCONNECTION) => f.write_str("DISCONNECT from the client"),
+            End::Client(code) => {
+                write!(
+                    f,
+                    "DISCONNECT 0x{code:02X} from the client: its Will is published"
+                )
             }
             End::Broker(code) | End::Kicked(code) => {
                 write!(
@@ -724,9 +728,7 @@ impl Conn {
             let capped = expiry.min(self.shared.settings.max_session_expiry);
             self.with_session(|s| s.expiry = capped);
         }
-        End::Client {
-            will: disconnect.code == reason::DISCONNECT_WITH_WILL_MESSAGE,
-        }
+        End::Client(disconnect.code)
     }
 
     /// Moves what the session is owed into the write buffer, as far as the client's
@@ -836,8 +838,8 @@ impl Conn {
     /// Ends the connection: the last packet, the Will, the session's fate.
     async fn finish(mut self, end: End) {
         let (will, code) = match end {
-            End::Client { will: true } => (WillAtEnd::Publish, None),
-            End::Client { will: false } => (WillAtEnd::Withdraw, None),
+            End::Client(reason::NORMAL_DISCONNECTION) => (WillAtEnd::Withdraw, None),
+            End::Client(_) => (WillAtEnd::Publish, None),
             End::Broker(code) => (WillAtEnd::Publish, Some(code)),
             End::Close => (WillAtEnd::Publish, None),
             // A broker stopping is not a device dying: the Will stays with the session,
