@@ -290,11 +290,12 @@ fn a_saguin_user_property_on_connect_is_refused_0x83() {
     assert_eq!(ack.code, 0x83);
 }
 
-/// C-253, C-257: a Will topic under `$saguin/` or `$SYS` is 0x90.
+/// C-253, C-257: a Will topic under `$saguin/` or `$SYS` is 0x90, and so is an empty
+/// one, which no topic name may be (MQTT-4.7.3-1).
 #[test]
 fn a_will_that_could_never_be_delivered_is_refused_0x90() {
     let broker = Broker::start("");
-    for topic in ["$SYS/x", "$saguin/x", "a/+/b"] {
+    for topic in ["$SYS/x", "$saguin/x", "a/+/b", ""] {
         let mut c = connect(V5, "w", true);
         c.will = Some(Will {
             topic: topic.into(),

@@ -204,7 +204,8 @@ pub(crate) fn check_topic_name(
     topic_name: &str,
     settings: &crate::broker::Settings,
 ) -> Result<(), u8> {
-    if crate::codec::has_wildcard(topic_name) {
+    // No topic name is empty (MQTT-4.7.3-1); a PUBLISH's is its alias's by now.
+    if topic_name.is_empty() || crate::codec::has_wildcard(topic_name) {
         return Err(reason::TOPIC_NAME_INVALID);
     }
     if topic_name.len() > settings.max_topic_length
