@@ -469,6 +469,50 @@ fn an_answer_at_qos_2_is_applied() {
     assert_eq!(next.map(|p| p.payload.to_vec()), Some(b"two".to_vec()));
 }
 
+/// A-167, gaps G-13: answers at QoS 2 are held until their PUBREL like any other QoS 2
+/// publish - a re-sent one is answered again, and one past
+/// `broker.qos2.max_inflight_per_client` (20) is refused 0x97 with the connection kept.
+#[test]
+fn answers_at_qos_2_count_against_the_qos2_allowance() {
+    let broker = start();
+    let mut w = worker(&broker, "w");
+    let answer = |id: u16, dup: bool| {
+        let mut p = publish(
+            "$saguin/queue/jobs/response",
+            b"ack",
+            QoS::ExactlyOnce,
+            false,
+        );
+        p.properties.edit().correlation_data = Some(format!("none-{id}").into_bytes());
+        p.packet_id = Some(id);
+        p.dup = dup;
+        Packet::Publish(p)
+    };
+    let code_of = |w: &mut Raw, packet: Packet| {
+        w.send(&packet);
+        match w.recv() {
+            Packet::PubRec(ack) => ack.code,
+            other => panic!("expected PUBREC, got {other:?}"),
+        }
+    };
+    for id in 1..=20u16 {
+        assert_eq!(code_of(&mut w, answer(id, false)), 0);
+    }
+    assert_eq!(
+        code_of(&mut w, answer(20, true)),
+        0,
+        "a re-send is answered again"
+    );
+    assert_eq!(code_of(&mut w, answer(21, false)), 0x97);
+    w.send(&Packet::PubRel(saguin::codec::Ack::new(1, 0)));
+    assert!(matches!(w.recv(), Packet::PubComp(ack) if ack.code == 0));
+    assert_eq!(
+        code_of(&mut w, answer(21, false)),
+        0,
+        "room again after a PUBREL"
+    );
+}
+
 /// B-307: hanging a worker up ($saguin/sessions/disconnect) returns the job it holds
 /// to the other workers at once.
 #[test]

@@ -39,6 +39,30 @@ enum Hold {
     Store(Arc<Message>),
 }
 
+/// Whether one more inbound QoS 2 exchange under `packet_id` may be held beside what
+/// `session` holds: `Ok(None)` when it may. `Ok(Some(code))` answers it at once - a DUP
+/// re-send of one held gets its PUBREC again and is not applied twice (gaps G-13), one
+/// past `broker.qos2.max_inflight` is refused 0x97 and the connection stays.
+/// `Err(code)` ends the connection: past the Receive Maximum the broker gave (0x93).
+pub(super) fn qos2_room(
+    session: &crate::broker::session::Session,
+    packet_id: u16,
+    settings: &crate::broker::Settings,
+    metrics: &crate::broker::metrics::Metrics,
+) -> Result<Option<u8>, u8> {
+    if session.incoming.contains_key(&packet_id) {
+        return Ok(Some(reason::SUCCESS));
+    }
+    if session.incoming.len() >= usize::from(settings.receive_maximum) {
+        return Err(reason::RECEIVE_MAXIMUM_EXCEEDED);
+    }
+    if session.incoming.len() >= settings.qos2_max_inflight {
+        metrics.refuse_publish("inflight allowance exceeded");
+        return Ok(Some(reason::QUOTA_EXCEEDED));
+    }
+    Ok(None)
+}
+
 impl Conn {
     /// Resolves a topic alias (MQTT 5 section 3.3.2.3.4) into the publish's topic.
     fn resolve_alias(&mut self, publish: &mut Publish) -> Result<(), End> {
@@ -293,24 +317,16 @@ impl Conn {
         let shared = self.shared.clone();
         let settings = &shared.settings;
         let mut broker = shared.broker.borrow_mut();
-        let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+        let Some((session, metrics)) = broker.session_and_metrics(&self.client_id, self.link.id)
+        else {
             // Another connection holds the client id now: nothing can be held for
             // a PUBREL here (A-168; 3.1.1 closes, as every refusal does).
             return Ok(Hold::Answer(reason::UNSPECIFIED_ERROR));
         };
-        // A DUP re-send of a held publish gets its PUBREC again and is not kept
-        // twice (gaps G-13).
-        if session.incoming.contains_key(&packet_id) {
-            return Ok(Hold::Answer(reason::SUCCESS));
-        }
-        if session.incoming.len() >= usize::from(settings.receive_maximum) {
-            drop(broker);
-            return Err(self.refuse(reason::RECEIVE_MAXIMUM_EXCEEDED));
-        }
-        if session.incoming.len() >= settings.qos2_max_inflight {
-            // Refused before ownership is taken; the connection stays.
-            broker.metrics.refuse_publish("inflight allowance exceeded");
-            return Ok(Hold::Answer(reason::QUOTA_EXCEEDED));
+        match qos2_room(session, packet_id, settings, metrics) {
+            Ok(None) => {}
+            Ok(Some(code)) => return Ok(Hold::Answer(code)),
+            Err(code) => return Err(self.refuse(code)),
         }
         // Held until PUBREL, so a retransmission is never delivered twice; the
         // message is built only for a publish that is kept.

@@ -3,6 +3,7 @@
 //! `$saguin/queue/<name>/response`, PUBACKs of offers, a worker's full window
 //! reopening, and a worker's connection ending. Each only tells the queue's owner what happened; the owner decides.
 
+use super::publish::qos2_room;
 use super::{Conn, End, Shared};
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::queue::lease::{Verdict, Worker};
@@ -175,6 +176,22 @@ impl Conn {
                 .refuse_publish("not authorized");
             self.puback_reason = Some(format!("not authorized: no consume on queue {name}").into());
             return Some(self.answer_publish(publish, reason::NOT_AUTHORIZED));
+        }
+        // An answer at QoS 2 is held until its PUBREL like any other.
+        if publish.qos == QoS::ExactlyOnce
+            && let Some(id) = publish.packet_id
+        {
+            let shared = self.shared.clone();
+            let room = shared
+                .broker
+                .borrow_mut()
+                .session_and_metrics(&self.client_id, self.link.id)
+                .map(|(s, metrics)| qos2_room(s, id, &shared.settings, metrics));
+            match room {
+                Some(Err(code)) => return Some(Err(self.refuse(code))),
+                Some(Ok(Some(code))) => return Some(self.answer_publish(publish, code)),
+                Some(Ok(None)) | None => {}
+            }
         }
         let verdict = Verdict::parse(&publish.payload);
         let correlation = publish.properties.correlation_data.clone();
