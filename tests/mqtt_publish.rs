@@ -233,6 +233,109 @@ fn a_wildcard_in_a_publish_topic_is_a_protocol_error() {
     assert_eq!(raw.expect_disconnect(), 0x82);
 }
 
+/// MQTT-3.1.2-24, MQTT-3.4.2-2, MQTT-3.9.2-1: nothing sent exceeds the client's
+/// Maximum Packet Size. A refusal that would is sent without its Reason String; a
+/// client without the bound gets the Reason String.
+#[test]
+fn an_acknowledgement_sheds_its_reason_string_to_fit_the_maximum_packet_size() {
+    let broker = Broker::start("");
+    let refusal_of = |max: Option<u32>, client: &str| {
+        let mut c = common::connect(V5, client, true);
+        c.properties.edit().maximum_packet_size = max;
+        let (mut raw, ack) = Raw::handshake(broker.addr, c);
+        assert_eq!(ack.code, 0);
+        raw.send(&Packet::Publish(publish(
+            "$SYS/x",
+            b"x",
+            QoS::AtLeastOnce,
+            false,
+        )));
+        let Packet::PubAck(puback) = raw.recv() else {
+            panic!("expected PUBACK");
+        };
+        raw.send(&Packet::Subscribe(saguin::codec::Subscribe {
+            packet_id: 1,
+            properties: Default::default(),
+            filters: vec![("$SYS/#".into(), opts(QoS::AtMostOnce))],
+        }));
+        let Packet::SubAck(suback) = raw.recv() else {
+            panic!("expected SUBACK");
+        };
+        (Packet::PubAck(puback), Packet::SubAck(suback))
+    };
+    let (puback, suback) = refusal_of(None, "unbounded");
+    for packet in [&puback, &suback] {
+        assert!(reason_string(packet).is_some(), "{packet:?}");
+    }
+    let (puback, suback) = refusal_of(Some(24), "bounded");
+    for packet in [&puback, &suback] {
+        assert_eq!(reason_string(packet), None, "{packet:?}");
+        let mut bytes = Vec::new();
+        saguin::codec::encode(packet, V5, &mut bytes);
+        assert!(bytes.len() <= 24, "{} bytes: {packet:?}", bytes.len());
+    }
+    let Packet::PubAck(ack) = puback else {
+        unreachable!()
+    };
+    assert_eq!(ack.code, 0x87);
+}
+
+fn reason_string(packet: &Packet) -> Option<String> {
+    match packet {
+        Packet::PubAck(a) => a.properties.reason_string.clone(),
+        Packet::SubAck(a) => a.properties.reason_string.clone(),
+        _ => None,
+    }
+}
+
+/// MQTT 5 sections 4.3.2 and 4.3.3: an answer its exchange may not get - a PUBACK to
+/// a QoS 2 PUBLISH, a PUBREC to a QoS 1 one, a PUBCOMP before any PUBREL - ends the
+/// connection with a Protocol Error, as mosquitto ends it.
+#[test]
+fn an_acknowledgement_of_the_wrong_kind_is_a_protocol_error() {
+    let broker = Broker::start("");
+    let mut publisher = Raw::connected(broker.addr, V5, "answer-pub");
+    type Answer = fn(Ack) -> Packet;
+    let wrong: [(QoS, Answer); 3] = [
+        (QoS::ExactlyOnce, Packet::PubAck),
+        (QoS::AtLeastOnce, Packet::PubRec),
+        (QoS::ExactlyOnce, Packet::PubComp),
+    ];
+    for (qos, answer) in wrong {
+        let mut sub = Raw::connected(broker.addr, V5, "wrong-answer");
+        sub.subscribe("answer/#", opts(qos));
+        assert_eq!(publisher.publish("answer/x", b"x", qos, false), Some(0));
+        let Packet::Publish(got) = sub.recv() else {
+            panic!("expected PUBLISH");
+        };
+        let id = got.packet_id.expect("a packet identifier");
+        sub.send(&answer(Ack::new(id, 0)));
+        assert_eq!(
+            sub.expect_disconnect(),
+            0x82,
+            "{qos:?} answered {:?}",
+            answer(Ack::new(id, 0))
+        );
+    }
+}
+
+/// MQTT-3.3.4-6: a Subscription Identifier is the server's to send; one in a client's
+/// PUBLISH is a Protocol Error, and nothing is delivered.
+#[test]
+fn a_subscription_identifier_in_a_client_publish_is_a_protocol_error() {
+    let broker = Broker::start("");
+    let mut sub = Raw::connected(broker.addr, V5, "subid-sub");
+    sub.subscribe("subid/#", opts(QoS::AtMostOnce));
+    let mut raw = Raw::connected(broker.addr, V5, "subid-pub");
+    // PUBLISH QoS 0 to "subid/x" with properties 0x0B 5 (Subscription Identifier).
+    let mut packet = vec![0x30, 0x0D, 0x00, 0x07];
+    packet.extend_from_slice(b"subid/x");
+    packet.extend_from_slice(&[0x02, 0x0B, 0x05, b'!']);
+    raw.send_bytes(&packet);
+    assert_eq!(raw.expect_disconnect(), 0x82);
+    sub.expect_nothing(Duration::from_millis(200));
+}
+
 #[test]
 fn a_publish_with_both_qos_bits_is_malformed() {
     let broker = Broker::start("");

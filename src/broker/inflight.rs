@@ -15,6 +15,18 @@ use std::collections::hash_map::Entry;
 
 use super::Map;
 use super::session::{Delivery, Inflight, KeptRecord};
+use crate::codec::QoS;
+
+/// A client's answer to an outbound exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// PUBACK.
+    PubAck,
+    /// PUBREC.
+    PubRec,
+    /// PUBCOMP.
+    PubComp,
+}
 
 /// Below this many slots the table keeps its room when it empties; above, it gives
 /// back what a burst left (a window can reach a client's Receive Maximum).
@@ -59,6 +71,23 @@ impl InflightTable {
     /// The exchange under `id`.
     pub fn get(&self, id: &u16) -> Option<&Inflight> {
         self.by_id.get(id).map(|(_, inflight)| inflight)
+    }
+
+    /// Whether `answer` is one the exchange under `id` may get: a PUBACK answers a
+    /// QoS 1 PUBLISH, a PUBREC a QoS 2 one (again once it is released), a PUBCOMP a
+    /// PUBREL. Any other is a Protocol Error (MQTT 5 sections 4.3.2, 4.3.3). An
+    /// identifier with no exchange is a late answer to one that went, which fits.
+    pub fn fits(&self, id: u16, answer: Answer) -> bool {
+        let Some((_, inflight)) = self.by_id.get(&id) else {
+            return true;
+        };
+        match (inflight, answer) {
+            (Inflight::Published(d), Answer::PubAck) => d.qos == QoS::AtLeastOnce,
+            (Inflight::Published(d), Answer::PubRec) => d.qos == QoS::ExactlyOnce,
+            (Inflight::Released(..), Answer::PubRec | Answer::PubComp) => true,
+            (Inflight::Published(_), Answer::PubComp)
+            | (Inflight::Released(..), Answer::PubAck) => false,
+        }
     }
 
     /// What the exchanges still published are charged, summed.

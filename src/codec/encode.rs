@@ -36,6 +36,45 @@ pub fn encode(packet: &Packet, version: ProtocolVersion, out: &mut Vec<u8>) {
     }
 }
 
+/// Appends a packet other than a PUBLISH as [`encode`] does, within the receiver's
+/// Maximum Packet Size of `max_size` bytes: one that would be larger goes without its
+/// Reason String and User Properties, which MQTT 5 has a sender drop rather than
+/// exceed that size (MQTT-3.1.2-24; MQTT-3.2.2-19, -20, MQTT-3.4.2-2, -3 and the
+/// same rule in every acknowledgement and DISCONNECT). What is left is required, and
+/// goes as it is. A PUBLISH is the caller's to drop (MQTT-3.1.2-25).
+pub fn encode_within(
+    packet: &Packet,
+    version: ProtocolVersion,
+    max_size: usize,
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    encode(packet, version, out);
+    if out.len() - start <= max_size {
+        return;
+    }
+    let mut bare = packet.clone();
+    let properties = match &mut bare {
+        Packet::ConnAck(p) => &mut p.properties,
+        Packet::PubAck(p) | Packet::PubRec(p) | Packet::PubRel(p) | Packet::PubComp(p) => {
+            &mut p.properties
+        }
+        Packet::SubAck(p) => &mut p.properties,
+        Packet::UnsubAck(p) => &mut p.properties,
+        Packet::Disconnect(p) => &mut p.properties,
+        Packet::Auth(p) => &mut p.properties,
+        _ => return,
+    };
+    let Some(values) = properties.present_mut() else {
+        return;
+    };
+    values.reason_string = None;
+    values.user_properties.clear();
+    properties.shed_if_empty();
+    out.truncate(start);
+    encode(&bare, version, out);
+}
+
 /// Appends everything of a PUBLISH but its payload: the fixed header, whose remaining
 /// length counts the payload, and the variable header. The caller sends the payload
 /// right after these bytes - from the message it belongs to, without copying it into

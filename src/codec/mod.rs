@@ -23,7 +23,7 @@ pub mod reason;
 mod topic;
 
 pub use decode::{FixedHeader, decode, decode_connect, read_fixed_header};
-pub use encode::{encode, encode_publish_header};
+pub use encode::{encode, encode_publish_header, encode_within};
 pub use error::{ConnectError, DecodeError};
 pub use packet::*;
 pub use properties::{Properties, PropertyValues};

@@ -947,3 +947,33 @@ fn a_packet_without_properties_is_small_to_move() {
     encode(&Packet::PubAck(ack), V5, &mut emptied_out);
     assert_eq!(emptied_out, short, "an emptied set is sent as none");
 }
+
+#[test]
+fn an_acknowledgement_over_the_maximum_packet_size_sheds_its_reason_string_and_user_properties() {
+    // MQTT-3.1.2-24, MQTT-3.4.2-2, MQTT-3.4.2-3.
+    let ack = Packet::PubAck(Ack {
+        properties: Properties::from(PropertyValues {
+            reason_string: Some("a long explanation of the refusal".into()),
+            user_properties: vec![("k".into(), "v".into())],
+            ..PropertyValues::default()
+        }),
+        ..Ack::new(7, 0x87)
+    });
+    let mut whole = Vec::new();
+    encode(&ack, V5, &mut whole);
+    let mut within = Vec::new();
+    encode_within(&ack, V5, whole.len(), &mut within);
+    assert_eq!(within, whole, "what fits goes whole");
+    let mut shed = vec![0xAA];
+    encode_within(&ack, V5, whole.len() - 1, &mut shed);
+    let mut bare = vec![0xAA];
+    encode(&Packet::PubAck(Ack::new(7, 0x87)), V5, &mut bare);
+    assert_eq!(
+        shed, bare,
+        "appended after what was there, with neither property"
+    );
+    // What is left is required: it goes even over a bound too small for it.
+    let mut tiny = Vec::new();
+    encode_within(&Packet::PubAck(Ack::new(7, 0x87)), V5, 2, &mut tiny);
+    assert_eq!(tiny, [0x40, 0x03, 0x00, 0x07, 0x87]);
+}

@@ -82,7 +82,7 @@ pub(super) async fn establish(
                 "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
                 connect.client_id
             );
-            refuse(stream, slot, &shared, protocol, code, Properties::default()).await;
+            refuse(stream, slot, &shared, &connect, code, Properties::default()).await;
             return None;
         }
     };
@@ -159,6 +159,7 @@ pub(super) async fn establish(
         keep_alive: None,
         aliases: None,
         problem_info: connect.properties.request_problem_information != Some(0),
+        max_packet: max_packet_of(&connect),
         connected_with_zero_expiry: asked_zero_expiry,
         positions_stored_at: None,
         durable: false,
@@ -225,7 +226,7 @@ async fn refuse_unstored(
             .then(|| format!("the session store has no room for this Will: {e}")),
         ..PropertyValues::default()
     });
-    refuse(stream, slot, shared, connect.protocol, code, properties).await;
+    refuse(stream, slot, shared, connect, code, properties).await;
     None
 }
 
@@ -235,7 +236,7 @@ async fn refuse(
     mut stream: Socket,
     slot: Slot,
     shared: &Shared,
-    protocol: ProtocolVersion,
+    connect: &Connect,
     code: u8,
     properties: Properties,
 ) {
@@ -244,8 +245,15 @@ async fn refuse(
         .borrow()
         .metrics
         .refuse_connection(connection_refusal_label(code));
-    let ack = connack(protocol, false, code, properties);
-    let bytes = encode_one(&Packet::ConnAck(ack), protocol);
+    let ack = connack(connect.protocol, false, code, properties);
+    let mut bytes = Vec::new();
+    let max_size = max_packet_of(connect);
+    codec::encode_within(
+        &Packet::ConnAck(ack),
+        connect.protocol,
+        max_size,
+        &mut bytes,
+    );
     drop(slot);
     close_with(&mut stream, &bytes, shared).await;
 }
@@ -583,6 +591,14 @@ fn connack_v311(code: u8) -> u8 {
         }
         _ => reason::v311::NOT_AUTHORIZED,
     }
+}
+
+/// The Maximum Packet Size `connect` asked to be held to; none is no bound.
+fn max_packet_of(connect: &Connect) -> usize {
+    connect
+        .properties
+        .maximum_packet_size
+        .map_or(usize::MAX, |size| size as usize)
 }
 
 fn encode_one(packet: &Packet, protocol: ProtocolVersion) -> Vec<u8> {

@@ -36,6 +36,7 @@ use super::frame::{FrameError, FrameReader};
 use super::slots::Slot;
 use super::socket::Socket;
 use crate::broker::TOPIC_ALIAS_MAXIMUM;
+use crate::broker::inflight::Answer;
 use crate::broker::session::{Delivery, Inflight};
 use crate::broker::{ConnLink, WillAtEnd, topic};
 use crate::codec::reason;
@@ -119,6 +120,9 @@ struct Conn {
     aliases: Option<Box<[Option<Arc<str>>; TOPIC_ALIAS_MAXIMUM as usize]>>,
     /// The client asked for Reason Strings (Request Problem Information, default 1).
     problem_info: bool,
+    /// The client's Maximum Packet Size, which nothing sent to it exceeds
+    /// (MQTT-3.1.2-24).
+    max_packet: usize,
     /// The Session Expiry Interval the CONNECT asked for was 0 (MQTT-3.14.2-2).
     connected_with_zero_expiry: bool,
     /// When the positions of this consumer were last written.
@@ -282,7 +286,7 @@ enum Event {
 
 impl Conn {
     fn queue_packet(&mut self, packet: &Packet) {
-        self.out.packet(packet, self.protocol);
+        self.out.packet(packet, self.protocol, self.max_packet);
     }
 
     /// Writes what is owed.
@@ -587,8 +591,8 @@ impl Conn {
     /// Handles `packet` when that needs no waiting for; otherwise hands it back.
     fn handle_now(&mut self, packet: Packet) -> Result<Option<Waiting>, End> {
         match packet {
-            Packet::PubAck(ack) => self.settle_outbound(ack.packet_id, true),
-            Packet::PubComp(ack) => self.settle_outbound(ack.packet_id, false),
+            Packet::PubAck(ack) => self.settle_outbound(ack.packet_id, Answer::PubAck)?,
+            Packet::PubComp(ack) => self.settle_outbound(ack.packet_id, Answer::PubComp)?,
             Packet::PingReq => self.queue_packet(&Packet::PingResp),
             Packet::Disconnect(disconnect) => return Err(self.on_disconnect(disconnect)),
             Packet::Auth(_) => return Err(self.refuse(reason::PROTOCOL_ERROR)),
@@ -625,6 +629,10 @@ impl Conn {
             Waiting::Publish(publish, step) => self.finish_publish(publish, step).await,
             Waiting::PubRec(ack) => {
                 let id = ack.packet_id;
+                let fits = self.with_session(|s| s.inflight.fits(id, Answer::PubRec));
+                if fits == Some(false) {
+                    return Err(self.mismatched(id, Answer::PubRec));
+                }
                 let known = self.with_session(|s| match s.to_keep_released(id) {
                     Some(record) if ack.code < 0x80 => Err(record),
                     _ => Ok(s.release(id, None)),
@@ -635,7 +643,7 @@ impl Conn {
                     None => false,
                 };
                 if ack.code >= 0x80 {
-                    self.settle_outbound(ack.packet_id, false);
+                    self.settle_outbound(ack.packet_id, Answer::PubRec)?;
                 } else {
                     let code = if known {
                         0

@@ -34,13 +34,14 @@ impl Outbox {
         self.bytes.is_empty() && self.payloads.is_empty()
     }
 
-    /// Appends `packet`, encoded for `version`.
-    pub(super) fn packet(&mut self, packet: &Packet, version: ProtocolVersion) {
+    /// Appends `packet`, encoded for `version`; one other than a PUBLISH sheds what it
+    /// may to stay within `max_size` bytes (`codec::encode_within`).
+    pub(super) fn packet(&mut self, packet: &Packet, version: ProtocolVersion, max_size: usize) {
         match packet {
             Packet::Publish(p) => {
                 self.publish(p, version, usize::MAX);
             }
-            _ => codec::encode(packet, version, &mut self.bytes),
+            _ => codec::encode_within(packet, version, max_size, &mut self.bytes),
         }
     }
 

@@ -98,6 +98,10 @@ impl Conn {
         &mut self,
         publish: &mut Publish,
     ) -> Result<Option<PublishStep>, End> {
+        // A Subscription Identifier is the server's to send (MQTT-3.3.4-6).
+        if !publish.properties.subscription_identifiers.is_empty() {
+            return Err(self.refuse(reason::PROTOCOL_ERROR));
+        }
         self.resolve_alias(publish)?;
         if let Some(end) = self.features_refuse_publish(publish) {
             return Err(end);

@@ -6,6 +6,7 @@
 use super::publish::qos2_room;
 use super::{Conn, End, Shared};
 use crate::broker::channels::{ChannelId, Kind};
+use crate::broker::inflight::Answer;
 use crate::broker::queue::lease::{Verdict, Worker};
 use crate::broker::queue::{Event, FORM_PREFIX};
 use crate::broker::session::{HeldQos2, Inflight, Subscription};
@@ -214,19 +215,24 @@ impl Conn {
         Some(self.answer_publish(publish, reason::SUCCESS))
     }
 
-    /// Settles an outbound exchange (PUBACK, PUBCOMP, or a PUBREC refusing it). A
-    /// PUBACK (`puback`) of a queue's offer tells the queue's owner the worker has it.
+    /// Settles an outbound exchange (PUBACK, PUBCOMP, or a PUBREC refusing it); an
+    /// answer the exchange may not get ends the connection, 0x82. A PUBACK of a
+    /// queue's offer tells the queue's owner the worker has it.
     /// When settling reopens the session's full window, the owner of every queue whose
     /// form the session holds is told, so a job waiting for room is offered now rather
     /// than at the owner's next tick - whatever the acknowledged delivery was: a
     /// broadcast, a channel record, or another queue's offer (C-066).
-    pub(super) fn settle_outbound(&self, packet_id: u16, puback: bool) {
+    pub(super) fn settle_outbound(&self, packet_id: u16, answer: Answer) -> Result<(), End> {
         let mut broker = self.shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
-            return;
+            return Ok(());
         };
+        if !session.inflight.fits(packet_id, answer) {
+            drop(broker);
+            return Err(self.mismatched(packet_id, answer));
+        }
         let offer = match session.inflight.get(&packet_id) {
-            Some(Inflight::Published(delivery)) if puback => {
+            Some(Inflight::Published(delivery)) if answer == Answer::PubAck => {
                 delivery.origin().map(|(channel, _)| {
                     let correlation = delivery.message.properties.correlation_data.clone();
                     (channel, correlation.unwrap_or_default())
@@ -275,6 +281,18 @@ impl Conn {
                     .tell(queue, Event::Reopened(self.client_id.clone()));
             }
         }
+        Ok(())
+    }
+
+    /// A client's answer that its exchange may not get (`InflightTable::fits`): the
+    /// connection ends with a Protocol Error, as mosquitto ends it.
+    pub(super) fn mismatched(&self, packet_id: u16, answer: Answer) -> End {
+        log::info!(
+            "{}: {} answered exchange {packet_id} with a {answer:?} it may not get",
+            self.peer,
+            self.client_id
+        );
+        self.refuse(reason::PROTOCOL_ERROR)
     }
 
     /// The connection is ending: every job it held goes back at once, and a session
