@@ -30,9 +30,13 @@ pub(crate) struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// The client sent something: its silence starts again now.
+    /// The client sent something: its silence starts again now. A connection busy
+    /// past the grace (a slow store, a full socket) reads what its client sent in the
+    /// meantime before it looks at the watch, so a client found silent is let off
+    /// here if it was heard after all.
     pub(crate) fn heard(&self) {
         self.heard_at.set(Instant::now());
+        self.expired.set(false);
     }
 
     /// Ready once the ticker has found the client silent for the whole grace.
@@ -105,14 +109,16 @@ impl Watches {
             let Some(watch) = watch.upgrade() else {
                 return false;
             };
-            if watch.expired.get() {
-                return true;
-            }
-            let runs_out = watch.heard_at.get() + watch.grace;
+            let mut runs_out = watch.heard_at.get() + watch.grace;
             if now >= runs_out {
-                watch.expired.set(true);
-                watch.waiter.wake();
-            } else if first.is_none_or(|at| runs_out < at) {
+                if !watch.expired.replace(true) {
+                    watch.waiter.wake();
+                }
+                // Its connection ends at its next turn, or was busy and hears its
+                // client after all (`KeepAlive::heard`): looked at again a grace on.
+                runs_out = now + watch.grace;
+            }
+            if first.is_none_or(|at| runs_out < at) {
                 first = Some(runs_out);
             }
             true
@@ -210,15 +216,40 @@ mod tests {
         let short = watches.watch(Duration::from_secs(3));
         let start = short.heard_at.get();
         assert_eq!(watches.look(start), Some(start + Duration::from_secs(3)));
-        // Expired, the short one no longer counts: the long one's end is next.
+        // Expired, the short one is looked at again a grace on, in case its
+        // connection was busy and hears from its client after all.
         let later = start + Duration::from_secs(4);
+        assert_eq!(watches.look(later), Some(later + Duration::from_secs(3)));
+        assert!(short.expired.get());
+        drop(short);
         assert_eq!(
             watches.look(later),
-            Some(long.heard_at.get() + Duration::from_secs(90))
+            Some(long.heard_at.get() + Duration::from_secs(90)),
+            "its connection ended: the long one's end is next"
         );
-        assert!(short.expired.get());
         drop(long);
         assert_eq!(watches.look(later), None, "nothing runs: the ticker sleeps");
+    }
+
+    #[test]
+    fn a_client_heard_after_it_was_found_silent_is_let_off() {
+        // MQTT-3.1.2-24 asks for silence; a connection busy past the grace reads
+        // what its client sent meanwhile before it looks at the watch.
+        let watches = Watches::default();
+        let watch = watches.watch(Duration::from_secs(3));
+        let start = watch.heard_at.get();
+        watches.look(start + Duration::from_secs(4));
+        assert!(watch.expired.get());
+        watch.heard();
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(watch.poll_expired(&mut cx).is_pending());
+        let heard = watch.heard_at.get();
+        watches.look(heard + Duration::from_secs(2));
+        assert!(!watch.expired.get());
+        watches.look(heard + Duration::from_secs(3));
+        assert!(watch.expired.get(), "silent for a whole grace since");
+        assert!(watch.poll_expired(&mut cx).is_ready());
     }
 
     #[test]
