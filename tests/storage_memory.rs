@@ -218,6 +218,73 @@ fn a_channel_no_longer_configured_is_left_in_its_file() {
     });
 }
 
+/// B-506, invariant 9 (gaps INV-9): a channel left out of one run's configuration is
+/// still listed by that run's snapshot, so when it is configured again it comes back
+/// with its records and its offsets carry on rather than starting again at 0.
+#[test]
+fn a_channel_left_out_for_a_run_comes_back_with_its_records_and_offsets() {
+    let dir = temp_dir("snap-away");
+    let open = |channels: &[&str]| {
+        let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+        smol::block_on(async {
+            for name in channels {
+                p.open_channel(name, ChannelSettings::append())
+                    .await
+                    .unwrap();
+            }
+        });
+        p
+    };
+    let p = open(&["away", "kept"]);
+    smol::block_on(async {
+        assert_eq!(p.append("away", rec("away/x", b"x", 1)).await.unwrap(), 0);
+        assert_eq!(p.append("away", rec("away/x", b"y", 2)).await.unwrap(), 1);
+        p.append("kept", rec("kept/x", b"x", 1)).await.unwrap();
+    });
+    p.write_snapshot(1).unwrap();
+    drop(p);
+    let p = open(&["kept"]);
+    smol::block_on(async {
+        p.append("kept", rec("kept/x", b"z", 3)).await.unwrap();
+    });
+    p.write_snapshot(2).unwrap();
+    drop(p);
+    let p = open(&["away", "kept"]);
+    smol::block_on(async {
+        assert_eq!(p.stats("away").await.unwrap().records, 2);
+        assert_eq!(p.stats("kept").await.unwrap().records, 2);
+        assert_eq!(p.append("away", rec("away/x", b"w", 4)).await.unwrap(), 2);
+    });
+}
+
+/// B-505: a queue's file holds its dead letters too; a run that opens the queue alone
+/// writes them back into it rather than dropping them.
+#[test]
+fn dead_letters_loaded_with_their_queue_but_not_opened_are_written_back() {
+    let dir = temp_dir("snap-pending");
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+    smol::block_on(async {
+        p.open_channel("jobs", queue()).await.unwrap();
+        p.open_channel("jobs__dlq", dlq()).await.unwrap();
+        p.append("jobs", rec("jobs/x", b"x", 1)).await.unwrap();
+        p.dead_letter("jobs", 0, to_dlq("jobs__dlq", "jobs/x", 2, Vec::new()))
+            .await
+            .unwrap();
+    });
+    p.write_snapshot(1).unwrap();
+    drop(p);
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+    smol::block_on(async { p.open_channel("jobs", queue()).await.unwrap() });
+    p.write_snapshot(2).unwrap();
+    drop(p);
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+    smol::block_on(async {
+        p.open_channel("jobs", queue()).await.unwrap();
+        p.open_channel("jobs__dlq", dlq()).await.unwrap();
+        assert_eq!(p.stats("jobs__dlq").await.unwrap().records, 1);
+    });
+}
+
 /// A damaged snapshot is refused with an error naming the file and what to do.
 #[test]
 fn a_damaged_snapshot_is_refused_naming_the_file() {

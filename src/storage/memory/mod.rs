@@ -7,7 +7,7 @@
 mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use super::SESSION_LOG;
@@ -66,6 +66,9 @@ struct Open {
     data: MemChannel,
 }
 
+/// What a queue's dead-letter channel adds to its name; the two share a file (B-505).
+const DEAD_LETTER_SUFFIX: &str = "__dlq";
+
 #[derive(Default)]
 struct State {
     channels: HashMap<String, Open>,
@@ -87,8 +90,8 @@ struct State {
 pub struct MemoryProvider {
     settings: MemorySettings,
     state: Mutex<State>,
-    /// Channel name to snapshot file, from the manifest found at start.
-    manifest: HashMap<String, PathBuf>,
+    /// What the manifest found at start lists.
+    manifest: snapshot::Listed,
     lock: Option<ProviderLock>,
 }
 
@@ -150,7 +153,12 @@ impl MemoryProvider {
     /// [`StorageError::Io`] or [`StorageError::Snapshot`] when it cannot be read.
     pub fn open(settings: &MemorySettings) -> Result<MemoryProvider, StorageError> {
         let (lock, manifest, sessions, held) = match &settings.snapshot_dir {
-            None => (None, HashMap::new(), BTreeMap::new(), Vec::new()),
+            None => (
+                None,
+                snapshot::Listed::default(),
+                BTreeMap::new(),
+                Vec::new(),
+            ),
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| {
                     StorageError::io(&settings.name, &format!("create {}", dir.display()), e)
@@ -805,9 +813,21 @@ impl MemoryProvider {
                 .or_default()
                 .push((name.as_str(), &open.data));
         }
+        // Loaded with an opened channel's file and never opened itself (a queue's
+        // dead letters): written back into that file, not dropped from it.
+        for (name, data) in &st.pending {
+            let group = name.strip_suffix(DEAD_LETTER_SUFFIX).unwrap_or(name);
+            groups
+                .entry(group.to_owned())
+                .or_default()
+                .push((name.as_str(), data));
+        }
         let sessions = st.sessions.iter().map(|(c, (r, _))| (c, r)).collect();
         snapshot::write_sessions(&self.settings.name, dir, &sessions)?;
         snapshot::write_held(&self.settings.name, dir, &st.held)?;
-        snapshot::write_all(&self.settings.name, dir, &groups, now_ms)
+        // A file whose channels this run never opened is listed again as it is: the
+        // channel comes back with its records and offsets if it is configured again.
+        let kept = self.manifest.untouched(&groups);
+        snapshot::write_all(&self.settings.name, dir, &groups, kept, now_ms)
     }
 }

@@ -53,11 +53,48 @@ struct Manifest {
     files: Vec<ManifestFile>,
 }
 
-#[derive(Serialize, Deserialize)]
-struct ManifestFile {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ManifestFile {
     file: String,
     channels: Vec<String>,
     records: u64,
+}
+
+/// What the manifest found at start lists: each channel's file, and the entries as
+/// written, so that a file whose channels this run never opened is listed again by
+/// the next snapshot rather than dropped (B-506).
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    by_channel: HashMap<String, PathBuf>,
+    files: Vec<ManifestFile>,
+}
+
+impl Listed {
+    /// The file holding `channel`.
+    pub(crate) fn get(&self, channel: &str) -> Option<&PathBuf> {
+        self.by_channel.get(channel)
+    }
+
+    /// Whether it lists nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// The entries none of whose channels `written` holds: files this run left
+    /// alone, to be listed again as they are.
+    pub(crate) fn untouched<'a>(
+        &'a self,
+        written: &'a BTreeMap<String, Vec<(&str, &MemChannel)>>,
+    ) -> impl Iterator<Item = &'a ManifestFile> + 'a {
+        let touched = |f: &ManifestFile| {
+            written
+                .values()
+                .flatten()
+                .any(|(n, _)| f.channels.iter().any(|c| c == n))
+                || written.keys().any(|g| snapshot_file_name(g) == f.file)
+        };
+        self.files.iter().filter(move |f| !touched(f))
+    }
 }
 
 /// The file a channel group is written to: its name with `.` (and `%`) percent-encoded,
@@ -83,15 +120,12 @@ fn snap_err(path: &Path, reason: impl Into<String>) -> StorageError {
     }
 }
 
-/// Channel name to snapshot file, from the manifest; empty when there is none.
-pub(crate) fn read_manifest(
-    provider: &str,
-    dir: &Path,
-) -> Result<HashMap<String, PathBuf>, StorageError> {
+/// What the manifest lists; nothing when there is none.
+pub(crate) fn read_manifest(provider: &str, dir: &Path) -> Result<Listed, StorageError> {
     let path = dir.join(MANIFEST);
     let file = match File::open(&path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Listed::default()),
         Err(e) => {
             return Err(StorageError::io(
                 provider,
@@ -108,7 +142,7 @@ pub(crate) fn read_manifest(
     if m.version != 1 {
         return Err(snap_err(&path, format!("version {} is not 1", m.version)));
     }
-    let mut out = HashMap::new();
+    let mut out = Listed::default();
     for f in m.files {
         if f.file.contains('/') || f.file.starts_with('.') || !f.file.ends_with(".snap") {
             return Err(snap_err(
@@ -116,9 +150,10 @@ pub(crate) fn read_manifest(
                 format!("names a file outside it: {}", f.file),
             ));
         }
-        for ch in f.channels {
-            out.insert(ch, dir.join(&f.file));
+        for ch in &f.channels {
+            out.by_channel.insert(ch.clone(), dir.join(&f.file));
         }
+        out.files.push(f);
     }
     Ok(out)
 }
@@ -261,11 +296,13 @@ pub(crate) fn mark_running(
         .map_err(|e| StorageError::io(provider, &format!("create {}", path.display()), e))
 }
 
-/// Writes every group, then the manifest.
-pub(crate) fn write_all(
+/// Writes every group, then the manifest, which lists `kept` (files left as they
+/// are) after them.
+pub(crate) fn write_all<'a>(
     provider: &str,
     dir: &Path,
     groups: &BTreeMap<String, Vec<(&str, &MemChannel)>>,
+    kept: impl Iterator<Item = &'a ManifestFile>,
     now_ms: u64,
 ) -> Result<SnapshotReport, StorageError> {
     let mut report = SnapshotReport::default();
@@ -285,6 +322,7 @@ pub(crate) fn write_all(
             records,
         });
     }
+    files.extend(kept.cloned());
     let manifest = Manifest {
         version: 1,
         provider: provider.to_owned(),
