@@ -339,6 +339,39 @@ fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
     });
 }
 
+/// C-115, B-471: session records are refused 0x97 at the provider's bound less its
+/// reserve, as publishes and held QoS 2 publishes are, rather than growing the file
+/// into the room kept for what frees it.
+#[test]
+fn session_records_stop_short_of_the_reserve() {
+    let dir = temp_dir("sessmax");
+    let mut s = settings(&dir);
+    s.max_bytes = 600 * 1024;
+    s.reserve_bytes = 200 * 1024;
+    let p = SqliteProvider::open(&s).unwrap();
+    smol::block_on(async {
+        let record = "r".repeat(4000);
+        let mut stored = 0u64;
+        let err = loop {
+            match p
+                .put_session(&format!("client-{stored}"), record.clone())
+                .await
+            {
+                Ok(()) => stored += 1,
+                Err(e) => break e,
+            }
+            assert!(stored < 1000, "never refused");
+        };
+        assert!(matches!(err, StorageError::ProviderFull { .. }), "{err}");
+        assert_eq!(err.reason_code(), 0x97);
+        assert!(stored > 50, "only {stored} stored before the bound");
+        let used = p.writer_stats().used_bytes;
+        assert!(used <= s.max_bytes - s.reserve_bytes, "{used}");
+        // What frees room still works at the bound.
+        p.delete_session("client-0").await.unwrap();
+    });
+}
+
 /// B-520, B-522: a second broker on the same file refuses to start, naming the lock,
 /// and the lock goes with its holder.
 #[test]

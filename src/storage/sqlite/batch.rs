@@ -207,14 +207,16 @@ impl<'a> Batch<'a> {
                 record,
                 done,
             } => {
-                let r = c
-                    .prepare_cached(
+                let size = (client_id.len() + record.len()) as u64;
+                let r = self.check_room(c, "sessions", size).and_then(|()| {
+                    c.prepare_cached(
                         "INSERT INTO sessions(client_id, record) VALUES (?1, ?2) \
                          ON CONFLICT(client_id) DO UPDATE SET record = excluded.record",
                     )
                     .and_then(|mut s| s.execute(params![client_id, record]))
-                    .map(|_| ())
-                    .map_err(|e| self.sql(c, "sessions", e));
+                    .map(|_| self.added_bytes += size + ROW_OVERHEAD)
+                    .map_err(|e| self.sql(c, "sessions", e))
+                });
                 self.complete(done, r)
             }
             WriteOp::DeleteSession { client_id, done } => {
@@ -395,15 +397,24 @@ impl<'a> Batch<'a> {
         Ok(offset)
     }
 
-    /// Keeps a held QoS 2 publish, within the provider's bound less its reserve (B-441).
-    fn put_held(&mut self, c: &Connection, held: &Held) -> Result<(), StorageError> {
-        let size = held.size();
-        let used = self.used_pages(c, "held")?;
+    /// That `size` more bytes fit within the provider's bound less its reserve: a
+    /// write that only adds - a held publish, a session's record - leaves the reserve
+    /// to what frees room (C-115), and is refused 0x97 before SQLite's own page limit
+    /// could fail the whole batch it is in.
+    fn check_room(&mut self, c: &Connection, what: &str, size: u64) -> Result<(), StorageError> {
+        let used = self.used_pages(c, what)?;
         let b = self.bounds;
         let grown = (self.added_bytes + size + ROW_OVERHEAD).div_ceil(b.page_size);
         if used + grown > b.max_pages.saturating_sub(b.reserve_pages) {
             return Err(self.provider_full());
         }
+        Ok(())
+    }
+
+    /// Keeps a held QoS 2 publish, within the provider's bound less its reserve (B-441).
+    fn put_held(&mut self, c: &Connection, held: &Held) -> Result<(), StorageError> {
+        let size = held.size();
+        self.check_room(c, "held", size)?;
         c.prepare_cached(
             "INSERT INTO held(client_id, packet_id, token, data) VALUES (?1, ?2, ?3, ?4) \
              ON CONFLICT(client_id, packet_id) DO UPDATE SET token = excluded.token, \
