@@ -182,7 +182,13 @@ impl Owner {
             let window = match self.provider.read_window(&self.name, request).await {
                 Ok(window) => window,
                 Err(e) => {
-                    log::error!("queue {}: cannot read its jobs: {e}", self.name);
+                    // What is left is the backlog's, read again on every turn until
+                    // it can be: no job stored is left out of the queue (C-152).
+                    log::error!(
+                        "queue {}: cannot read its jobs from offset {from} on, tried again: {e}",
+                        self.name
+                    );
+                    self.behind(from, 0);
                     return;
                 }
             };
