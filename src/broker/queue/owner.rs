@@ -81,7 +81,41 @@ struct Owner {
     turn: usize,
     /// The job each worker holds from this queue (one at most, C-061).
     held: HashMap<Arc<str>, u64>,
+    /// When the waiting jobs were last swept, on `clock`.
     swept_at: u64,
+    clock: LeaseClock,
+}
+
+/// The clock leases, backoff gaps and sweeps are measured on: milliseconds moving
+/// with the monotonic clock from the wall clock's reading when the owner started. A
+/// wall clock stepped while jobs are out - NTP on a gateway that booted without a
+/// real-time clock - neither times out every lease at once nor holds one for the
+/// length of the step (C-061, C-089). Expiry is asked of the wall clock, which the
+/// records' timestamps are on (C-135).
+#[derive(Debug)]
+struct LeaseClock {
+    wall_at_start_ms: u64,
+    started: Instant,
+}
+
+impl LeaseClock {
+    fn new() -> LeaseClock {
+        LeaseClock {
+            wall_at_start_ms: now_ms(),
+            started: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        let elapsed = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.wall_at_start_ms.saturating_add(elapsed)
+    }
+
+    /// A moment `at_ms` on this clock as the wall clock reads it now (`wall_ms`): as
+    /// long ago as it is on this one.
+    fn on_wall(&self, at_ms: u64, wall_ms: u64) -> u64 {
+        wall_ms.saturating_sub(self.now_ms().saturating_sub(at_ms))
+    }
 }
 
 async fn run(
@@ -168,6 +202,7 @@ impl Owner {
             turn: 0,
             held: HashMap::new(),
             swept_at: 0,
+            clock: LeaseClock::new(),
         })
     }
 
@@ -350,7 +385,7 @@ impl Owner {
         let Some(job) = self.jobs.get_mut(&offset) else {
             return;
         };
-        if job.puback(worker, &delivery, &self.policy, now_ms()) == Outcome::Counted {
+        if job.puback(worker, &delivery, &self.policy, self.clock.now_ms()) == Outcome::Counted {
             self.write_attempt(offset).await;
         }
     }
@@ -378,7 +413,7 @@ impl Owner {
         let Some(verdict) = verdict else {
             return ignore("its payload is neither ack nor return");
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let Some(job) = self.jobs.get_mut(&offset) else {
             return;
         };
@@ -428,7 +463,7 @@ impl Owner {
             return;
         };
         let before = job.clone();
-        let outcome = job.released(&self.policy, now_ms());
+        let outcome = job.released(&self.policy, self.clock.now_ms());
         log::debug!(
             "queue {}: job {offset} back from {} ({why})",
             self.name,
@@ -499,7 +534,7 @@ impl Owner {
     /// The tick: offers never written go back unspent, deadlines that passed take their
     /// jobs back, workers that left are dropped, and waiting jobs are swept.
     async fn tick(&mut self) {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let unwritten: Vec<u64> = {
             let shared = self.shared.clone();
             let mut broker = shared.broker.borrow_mut();
@@ -551,7 +586,7 @@ impl Owner {
         self.prune_workers();
         if now.saturating_sub(self.swept_at) >= SWEEP_EVERY_MS {
             self.swept_at = now;
-            self.sweep(now).await;
+            self.sweep(now_ms()).await;
         }
     }
 
@@ -616,7 +651,7 @@ impl Owner {
             if self.next_worker(false).is_none() {
                 return;
             }
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let Some(offset) = self
                 .jobs
                 .iter()
@@ -626,7 +661,8 @@ impl Owner {
                 return;
             };
             // Checked as it is about to go out (C-136, C-139).
-            if let Some(reason) = self.jobs.get(&offset).and_then(|j| self.due_out(j, now)) {
+            let wall = now_ms();
+            if let Some(reason) = self.jobs.get(&offset).and_then(|j| self.due_out(j, wall)) {
                 if !self.dead_letter(offset, reason).await {
                     skip.insert(offset);
                 }
@@ -784,15 +820,14 @@ impl Owner {
             ("saguin-dlq-offset".into(), offset.to_string()),
             ("saguin-dlq-attempts".into(), job.attempts.to_string()),
         ];
-        // Left out when no delivery was ever received (gaps A-08).
+        // Left out when no delivery was ever received (gaps A-08); counted on the
+        // lease clock, told on the wall clock as it reads now.
+        let on_wall = |at| self.clock.on_wall(at, now).to_string();
         headers.extend(
             job.first_ms
-                .map(|t| ("saguin-dlq-first".into(), t.to_string())),
+                .map(|t| ("saguin-dlq-first".into(), on_wall(t))),
         );
-        headers.extend(
-            job.last_ms
-                .map(|t| ("saguin-dlq-last".into(), t.to_string())),
-        );
+        headers.extend(job.last_ms.map(|t| ("saguin-dlq-last".into(), on_wall(t))));
         headers.push(("saguin-dlq-at".into(), now.to_string()));
         headers.push(("saguin-dlq-reason".into(), reason.as_str().into()));
         let dead_topic = dlq_topic(&self.policy.filter, &topic);
@@ -897,6 +932,27 @@ mod tests {
 
     use super::*;
     use crate::storage::{NewRecord, RecordProperties};
+    use std::time::Duration;
+
+    #[test]
+    fn a_lease_moment_is_told_on_the_wall_clock_as_long_ago_as_it_was() {
+        // Started 5 s ago at wall 1 s; the wall clock has since been stepped (NTP on a
+        // gateway with no real-time clock) to 1,000,000 s.
+        let started = Instant::now()
+            .checked_sub(Duration::from_secs(5))
+            .expect("up for 5 s");
+        let clock = LeaseClock {
+            wall_at_start_ms: 1_000,
+            started,
+        };
+        let lease_now = clock.now_ms();
+        assert!((6_000..7_000).contains(&lease_now), "{lease_now}");
+        let told = clock.on_wall(lease_now - 2_000, 1_000_000_000);
+        assert!(
+            (999_997_900..=999_998_000).contains(&told),
+            "2 s ago on the wall clock: {told}"
+        );
+    }
 
     /// One memory queue, `jobs`, that dead-letters at the first attempt.
     const CONFIG: &str = "broker:
