@@ -287,6 +287,29 @@ fn a_client_over_its_publish_rate_is_refused_0x97_and_the_budget_survives_a_reco
     );
 }
 
+/// B-112, B-120: a queue's answers and the `$saguin/` verbs are messages against the
+/// rate like any other publish: spent before the topic is asked anything.
+#[test]
+fn answers_and_point_reads_spend_the_publish_rate_too() {
+    let broker = Broker::start(
+        "  limits:\n    publish_rate: 3\nchannels:\n  jobs:\n    type: queue\n    filter: jobs/#\n  state:\n    type: latest\n    filter: state/#\n",
+    );
+    let mut worker = Raw::connected(broker.addr, V5, "busy-worker");
+    let codes: Vec<u8> = (0..6)
+        .map(|n| {
+            let correlation = Some(format!("none-{n}").into_bytes());
+            worker.answer_qos1("$saguin/queue/jobs/response", correlation, b"ack")
+        })
+        .collect();
+    assert!(codes.iter().take(3).all(|c| *c == 0), "{codes:?}");
+    assert!(codes.contains(&0x97), "{codes:?}");
+    let mut reader = Raw::connected(broker.addr, V5, "busy-reader");
+    let codes: Vec<_> = (0..6)
+        .map(|_| reader.publish("$saguin/kv/get", b"state/a", QoS::AtLeastOnce, false))
+        .collect();
+    assert!(codes.contains(&Some(0x97)), "{codes:?}");
+}
+
 /// B-121: a budget in deficit outlives its connection and the housekeeping ticks
 /// that forget full budgets: a 1000-byte message against 100 bytes a second leaves
 /// ten seconds to refill, and 2.5 s later the same client id is still refused.

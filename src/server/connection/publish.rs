@@ -106,6 +106,14 @@ impl Conn {
         if let Some(end) = self.features_refuse_publish(publish) {
             return Err(end);
         }
+        // Spent before anything is asked of the topic: a queue's answers and the
+        // `$saguin/` verbs are messages against the rate like any other (B-112, B-120).
+        if let Quota::Over { rate } = self.check_quota(publish) {
+            self.log_refused(publish, reason::QUOTA_EXCEEDED, rate);
+            return self
+                .answer_publish(publish, reason::QUOTA_EXCEEDED)
+                .map(|()| None);
+        }
         if let Some(answered) = self.queue_response(publish) {
             return answered.map(|()| None);
         }
@@ -127,7 +135,6 @@ impl Conn {
         let refused = |label| {
             shared.broker.borrow().metrics.refuse_publish(label);
         };
-        let mut over_rate = false;
         let code = match check_topic_name(&publish.topic, settings) {
             Err(code) => {
                 refused(if code == reason::NOT_AUTHORIZED {
@@ -144,13 +151,7 @@ impl Conn {
                 refused("payload format invalid");
                 reason::PAYLOAD_FORMAT_INVALID
             }
-            Ok(()) => match self.check_quota(publish) {
-                Quota::Within => reason::SUCCESS,
-                Quota::Over { rate } => {
-                    over_rate = rate;
-                    reason::QUOTA_EXCEEDED
-                }
-            },
+            Ok(()) => reason::SUCCESS,
         };
         // Asked after the rate, which spends before any authorization (B-120).
         let code = match self.authorize_publish(code, publish) {
@@ -172,21 +173,7 @@ impl Conn {
             code => code,
         };
         if code != reason::SUCCESS {
-            // Every refused publish is logged, whatever its QoS; one over its
-            // rate at debug, since such a client refuses itself many times a second
-            // (B-123).
-            let level = if over_rate {
-                log::Level::Debug
-            } else {
-                log::Level::Info
-            };
-            log::log!(
-                level,
-                "{}: publish by {} to {:?} refused 0x{code:02X}",
-                self.peer,
-                self.client_id,
-                publish.topic
-            );
+            self.log_refused(publish, code, false);
             return self.answer_publish(publish, code).map(|()| None);
         }
         let code = if publish.qos == QoS::ExactlyOnce {
@@ -276,6 +263,23 @@ impl Conn {
         // Which bound refused, not only that one did.
         self.puback_reason = Some(format!("{label}: over {why}").into());
         Quota::Over { rate }
+    }
+
+    /// Logs a refused publish, whatever its QoS; one over its rate (`rate`) at
+    /// debug, since such a client refuses itself many times a second (B-123).
+    fn log_refused(&self, publish: &Publish, code: u8, rate: bool) {
+        let level = if rate {
+            log::Level::Debug
+        } else {
+            log::Level::Info
+        };
+        log::log!(
+            level,
+            "{}: publish by {} to {:?} refused 0x{code:02X}",
+            self.peer,
+            self.client_id,
+            publish.topic
+        );
     }
 
     /// Answers a publish with `code`: PUBACK or PUBREC, and on 3.1.1 a refusal closes
