@@ -252,7 +252,24 @@ fn user_properties_past_max_header_count_or_bytes_are_refused_0x97() {
         .push(("c".into(), "3".into()));
     assert_eq!(raw.publish_packet(p.clone()), Some(0x97), "three headers");
     p.properties.edit().user_properties = vec![("k".into(), "v".repeat(80))];
-    assert_eq!(raw.publish_packet(p), Some(0x97), "eighty bytes");
+    assert_eq!(raw.publish_packet(p.clone()), Some(0x97), "eighty bytes");
+    // The broker's own `saguin-` properties are not counted: a client's are stripped,
+    // and a Sagüin peer's record carries its id and offset (B-407).
+    p.properties.edit().user_properties = vec![
+        ("a".into(), "1".into()),
+        ("b".into(), "2".into()),
+        (
+            "saguin-id".into(),
+            "0190aaaa-bbbb-7ccc-8ddd-eeeeffff0000".into(),
+        ),
+        ("saguin-offset".into(), "123456".into()),
+        ("saguin-timestamp".into(), "1765000000000".into()),
+    ];
+    assert_eq!(
+        raw.publish_packet(p),
+        Some(0),
+        "two headers of the publisher's"
+    );
 }
 
 /// over publish_rate is 0x97.

@@ -197,9 +197,15 @@ pub(crate) fn over_header_limits(
     properties: &crate::codec::Properties,
     settings: &crate::broker::Settings,
 ) -> bool {
-    let headers = &properties.user_properties;
-    let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
-    headers.len() > settings.max_header_count || header_bytes > settings.max_header_bytes
+    // The broker's own `saguin-` properties are not the publisher's headers: a
+    // client's are stripped before anything is kept (C-017), and a Sagüin peer's
+    // record carries its id and offset, which must not push a full record over.
+    let headers = properties
+        .user_properties
+        .iter()
+        .filter(|(k, _)| !k.starts_with(crate::broker::records::RESERVED_PREFIX));
+    let (count, bytes) = headers.fold((0, 0), |(n, b), (k, v)| (n + 1, b + k.len() + v.len()));
+    count > settings.max_header_count || bytes > settings.max_header_bytes
 }
 
 /// Whether a topic name may be published to (RFC 0002 "Publishing"): `Err` carries the
