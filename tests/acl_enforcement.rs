@@ -251,6 +251,71 @@ fn a_queue_is_consumed_only_with_consume_b282() {
     assert_eq!(&*offer.payload, b"work");
 }
 
+/// B-253, B-259: a `consume` rule narrowed by `filter:` gives the jobs under it alone:
+/// a job is offered only to a worker a rule lets take its topic, and waits for one.
+#[test]
+fn a_narrowed_consume_rule_is_offered_only_the_jobs_under_its_filter_b253() {
+    let acl = "roles:
+  submitter:
+    - channel: jobs
+      allow: [write]
+  own-jobs:
+    - channel: jobs
+      filter: jobs/%u
+      allow: [consume]
+users:
+  alice: [submitter, own-jobs]
+  bob: [submitter, own-jobs]
+";
+    let broker = start("queue-narrowed", acl);
+    let q1 = opts(QoS::AtLeastOnce);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(alice.subscribe("$saguin/queue/jobs", q1), vec![1]);
+    assert_eq!(
+        alice.publish("jobs/bob", b"for bob", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        alice.publish("jobs/alice", b"for alice", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let offer = alice.recv_offer();
+    assert_eq!(&*offer.payload, b"for alice", "the job behind goes on");
+    alice.puback(&offer);
+    alice.answer(&offer, b"ack");
+    // Free again, and bob's job still waits: it is not alice's to take.
+    alice.expect_nothing(std::time::Duration::from_millis(600));
+    let mut bob = as_user(&broker, "bob-1", "bob");
+    assert_eq!(bob.subscribe("$saguin/queue/jobs", q1), vec![1]);
+    assert_eq!(&*bob.recv_offer().payload, b"for bob");
+}
+
+/// B-293, A-004: a leading wildcard's read grant does not reach a `$` topic, the
+/// retained value sent at SUBSCRIBE included: every delivery is asked.
+#[test]
+fn a_retained_value_on_a_dollar_topic_is_not_sent_under_a_hash_grant_b293() {
+    let acl = "roles:
+  dev-writer:
+    - topic: \"$dev/#\"
+      allow: [write]
+  everything:
+    - topic: \"#\"
+      allow: [read]
+users:
+  alice: [dev-writer]
+  bob: [everything]
+";
+    let broker = start("dollar-retained", acl);
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    assert_eq!(
+        alice.publish("$dev/x", b"kept", QoS::AtLeastOnce, true),
+        Some(0)
+    );
+    let mut bob = as_user(&broker, "bob-1", "bob");
+    bob.subscribe("$dev/#", opts(QoS::AtLeastOnce));
+    bob.expect_nothing(std::time::Duration::from_millis(300));
+}
+
 fn verb(raw: &mut Raw, topic: &str, payload: &[u8]) -> u8 {
     let mut p = publish(topic, payload, QoS::AtLeastOnce, false);
     p.properties.edit().response_topic = Some("me/answer".into());

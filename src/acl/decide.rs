@@ -226,9 +226,16 @@ impl Principal {
         self.grants().may_subscribe(&self.acl.router, filter)
     }
 
-    /// Whether this client may take and answer jobs of queue `queue` (B-282).
+    /// Whether this client may take and answer jobs of queue `queue` (B-282): some
+    /// rule on it grants `consume`, narrowed or not.
     pub fn may_consume(&self, queue: &str) -> bool {
         self.grants().on_channel(queue).has(Verb::Consume)
+    }
+
+    /// Whether this client may be offered the job of queue `queue` stored under
+    /// `topic`: a rule whose filter matches the topic grants `consume` (B-253, B-259).
+    pub fn may_consume_job(&self, queue: &str, topic: &str) -> bool {
+        self.grants().channel_allows(queue, topic, Verb::Consume)
     }
 
     /// Whether this client may seek on append channel `channel` (B-282).

@@ -650,6 +650,15 @@ impl Session {
         self.principal.as_ref().is_none_or(|p| p.may_consume(queue))
     }
 
+    /// Whether the acl_file lets this session's client take the job of `queue`
+    /// stored under `topic`: a rule narrowed by `filter:` gives the jobs under it
+    /// alone (B-253). True where no acl_file is held.
+    pub fn may_consume_job(&self, queue: &str, topic: &str) -> bool {
+        self.principal
+            .as_ref()
+            .is_none_or(|p| p.may_consume_job(queue, topic))
+    }
+
     /// Whether this session can take one more delivery of at most `size` bytes on the
     /// wire right now (for shared groups, A-125).
     pub fn can_take(&self, qos: QoS, size: usize) -> bool {

@@ -648,7 +648,7 @@ impl Owner {
     async fn offer(&mut self) {
         let mut skip = BTreeSet::new();
         loop {
-            if self.next_worker(false).is_none() {
+            if self.next_worker(false, None).is_none() {
                 return;
             }
             let now = self.clock.now_ms();
@@ -672,17 +672,21 @@ impl Owner {
                 skip.insert(offset);
                 continue;
             };
-            let Some((worker, identifier)) = self.next_worker(true) else {
+            // Only to a worker a rule lets consume this job's topic (B-253); one no
+            // worker may take now waits, and the jobs behind it go on.
+            let Some((worker, identifier)) = self.next_worker(true, Some(&record.topic)) else {
                 self.keep_body(record);
-                return;
+                skip.insert(offset);
+                continue;
             };
             self.hand_out(worker, identifier, record);
         }
     }
 
-    /// The next worker that may be offered a job, with the Subscription Identifier of
-    /// its form; `take` moves the turn past it.
-    fn next_worker(&mut self, take: bool) -> Option<(Worker, Option<u32>)> {
+    /// The next worker that may be offered a job (the job stored under `topic`, when
+    /// it is known), with the Subscription Identifier of its form; `take` moves the
+    /// turn past it.
+    fn next_worker(&mut self, take: bool, topic: Option<&str>) -> Option<(Worker, Option<u32>)> {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let n = self.workers.len();
@@ -702,6 +706,7 @@ impl Owner {
                 || !session.subscriptions.contains_key(&self.form)
                 || !session.can_take(QoS::AtLeastOnce, 0)
                 || !session.may_consume(&self.name)
+                || topic.is_some_and(|t| !session.may_consume_job(&self.name, t))
             {
                 continue;
             }

@@ -143,8 +143,14 @@ impl Conn {
                     // A filter added ends an episode over max_subscriptions (B-096).
                     self.over_max_subscriptions &= existed;
                     if !shared_sub {
-                        let messages =
+                        let mut messages =
                             broker.retained_for_subscription(&inner, *options, slice, existed, now);
+                        // Every delivery is asked (B-293): a filter granted whole may
+                        // still match a topic no rule lets this client read (a `$`
+                        // topic, which a leading wildcard's grant does not reach).
+                        if let Some(acl) = &self.acl {
+                            messages.retain(|m| acl.may_read(&m.topic));
+                        }
                         retained.extend(messages.into_iter().map(|m| (m, *options)));
                     }
                     options.qos as u8
