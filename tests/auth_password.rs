@@ -57,6 +57,50 @@ fn right_passwords_from_mosquitto_passwd_are_admitted_b230() {
     }
 }
 
+/// B-254, B-293: a session is its user's. Another user resuming its client id gets
+/// a clean one - Session Present 0, none of what was queued for the first - while
+/// the user who made it resumes it with everything it was owed.
+#[test]
+fn a_session_resumed_under_another_user_name_starts_clean() {
+    let broker = start(
+        "takeover-user",
+        "    password_file: {dir}/clients.passwd
+",
+    );
+    let resume = |user: &str, password: &str| {
+        let mut c = common::connect(V5, "shared-id", false);
+        c.properties.edit().session_expiry_interval = Some(300);
+        c.username = Some(user.into());
+        c.password = Some(password.as_bytes().to_vec());
+        Raw::handshake(broker.addr, c)
+    };
+    let (mut alice, _) = resume("alice", "secret");
+    alice.subscribe("private/#", common::opts(saguin::codec::QoS::AtLeastOnce));
+    drop(alice);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut login = common::connect(V5, "publisher", true);
+    login.username = Some("bob".into());
+    login.password = Some(b"hunter2".to_vec());
+    let (mut publisher, _) = Raw::handshake(broker.addr, login);
+    let qos1 = saguin::codec::QoS::AtLeastOnce;
+    assert_eq!(
+        publisher.publish("private/a", b"for alice", qos1, false),
+        Some(0)
+    );
+    let (mut alice, ack) = resume("alice", "secret");
+    assert!(ack.session_present, "her own session");
+    assert_eq!(&*alice.recv_publish().payload, b"for alice");
+    drop(alice);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        publisher.publish("private/b", b"also hers", qos1, false),
+        Some(0)
+    );
+    let (mut bob, ack) = resume("bob", "hunter2");
+    assert!(!ack.session_present, "not bob's session");
+    bob.expect_nothing(std::time::Duration::from_millis(300));
+}
+
 /// A-171: with no acl_file, an authenticated client may publish to and subscribe to
 /// every channel, and broadcast.
 #[test]

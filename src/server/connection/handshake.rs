@@ -87,6 +87,23 @@ pub(super) async fn establish(
         }
     };
     let (link, woken) = ConnLink::new(shared.next_link_id());
+    // A session is its user's. Resumed under another name it would hand the newcomer
+    // what was queued and in flight for the first, asked of nobody (B-254, B-293):
+    // it starts clean instead.
+    if !connect.clean_start && !connect.client_id.is_empty() {
+        let held_by = (shared.broker.borrow_mut())
+            .session(&connect.client_id)
+            .map(|s| s.user.clone());
+        if let Some(held_by) = held_by
+            && held_by != crate::broker::session::user_named(&admitted.user)
+        {
+            log::info!(
+                "{peer}: {:?} holds a session another user made; it starts clean",
+                connect.client_id
+            );
+            connect.clean_start = true;
+        }
+    }
     // What a Clean Start replaces ends before the CONNACK; a store that cannot end
     // it refuses the CONNECT 0x83.
     let discarded = if connect.clean_start && !connect.client_id.is_empty() {
