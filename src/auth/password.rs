@@ -79,6 +79,9 @@ pub enum Verdict {
 pub struct PasswordFile {
     path: PathBuf,
     users: HashMap<String, Hash>,
+    /// The first user's name, whose hash an unknown user's password is checked
+    /// against: it costs what the file's own lines cost (B-226).
+    decoy: Option<String>,
 }
 
 /// A password file that could not be read or understood: the file, the line
@@ -111,8 +114,7 @@ impl std::fmt::Display for FileError {
 
 impl std::error::Error for FileError {}
 
-/// A hash to check a password against when no line names the user, so an unknown
-/// user costs about what a known one does (the answer is the same 0x86 either way).
+/// A hash to check a password against when the file names nobody.
 const DECOY: &str = "$7$101$d8lzYk/jadQqomzf$FEzKg7gLzq43vLjcHPUO7hyj5F44Z8cOJkGBj/sIhYVM88tXKUnhEcTBeFkRu+kIAwf9Iy+GU/FTQRexYWYH5w==";
 
 impl PasswordFile {
@@ -137,6 +139,7 @@ impl PasswordFile {
     pub fn parse(path: &Path, text: &str) -> Result<PasswordFile, FileError> {
         let mut users: HashMap<String, Hash> = HashMap::new();
         let mut lines_of: HashMap<String, usize> = HashMap::new();
+        let mut decoy = None;
         for (i, line) in text.lines().enumerate() {
             let number = i + 1;
             let fail = |reason: String| FileError {
@@ -164,10 +167,12 @@ impl PasswordFile {
             }
             lines_of.insert(user.to_string(), number);
             users.insert(user.to_string(), hash);
+            decoy.get_or_insert_with(|| user.to_string());
         }
         Ok(PasswordFile {
             path: path.to_path_buf(),
             users,
+            decoy,
         })
     }
 
@@ -191,14 +196,24 @@ impl PasswordFile {
         self.users.keys().map(String::as_str)
     }
 
-    /// Checks `password` for `user`, in constant time for a given hash.
+    /// Checks `password` for `user`, in constant time for a given hash. An unknown
+    /// user's password is checked against the file's first line, so that it costs
+    /// what a known user's does: how long the answer takes does not say which names
+    /// exist (B-226; the answer is 0x86 either way).
     pub fn check(&self, user: &str, password: &[u8]) -> Verdict {
         match self.users.get(user) {
             Some(hash) if hash.verify(password) => Verdict::Good,
             Some(_) => Verdict::WrongPassword,
             None => {
-                if let Ok(decoy) = parse_hash(DECOY) {
-                    let _ = decoy.verify(password);
+                match self.decoy.as_ref().and_then(|d| self.users.get(d)) {
+                    Some(decoy) => {
+                        let _ = decoy.verify(password);
+                    }
+                    None => {
+                        if let Ok(decoy) = parse_hash(DECOY) {
+                            let _ = decoy.verify(password);
+                        }
+                    }
                 }
                 Verdict::UnknownUser
             }
@@ -300,6 +315,20 @@ mod tests {
 
     fn file(text: &str) -> Result<PasswordFile, FileError> {
         PasswordFile::parse(Path::new("/etc/saguin/clients.passwd"), text)
+    }
+
+    /// B-226: an unknown user's password is checked against the file's first line,
+    /// which costs what the file's own lines do, and is still refused.
+    #[test]
+    fn an_unknown_user_is_checked_against_the_first_line() {
+        let text = format!("{SEVEN}\n{}\n", SIX.replace("alice", "bob"));
+        let f = file(&text).unwrap();
+        assert_eq!(f.decoy.as_deref(), Some("alice"));
+        assert_eq!(f.check("mallory", b"secret"), Verdict::UnknownUser);
+        assert_eq!(
+            file("").unwrap().check("mallory", b"x"),
+            Verdict::UnknownUser
+        );
     }
 
     /// B-230: a $7$ line as mosquitto_passwd writes it.
