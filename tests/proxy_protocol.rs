@@ -234,7 +234,9 @@ fn a_name_without_the_certificate_flags_or_in_a_local_header_is_nobody_b241() {
     let connect = connect_bytes("f", None);
     let tls_only = V2::tcp4([10, 0, 0, 3], 3).ssl(0x01, 0, Some("device-7"));
     let certificate_only = V2::tcp4([10, 0, 0, 3], 3).ssl(0x02, 0, Some("device-7"));
-    for header in [tls_only, certificate_only, V2::local()] {
+    // An empty Common Name is no name: it would be the anonymous identity (B-199).
+    let empty_name = V2::tcp4([10, 0, 0, 3], 3).ssl(TLS_WITH_CERTIFICATE, 0, Some(""));
+    for header in [tls_only, certificate_only, empty_name, V2::local()] {
         assert_eq!(
             connack(&sock, &then(&header, &connect)),
             Some(BAD_USER_NAME_OR_PASSWORD),

@@ -226,7 +226,8 @@ fn vouched_name(header: &Header, peer: &str, door: &str) -> Option<String> {
         );
         return None;
     }
-    let Some(name) = &ssl.common_name else {
+    // An empty name is no name: it would be the anonymous identity (B-249, B-199).
+    let Some(name) = ssl.common_name.as_ref().filter(|n| !n.is_empty()) else {
         log::warn!(
             "{peer}: the proxy verified this client's certificate on {door} but sent no Common \
              Name, so it names nobody (a proxy's name has no DNS-name fallback); treated as no \

@@ -204,19 +204,22 @@ pub async fn handshake(
 }
 
 /// A certificate's name: its Common Name, else its first DNS name, exactly as the
-/// certificate states it (B-198); `None` when it has neither or cannot be read.
+/// certificate states it (B-198); `None` when it has neither or cannot be read. An
+/// empty one is none: it would be the anonymous identity (B-199, B-249).
 pub fn certificate_name(der: &[u8]) -> Option<String> {
     use x509_cert::der::Decode;
     use x509_cert::ext::pkix::SubjectAltName;
     use x509_cert::ext::pkix::name::GeneralName;
     let cert = x509_cert::Certificate::from_der(der).ok()?;
     let tbs = cert.tbs_certificate();
-    if let Ok(Some(cn)) = tbs.subject().common_name() {
+    if let Ok(Some(cn)) = tbs.subject().common_name()
+        && !cn.value().is_empty()
+    {
         return Some(cn.value().into_owned());
     }
     let (_, san) = tbs.get_extension::<SubjectAltName>().ok()??;
     san.0.iter().find_map(|name| match name {
-        GeneralName::DnsName(dns) => Some(dns.to_string()),
+        GeneralName::DnsName(dns) if !dns.as_str().is_empty() => Some(dns.to_string()),
         _ => None,
     })
 }
