@@ -488,6 +488,11 @@ fn shared_groups_on_a_latest_channel_get_changes_only_and_a_filter_over_two_chan
     member.expect_nothing(Duration::from_millis(300));
     publisher.publish("state/new", b"after", QoS::AtLeastOnce, false);
     assert_eq!(&*member.recv_publish().payload, b"after");
+    // A deletion is shown to nothing reading the channel, a group included.
+    publisher.publish("state/old", b"", QoS::AtLeastOnce, false);
+    member.expect_nothing(Duration::from_millis(300));
+    publisher.publish("state/old", b"again", QoS::AtLeastOnce, false);
+    assert_eq!(&*member.recv_publish().payload, b"again");
     // `#` touches every append and latest channel; each serves it on its own.
     publisher.publish("events/e", b"E", QoS::AtLeastOnce, false);
     let mut wide = Raw::connected(broker.addr, V5, "wide");
@@ -496,7 +501,7 @@ fn shared_groups_on_a_latest_channel_get_changes_only_and_a_filter_over_two_chan
         .map(|_| wide.recv_publish().payload.to_vec())
         .collect();
     got.sort();
-    assert_eq!(got, [b"E".to_vec(), b"after".to_vec(), b"before".to_vec()]);
+    assert_eq!(got, [b"E".to_vec(), b"after".to_vec(), b"again".to_vec()]);
 }
 
 /// The channels of RFC 0002 "The topic space", on memory.

@@ -413,8 +413,12 @@ pub(super) async fn store(
                     None => reason::SUCCESS,
                 };
             }
-            let delivered =
-                stored.map(|record| Arc::new(records::from_record(record, message.qos, now_ms())));
+            // A latest channel's deletion is shown to nothing reading the channel
+            // (RFC 0002 "latest"), a shared group included.
+            let deletion = kind == Kind::Latest && message.payload.is_empty();
+            let delivered = stored
+                .filter(|_| !deletion)
+                .map(|record| Arc::new(records::from_record(record, message.qos, now_ms())));
             shared.broker.borrow_mut().landed(id, delivered);
             reason::SUCCESS
         }
