@@ -46,6 +46,9 @@ use outbound::Outbound;
 /// The first reconnection delay; it doubles to the ceiling, each jittered by up to
 /// a quarter either way (B-378).
 const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The packet identifier of the bridge's SUBSCRIBE, which no outbound PUBLISH takes,
+/// so the two are never in use at once (MQTT-2.2.1-3).
+const SUBSCRIBE_ID: u16 = 1;
 const RETRY_CEILING: Duration = Duration::from_secs(30);
 
 /// Starts every bridge; the tasks end when the broker stops (their links are told
@@ -126,7 +129,7 @@ async fn keep_linked(
         };
         match opened {
             Ok(link) => {
-                wait = RETRY_FIRST;
+                let up_at = Instant::now();
                 match down_since.take() {
                     None => log::info!("bridge {name}: connected to {peer}"),
                     Some((since, _)) if ever_connected => log::warn!(
@@ -160,6 +163,12 @@ async fn keep_linked(
                 ever_connected = true;
                 shared.broker.borrow().metrics.bridge_connected(name, true);
                 let ended = serve(shared, bridge, state, woken, out, &arrivals, link).await;
+                // A link that stayed up a while went down afresh: dialled again soon.
+                // One that ends as soon as it is up (the peer taking the client id
+                // back, or busy) backs off as a refused dial does (B-378).
+                if up_at.elapsed() >= RETRY_CEILING {
+                    wait = RETRY_FIRST;
+                }
                 shared.broker.borrow().metrics.bridge_connected(name, false);
                 out.rewind(shared);
                 out.store_positions(shared, true).await;
@@ -421,7 +430,7 @@ async fn subscribe(bridge: &Bridge, link: &mut Link) -> Result<(), String> {
         return Ok(());
     }
     let subscribe = Subscribe {
-        packet_id: 1,
+        packet_id: SUBSCRIBE_ID,
         properties: Properties::default(),
         filters,
     };

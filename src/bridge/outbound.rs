@@ -150,7 +150,7 @@ impl Outbound {
             name: bridge.name.clone(),
             rules,
             wire: HashMap::new(),
-            next_wire: 1,
+            next_wire: FIRST_WIRE_ID,
             limit: bridge.receive_maximum,
             link_id: link.id,
             positions_at: None,
@@ -372,10 +372,14 @@ impl Outbound {
 }
 
 /// The next packet identifier not on the wire.
+/// The first packet identifier an outbound PUBLISH takes: the ones below are the
+/// SUBSCRIBE's.
+const FIRST_WIRE_ID: u16 = super::SUBSCRIBE_ID + 1;
+
 fn next_free(next: &mut u16, wire: &HashMap<u16, (usize, u16, Arc<str>)>) -> u16 {
     loop {
         let id = *next;
-        *next = next.checked_add(1).unwrap_or(1);
+        *next = next.checked_add(1).unwrap_or(FIRST_WIRE_ID);
         if !wire.contains_key(&id) {
             return id;
         }
@@ -435,4 +439,25 @@ fn publish_of(
         return None;
     }
     Some(publish)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_publish_never_takes_the_subscribes_packet_identifier() {
+        let mut wire = HashMap::new();
+        let mut next = FIRST_WIRE_ID;
+        assert_eq!(next_free(&mut next, &wire), 2);
+        wire.insert(3, (0, 0, Arc::from("t")));
+        assert_eq!(next_free(&mut next, &wire), 4, "one in use is passed over");
+        next = u16::MAX;
+        assert_eq!(next_free(&mut next, &wire), u16::MAX);
+        assert_eq!(
+            next_free(&mut next, &wire),
+            2,
+            "wraps past the SUBSCRIBE's 1"
+        );
+    }
 }
