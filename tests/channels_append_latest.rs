@@ -169,6 +169,25 @@ fn clean_start_discards_a_stored_position() {
     }
 }
 
+/// G-11, A-077: a Clean Start that takes a live durable consumer over discards its
+/// positions after that connection wrote them on its way out, so the new session
+/// starts at the floor.
+#[test]
+fn a_clean_start_taking_a_live_consumer_over_starts_at_the_floor() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
+    let mut c = connect(V5, "taken-over", false);
+    c.properties.edit().session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"x");
+    std::thread::sleep(Duration::from_millis(100));
+    c.clean_start = true;
+    starts_at_the_floor(broker.addr, c, "taken over while connected");
+    drop(reader);
+}
+
 /// Connects as `c` and subscribes: no session is present and `events/x` is replayed,
 /// the floor of the channel, whatever position the client once stored.
 fn starts_at_the_floor(addr: std::net::SocketAddr, c: Connect, case: &str) {

@@ -104,19 +104,21 @@ pub(super) async fn establish(
             connect.clean_start = true;
         }
     }
-    // What a Clean Start replaces ends before the CONNACK; a store that cannot end
-    // it refuses the CONNECT 0x83.
-    let discarded = if connect.clean_start && !connect.client_id.is_empty() {
-        discard_positions(&shared, &connect.client_id, &peer).await
-    } else {
-        Ok(())
-    };
     // An assigned id is chosen now, so the record written below is kept under it.
     let assigned = connect.client_id.is_empty();
     if assigned {
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
     }
     take_over(&shared, &connect.client_id).await;
+    // What a Clean Start replaces ends before the CONNACK, once the connection that
+    // held it has written what it had, so no position it wrote on its way out
+    // survives (G-11); a store that cannot end it refuses the CONNECT 0x83 (A-234,
+    //
+    let discarded = if connect.clean_start && !assigned {
+        discard_positions(&shared, &connect.client_id, &peer).await
+    } else {
+        Ok(())
+    };
     let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
     let mut cut_for_room = false;
     let stored = match discarded {
