@@ -223,6 +223,26 @@ fn a_consumer_whose_session_lapsed_starts_again_at_the_floor_a079() {
     }
 }
 
+/// a session restored at a start and left to expire without being resumed -
+/// so it never opened a cursor - takes its stored positions with it too.
+#[test]
+fn a_restored_session_that_expires_unresumed_takes_its_positions_with_it_a079() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/x", b"x", QoS::AtLeastOnce, false);
+    drop(publisher);
+    let mut c = connect(V5, "restored-away", false);
+    c.properties.edit().session_expiry_interval = Some(2);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"x");
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(200));
+    let broker = Broker::start_in(broker.stop(), CHANNELS);
+    std::thread::sleep(Duration::from_millis(3500));
+    starts_at_the_floor(broker.addr, c, "expired after a restart, never resumed");
+}
+
 /// C-232: the SUBACK is written before the current-state pass.
 /// a publish replaces the value; a 3.1.1 subscriber is served.
 #[test]

@@ -147,8 +147,8 @@ pub struct Broker {
     /// Wills that fired and must be stored before they are handed out (bound for a
     /// channel, or retained on a broadcast topic), waiting for the server.
     unstored: Vec<Arc<Message>>,
-    /// Client ids whose lapsed sessions left channel positions in storage, to be
-    /// discarded by the server, which awaits the providers.
+    /// Client ids whose sessions lapsed, whose channel positions the server discards
+    /// in every provider.
     lapsed: Vec<Arc<str>>,
     /// Client ids whose stored session records no longer say what the broker holds
     /// (the session ended, or a start changed it), to be written again or deleted by
@@ -814,16 +814,16 @@ impl Broker {
 
     /// Ends a session that lapsed (it expired, or its connection ended it) rather than
     /// one a Clean Start replaced: the positions it stored go too, so a later session
-    /// of the same client id starts where the channel's `start` says.
+    /// of the same client id starts where the channel's `start` says. Asked of
+    /// every lapse, not only one with an open cursor: a session restored at a start and
+    /// never resumed, one that unsubscribed, or one that only seeked holds positions
+    /// no cursor shows. A provider answers at no cost for a client that stored none.
     fn lapse_session(&mut self, client_id: &Arc<str>) {
-        let stored = self.sessions.get(client_id).is_some_and(|s| {
-            s.cursors.values().any(|c| c.stored.is_some())
-                || s.log.as_ref().is_some_and(|l| l.stored.is_some())
-        });
-        self.end_session(client_id);
-        if stored {
-            self.lapsed.push(client_id.clone());
+        if !self.sessions.contains_key(client_id) {
+            return;
         }
+        self.end_session(client_id);
+        self.lapsed.push(client_id.clone());
     }
 
     /// The client ids whose stored positions are to be discarded.
