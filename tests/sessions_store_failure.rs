@@ -191,6 +191,30 @@ fn a_subscribe_the_store_refuses_is_answered_0x83_and_not_kept() {
     s.expect_nothing(Duration::from_millis(300));
 }
 
+/// B-470: a SUBSCRIBE the store refuses leaves a channel subscription it would have
+/// changed served as before: its cursor reads the channel on.
+#[test]
+fn a_refused_resubscribe_leaves_a_channel_subscription_served_b470() {
+    let broker = start();
+    let mut s = connected(&broker, persistent(V5, "reader"));
+    assert_eq!(s.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let lock = WriteLock::take(&broker);
+    s.send(&Packet::Subscribe(codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![("events/#".into(), opts(QoS::ExactlyOnce))],
+    }));
+    match s.recv() {
+        Packet::SubAck(ack) => assert_eq!(ack.codes, [STORAGE_ERROR]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    drop(lock);
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(p.publish("events/x", b"on", QoS::AtLeastOnce, false), Some(0));
+    let got = s.recv_publish();
+    assert_eq!((&*got.payload, got.qos), (&b"on"[..], QoS::AtLeastOnce));
+}
+
 /// a SUBSCRIBE the store fails to keep (not for room) is 0x83 on every filter it
 /// would add or change, and the session stays as it was: the held filter keeps its
 /// QoS, the new one is not subscribed.

@@ -40,6 +40,7 @@ pub use waiter::Waiter;
 use crate::codec::reason;
 use crate::codec::{Connect, ProtocolVersion, QoS, RetainHandling, SubscriptionOptions};
 use channels::{ChannelId, Channels};
+use cursor::ChannelSub;
 use metrics::Metrics;
 use rate::PublishBudgets;
 use retained::RetainedStore;
@@ -902,6 +903,36 @@ impl Broker {
             session.subscriptions.insert(sub);
         }
         existed
+    }
+
+    /// What the channel cursors of `client_id` hold for `filter`, by channel.
+    pub fn cursor_subs(&self, client_id: &str, filter: &str) -> Vec<(ChannelId, ChannelSub)> {
+        self.sessions.get(client_id).map_or_else(Vec::new, |s| {
+            s.cursors
+                .iter()
+                .filter_map(|(id, c)| {
+                    Some((*id, c.subs.iter().find(|x| x.filter == filter)?.clone()))
+                })
+                .collect()
+        })
+    }
+
+    /// Puts back a subscription a refused SUBSCRIBE replaced: its entry, and what its
+    /// channel cursors held for it (`in_cursors`, from [`Broker::cursor_subs`]).
+    pub fn restore_subscription(
+        &mut self,
+        client_id: &Arc<str>,
+        before: Subscription,
+        in_cursors: Vec<(ChannelId, ChannelSub)>,
+    ) {
+        self.subscribe(client_id, before);
+        if let Some(session) = self.sessions.get_mut(client_id) {
+            for (id, sub) in in_cursors {
+                if let Some(cursor) = session.cursors.get_mut(&id) {
+                    cursor.add(sub);
+                }
+            }
+        }
     }
 
     /// Removes a subscription by the filter string the client sent; returns whether

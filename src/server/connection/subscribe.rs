@@ -49,6 +49,9 @@ impl Conn {
         // Each filter this packet granted, with the subscription it replaced: what a
         // record the store refused gives back (the session is kept as it was).
         let mut changed: Vec<(usize, String, Option<Subscription>)> = Vec::new();
+        // What the channel cursors held for each changed filter before, beside
+        // `changed`, for a refusal to put back.
+        let mut cursors_before = Vec::new();
         for (filter, options) in &subscribe.filters {
             if let Some(code) =
                 self.queue_subscription(filter, *options, &subscribe.properties, identifier)
@@ -91,6 +94,7 @@ impl Conn {
                     reason::QUOTA_EXCEEDED
                 }
                 Ok(share) => 'granted: {
+                    let mut in_cursors = Vec::new();
                     if share.is_none() {
                         let deletions = subscribe
                             .properties
@@ -100,6 +104,10 @@ impl Conn {
                         let existed = self
                             .with_session(|s| s.subscriptions.contains_key(filter.as_str()))
                             .unwrap_or(false);
+                        if existed {
+                            in_cursors =
+                                (self.shared.broker.borrow()).cursor_subs(&self.client_id, filter);
+                        }
                         let opened = self
                             .open_cursors(
                                 filter,
@@ -137,6 +145,7 @@ impl Conn {
                         .session(&self.client_id)
                         .and_then(|s| s.subscriptions.get(filter.as_str()).cloned());
                     changed.push((codes.len(), filter.clone(), before));
+                    cursors_before.push(in_cursors);
                     // In the index before the SUBACK is written, so a publish in
                     // between is delivered (C-233).
                     let existed = broker.subscribe(&self.client_id, sub);
@@ -186,11 +195,17 @@ impl Conn {
             };
             self.suback_reason = Some(format!("the session could not be stored: {e}").into());
             let mut broker = self.shared.broker.borrow_mut();
-            for (index, filter, before) in changed {
+            for ((index, filter, before), in_cursors) in changed.into_iter().zip(cursors_before) {
                 codes[index] = code;
-                broker.unsubscribe(&self.client_id, &filter);
-                if let Some(before) = before {
-                    broker.subscribe(&self.client_id, before);
+                match before {
+                    // Replaced, not removed: its channel cursors read on as they did
+                    // (B-470).
+                    Some(before) => {
+                        broker.restore_subscription(&self.client_id, before, in_cursors)
+                    }
+                    None => {
+                        broker.unsubscribe(&self.client_id, &filter);
+                    }
                 }
             }
             retained.clear();
