@@ -44,6 +44,27 @@ fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
     assert_eq!((status, body.contains("ok")), (200, true));
 }
 
+/// Sockets holding every place of one operations door (32, each sending nothing for
+/// up to 5 s) do not starve another door: the local socket still answers /health.
+#[test]
+fn one_doors_idle_sockets_do_not_starve_another_door() {
+    let dir = temp_dir("ops-starve");
+    let sock = dir.join("ops.sock");
+    let yaml = common::config(&format!(
+        "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n      unix:\n        path: {}\n",
+        sock.display()
+    ));
+    let broker = Broker::start_in(dir, &yaml);
+    let addr = broker.ops_addr();
+    let idle: Vec<_> = (0..40).map(|_| tcp(&addr)).collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let unix = UnixStream::connect(&sock).expect("connect to the unix socket");
+    unix.set_read_timeout(Some(WAIT)).expect("timeout");
+    let (status, body) = http_get(unix, "/health");
+    assert_eq!((status, body.contains("ok")), (200, true));
+    drop(idle);
+}
+
 /// B-526: a socket whose lock is held refuses the start, naming the lock.
 #[test]
 fn a_second_broker_on_the_same_operations_socket_is_refused_naming_the_lock() {

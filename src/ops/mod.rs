@@ -37,10 +37,11 @@ use crate::server::{Door, Shared, Socket, admit};
 
 /// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// The most requests answered at once, across every door. A scraper asks one at a
-/// time; a door on a routable address must not let whoever reaches it hold a task,
-/// a TLS state and a head buffer per socket without bound. Past it a socket is
-/// closed at once with nothing written.
+/// The most requests answered at once on one door. A scraper asks one at a time; a
+/// door on a routable address must not let whoever reaches it hold a task, a TLS
+/// state and a head buffer per socket without bound. Past it a socket is closed at
+/// once with nothing written. Counted per door, so whoever holds one door's places
+/// cannot starve another's - the supervisor's `/health` on the local socket.
 const MAX_IN_FLIGHT: usize = 32;
 
 /// The operations listener's bound doors, each with its gate.
@@ -172,11 +173,10 @@ pub(crate) fn spawn(
 ) -> io::Result<()> {
     let scrape = Rc::new(RefCell::new(Scrape::default()));
     let interval = ops.min_scrape_interval;
-    let in_flight = Rc::new(Cell::new(0));
     for door in ops.doors {
         log_door(&door);
         let (ex, shared, scrape) = (executor.clone(), shared.clone(), scrape.clone());
-        let in_flight = in_flight.clone();
+        let in_flight = Rc::new(Cell::new(0));
         executor
             .spawn(async move {
                 loop {
