@@ -469,6 +469,50 @@ fn expect_puback(peer: &mut Raw, packet_id: u16) {
     }
 }
 
+/// MQTT-3.1.2-24: a record is measured against the peer's Maximum Packet Size with
+/// the topic its template gives it: one the longer topic pushes over is not sent
+/// (the peer would end the link), and the next that fits goes.
+#[test]
+fn an_out_record_is_measured_with_the_topic_it_goes_out_under() {
+    let (listener, port) = peer_listener();
+    let yaml = bridged(
+        "",
+        &format!(
+            "bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-size
+    topics:
+      - filter: out/#
+        topic: a-long-prefix-the-peer-is-given-0123456789/$#
+        direction: out
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let limit = Properties::from(PropertyValues {
+        maximum_packet_size: Some(100),
+        ..PropertyValues::default()
+    });
+    let (mut peer, _) = accept_bridge_with(&listener, false, limit);
+    broker.wait_log("bridge hub: connected to");
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    // 75 bytes at most under out/x, 111 under the long topic.
+    assert_eq!(
+        publisher.publish("out/x", &[b'b'; 40], QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(
+        publisher.publish("out/y", b"s", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let first = next_publish(&mut peer);
+    assert_eq!(
+        (&*first.topic, &*first.payload),
+        ("a-long-prefix-the-peer-is-given-0123456789/y", &b"s"[..])
+    );
+}
+
 /// B-376, B-403, B-412 (inbound), B-212, B-375, B-400, B-402, B-373, B-377, A-267, C-226: the CONNECT keeps
 /// a session for session_expiry with the configured Receive Maximum and no
 /// credentials; the SUBSCRIBE is the filter verbatim with No Local; a record is

@@ -210,7 +210,10 @@ fn a_refused_resubscribe_leaves_a_channel_subscription_served_b470() {
     }
     drop(lock);
     let mut p = Raw::connected(broker.addr, V5, "publisher");
-    assert_eq!(p.publish("events/x", b"on", QoS::AtLeastOnce, false), Some(0));
+    assert_eq!(
+        p.publish("events/x", b"on", QoS::AtLeastOnce, false),
+        Some(0)
+    );
     let got = s.recv_publish();
     assert_eq!((&*got.payload, got.qos), (&b"on"[..], QoS::AtLeastOnce));
 }

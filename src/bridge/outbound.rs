@@ -430,7 +430,9 @@ fn publish_of(
             .user_properties
             .retain(|(k, _)| !LOCAL_ONLY.contains(&k.as_str()));
     }
-    if message.wire_size_bound() > granted.max_packet as usize {
+    // Measured with the topic it goes out under, which a template may lengthen.
+    let size = message.wire_size_bound() - message.topic.len() + publish.topic.len();
+    if size > granted.max_packet as usize {
         log::warn!(
             "bridge {bridge}: {:?} not carried out: larger than the peer's Maximum Packet Size {}",
             message.topic,
