@@ -188,6 +188,33 @@ fn a_clean_start_taking_a_live_consumer_over_starts_at_the_floor() {
     drop(reader);
 }
 
+/// G-17, MQTT-3.1.2-25: a channel record on the wire when the session's connection
+/// ended, which the next connection's Maximum Packet Size does not take, is not
+/// skipped: the consumer is told why (0x95) and its position stays.
+#[test]
+fn a_channel_record_too_large_for_the_resumed_connection_is_refused_0x95_not_skipped() {
+    let broker = start();
+    let mut c = connect(V5, "shrinking-reader", false);
+    c.properties.edit().session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/big", &[b'b'; 300], QoS::AtLeastOnce, false);
+    let Packet::Publish(first) = reader.recv() else {
+        panic!("expected PUBLISH");
+    };
+    assert_eq!(first.payload.len(), 300, "not acknowledged");
+    drop(reader);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut small = c.clone();
+    small.properties.edit().maximum_packet_size = Some(200);
+    let (mut reader, ack) = Raw::handshake(broker.addr, small);
+    assert!(ack.session_present);
+    assert_eq!(reader.expect_disconnect(), 0x95);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    assert_eq!(reader.recv_publish().payload.len(), 300, "still owed");
+}
+
 /// Connects as `c` and subscribes: no session is present and `events/x` is replayed,
 /// the floor of the channel, whatever position the client once stored.
 fn starts_at_the_floor(addr: std::net::SocketAddr, c: Connect, case: &str) {

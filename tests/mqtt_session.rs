@@ -483,3 +483,30 @@ fn a_wills_properties_are_delivered_with_it_c250() {
     assert_eq!(p.correlation_data.as_deref(), Some(&b"corr"[..]));
     assert_eq!(common::user_property(&got, "k"), Some("v"));
 }
+
+/// MQTT-3.1.2-25: an exchange re-sent to a resumed session that the new connection's
+/// Maximum Packet Size no longer takes is not sent, and is done with as though it
+/// had been; what follows goes as usual.
+#[test]
+fn a_resend_over_the_new_maximum_packet_size_is_not_sent() {
+    let broker = Broker::start("");
+    let mut c = connect(V5, "shrinks", false);
+    c.properties.edit().session_expiry_interval = Some(300);
+    let (mut sub, _) = Raw::handshake(broker.addr, c.clone());
+    sub.subscribe("big/#", opts(QoS::AtLeastOnce));
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    publisher.publish("big/a", &[b'b'; 200], QoS::AtLeastOnce, false);
+    let Packet::Publish(first) = sub.recv() else {
+        panic!("expected PUBLISH");
+    };
+    assert_eq!(first.payload.len(), 200, "not acknowledged");
+    drop(sub);
+    std::thread::sleep(Duration::from_millis(100));
+    c.properties.edit().maximum_packet_size = Some(100);
+    let (mut sub, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    publisher.publish("big/b", b"small", QoS::AtLeastOnce, false);
+    let got = sub.recv_publish();
+    assert_eq!((&*got.topic, &*got.payload), ("big/b", &b"small"[..]));
+    sub.expect_nothing(Duration::from_millis(200));
+}

@@ -691,7 +691,10 @@ impl Conn {
     }
 
     /// Re-sends, DUP set, every exchange that was on the wire when the session's last
-    /// connection ended (MQTT-4.4.0-1).
+    /// connection ended (MQTT-4.4.0-1). One this connection's Maximum Packet Size no
+    /// longer takes is not sent: a broadcast is done with, as if it had been
+    /// (MQTT-3.1.2-25); a channel's record goes back to the head of the queue, whose
+    /// writing tells the consumer why it cannot have it (0x95, gaps G-17).
     fn resend_inflight(&mut self) {
         self.strip_queue_offers();
         let shared = self.shared.clone();
@@ -711,8 +714,28 @@ impl Conn {
             });
         }
         drop(broker);
+        let mut too_large = Vec::new();
         for packet in &packets {
-            self.queue_packet(packet);
+            match packet {
+                Packet::Publish(p) if !self.out.publish(p, self.protocol, self.max_packet) => {
+                    too_large.extend(p.packet_id);
+                }
+                packet => self.queue_packet(packet),
+            }
         }
+        self.with_session(|s| {
+            for id in too_large.into_iter().rev() {
+                match s.inflight.get(&id) {
+                    Some(Inflight::Published(d)) if d.origin().is_some() => {
+                        if let Some(Inflight::Published(d)) = s.inflight.remove(&id) {
+                            s.queue.push_front(d);
+                        }
+                    }
+                    _ => {
+                        s.settle(id);
+                    }
+                }
+            }
+        });
     }
 }
