@@ -513,6 +513,46 @@ fn answers_at_qos_2_count_against_the_qos2_allowance() {
     );
 }
 
+/// Everything that accumulates is bounded (gaps INV-13): a queue's owner held up by
+/// its store is not handed answers past its mailbox's bound; the answer past it is
+/// refused 0x97, and the worker may answer again.
+#[test]
+fn answers_past_a_held_up_owners_mailbox_are_refused_0x97() {
+    let broker = common::start_with_channels();
+    let mut w = Raw::connected(broker.addr, V5, "w");
+    assert_eq!(
+        w.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut p = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        p.publish("work/a/todo", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let offer = w.recv_offer();
+    w.puback(&offer);
+    let lock = common::WriteLock::take(&broker);
+    // The ack's removal waits on the store, and the owner with it.
+    w.answer(&offer, b"ack");
+    for n in 0..5000u32 {
+        let mut answer = publish(
+            "$saguin/queue/jobs/response",
+            b"ack",
+            QoS::AtMostOnce,
+            false,
+        );
+        answer.properties.edit().correlation_data = Some(n.to_be_bytes().to_vec());
+        w.send(&Packet::Publish(answer));
+    }
+    let code = w.answer_qos1(
+        "$saguin/queue/jobs/response",
+        Some(b"late".to_vec()),
+        b"ack",
+    );
+    assert_eq!(code, 0x97);
+    drop(lock);
+}
+
 /// B-307: hanging a worker up ($saguin/sessions/disconnect) returns the job it holds
 /// to the other workers at once.
 #[test]

@@ -181,7 +181,7 @@ pub enum Event {
 const MAILBOX_BODIES: usize = 256;
 /// Events past which a stored job is not announced at all: the owner finds it in
 /// storage (see [`Missed`]).
-const MAILBOX_JOBS: usize = 4096;
+pub const MAILBOX_JOBS: usize = 4096;
 
 /// Jobs stored while an owner's mailbox was full: the lowest offset and how many. The
 /// owner reads them back from storage, so a flood of publishes costs no memory here.
@@ -221,6 +221,15 @@ impl Queues {
             }
         }
         queues
+    }
+
+    /// Whether the owner of `queue` has room for a worker's answer: its mailbox holds
+    /// fewer than `MAILBOX_JOBS` events. Answers are the one event a client sends at
+    /// will, so they are what the mailbox's bound refuses (0x97).
+    pub fn takes_answers(&self, queue: ChannelId) -> bool {
+        self.senders
+            .get(&queue)
+            .is_some_and(|(tx, _)| tx.len() < MAILBOX_JOBS)
     }
 
     /// Tells the owner of `queue` about `event`.

@@ -178,6 +178,23 @@ impl Conn {
             self.puback_reason = Some(format!("not authorized: no consume on queue {name}").into());
             return Some(self.answer_publish(publish, reason::NOT_AUTHORIZED));
         }
+        // An owner that cannot keep up is not handed more than its mailbox's bound:
+        // the worker is told 0x97 and answers again (a QoS 0 answer is dropped, and
+        // its job comes back at its visibility timeout).
+        if !self.shared.broker.borrow().queues.takes_answers(queue) {
+            log::debug!(
+                "{}: {} answered queue {name} while its owner is {} events behind (0x97)",
+                self.peer,
+                self.client_id,
+                crate::broker::queue::MAILBOX_JOBS
+            );
+            self.shared
+                .broker
+                .borrow()
+                .metrics
+                .refuse_publish("quota exceeded");
+            return Some(self.answer_publish(publish, reason::QUOTA_EXCEEDED));
+        }
         // An answer at QoS 2 is held until its PUBREL like any other.
         if publish.qos == QoS::ExactlyOnce
             && let Some(id) = publish.packet_id
