@@ -270,6 +270,40 @@ fn a_restored_session_that_expires_unresumed_takes_its_positions_with_it_a079() 
     starts_at_the_floor(broker.addr, c, "expired after a restart, never resumed");
 }
 
+/// RFC 0002 "latest", G-19: a durable consumer of a latest channel resuming after a
+/// restart is sent only what changed, as it is after a reconnect: a resumption is no
+/// SUBSCRIBE, so no current-state pass goes again.
+#[test]
+fn a_latest_consumer_resuming_after_a_restart_is_sent_only_what_changed() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/a", b"1", QoS::AtLeastOnce, false);
+    publisher.publish("state/b", b"2", QoS::AtLeastOnce, false);
+    drop(publisher);
+    let mut c = connect(V5, "state-watcher", false);
+    c.properties.edit().session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("state/#", opts(QoS::AtLeastOnce));
+    let mut seen: Vec<Vec<u8>> = (0..2)
+        .map(|_| reader.recv_publish().payload.to_vec())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [b"1".to_vec(), b"2".to_vec()]);
+    reader.send(&Packet::Disconnect(Disconnect::new(0)));
+    std::thread::sleep(Duration::from_millis(200));
+    let broker = Broker::start_in(broker.stop(), CHANNELS);
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    reader.expect_nothing(Duration::from_millis(500));
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/b", b"3", QoS::AtLeastOnce, false);
+    let got = reader.recv_publish();
+    assert_eq!(
+        (&*got.topic, &*got.payload, got.retain),
+        ("state/b", &b"3"[..], false)
+    );
+}
+
 /// C-232: the SUBACK is written before the current-state pass.
 /// a publish replaces the value; a 3.1.1 subscriber is served.
 #[test]

@@ -32,6 +32,7 @@ use crate::broker::session::{Delivery, Inflight, Session, Subscription};
 use crate::codec::{ProtocolVersion, Publish, QoS, RetainHandling, SubscriptionOptions};
 use crate::config::{Bridge, Direction};
 use crate::server::Shared;
+use crate::server::connection::channels::Opening;
 use crate::server::connection::channels::Reader;
 
 /// How long an outbound rule waits after the peer refused a record before it reads
@@ -131,7 +132,8 @@ impl Outbound {
                     filter: &rule.filter,
                 },
             };
-            if reader.open_cursors(sub, false).await.is_err() {
+            let opening = Opening::Subscribe { existed: false };
+            if reader.open_cursors(sub, opening).await.is_err() {
                 log::error!(
                     "bridge {}: out {:?}: its channels could not be opened; it carries broadcast only until a restart",
                     bridge.name,

@@ -48,7 +48,7 @@ impl Conn {
         identifier: Option<u32>,
         deletions: bool,
         slice: Option<Slice>,
-        existed: bool,
+        opening: Opening,
     ) -> Result<(), ()> {
         let sub = ChannelSub {
             filter: filter.to_string(),
@@ -57,7 +57,7 @@ impl Conn {
             deletions,
             slice,
         };
-        self.reader().open_cursors(sub, existed).await
+        self.reader().open_cursors(sub, opening).await
     }
 
     /// Reads what the session's cursors are owed into its queue ([`Reader::pump`]).
@@ -94,6 +94,21 @@ pub(crate) struct Reader<'a> {
     pub gaps: Gaps<'a>,
 }
 
+/// Why a subscription's cursors are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// A SUBSCRIBE; `existed`: the session held the filter already.
+    Subscribe {
+        /// The filter was held before this SUBSCRIBE.
+        existed: bool,
+    },
+    /// A session read back at startup resuming at its stored positions: no
+    /// SUBSCRIBE, so no current-state pass - a consumer reconnecting is sent only
+    /// what changed, whether or not the broker restarted between (RFC 0002
+    /// "latest", G-19). A cursor with no stored position reads the state as it goes.
+    Resume,
+}
+
 impl Reader<'_> {
     /// Opens (or joins) a cursor on every channel `sub`'s filter touches (see
     /// [`Conn::open_cursors`]).
@@ -101,13 +116,13 @@ impl Reader<'_> {
     /// # Errors
     /// A channel's bounds or the stored position could not be read: nothing is
     /// opened.
-    pub(crate) async fn open_cursors(&self, sub: ChannelSub, existed: bool) -> Result<(), ()> {
+    pub(crate) async fn open_cursors(&self, sub: ChannelSub, opening: Opening) -> Result<(), ()> {
         let filter = sub.filter.as_str();
         let options = sub.options;
-        let wants_state = match options.retain_handling {
-            RetainHandling::OnSubscribe => true,
-            RetainHandling::OnNewSubscribe => !existed,
-            RetainHandling::Never => false,
+        let wants_state = match (opening, options.retain_handling) {
+            (Opening::Resume, _) | (_, RetainHandling::OnSubscribe) => true,
+            (Opening::Subscribe { existed }, RetainHandling::OnNewSubscribe) => !existed,
+            (_, RetainHandling::Never) => false,
         };
         let touched = self.shared.broker.borrow().channels.reach(filter).0;
         // Everything read first, so a failure leaves the session as it was.
@@ -197,7 +212,11 @@ impl Reader<'_> {
             };
             // What the cursor has read past, or starts past, this subscription is
             // shown by a pass; a new reader's own reading covers the rest.
-            if kind == Kind::Latest && wants_state && (joined || cursor.pass_until == 0) {
+            if kind == Kind::Latest
+                && wants_state
+                && opening != Opening::Resume
+                && (joined || cursor.pass_until == 0)
+            {
                 let until = cursor.next;
                 cursor.add_pass(sub.clone(), until);
             }

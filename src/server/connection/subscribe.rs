@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use super::channels::Opening;
 use super::routing::log_owed;
 use super::verbs;
 use super::{Conn, End, refusal_text};
@@ -115,7 +116,7 @@ impl Conn {
                                 identifier,
                                 deletions,
                                 slice.cloned(),
-                                existed,
+                                Opening::Subscribe { existed },
                             )
                             .await;
                         if opened.is_err() {
@@ -366,7 +367,7 @@ impl Conn {
                     sub.identifier,
                     false,
                     sub.slice,
-                    true,
+                    Opening::Resume,
                 )
                 .await;
             if opened.is_err() {
