@@ -717,8 +717,10 @@ impl Conn {
         let mut too_large = Vec::new();
         for packet in &packets {
             match packet {
-                Packet::Publish(p) if !self.out.publish(p, self.protocol, self.max_packet) => {
-                    too_large.extend(p.packet_id);
+                Packet::Publish(p) => {
+                    if !self.out.publish(p, self.protocol, self.max_packet) {
+                        too_large.extend(p.packet_id);
+                    }
                 }
                 packet => self.queue_packet(packet),
             }
