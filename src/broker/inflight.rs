@@ -28,6 +28,21 @@ pub enum Answer {
     PubComp,
 }
 
+impl Inflight {
+    /// Whether `answer` may answer this exchange: a PUBACK a QoS 1 PUBLISH, a PUBREC
+    /// a QoS 2 one (again once it is released), a PUBCOMP a PUBREL. Any other is a
+    /// Protocol Error (MQTT 5 sections 4.3.2, 4.3.3).
+    pub fn takes(&self, answer: Answer) -> bool {
+        match (self, answer) {
+            (Inflight::Published(d), Answer::PubAck) => d.qos == QoS::AtLeastOnce,
+            (Inflight::Published(d), Answer::PubRec) => d.qos == QoS::ExactlyOnce,
+            (Inflight::Released(..), Answer::PubRec | Answer::PubComp) => true,
+            (Inflight::Published(_), Answer::PubComp)
+            | (Inflight::Released(..), Answer::PubAck) => false,
+        }
+    }
+}
+
 /// Below this many slots the table keeps its room when it empties; above, it gives
 /// back what a burst left (a window can reach a client's Receive Maximum).
 const KEEP_SLOTS: usize = 64;
@@ -73,21 +88,10 @@ impl InflightTable {
         self.by_id.get(id).map(|(_, inflight)| inflight)
     }
 
-    /// Whether `answer` is one the exchange under `id` may get: a PUBACK answers a
-    /// QoS 1 PUBLISH, a PUBREC a QoS 2 one (again once it is released), a PUBCOMP a
-    /// PUBREL. Any other is a Protocol Error (MQTT 5 sections 4.3.2, 4.3.3). An
-    /// identifier with no exchange is a late answer to one that went, which fits.
+    /// Whether `answer` is one the exchange under `id` may get ([`Inflight::takes`]).
+    /// An identifier with no exchange is a late answer to one that went, which fits.
     pub fn fits(&self, id: u16, answer: Answer) -> bool {
-        let Some((_, inflight)) = self.by_id.get(&id) else {
-            return true;
-        };
-        match (inflight, answer) {
-            (Inflight::Published(d), Answer::PubAck) => d.qos == QoS::AtLeastOnce,
-            (Inflight::Published(d), Answer::PubRec) => d.qos == QoS::ExactlyOnce,
-            (Inflight::Released(..), Answer::PubRec | Answer::PubComp) => true,
-            (Inflight::Published(_), Answer::PubComp)
-            | (Inflight::Released(..), Answer::PubAck) => false,
-        }
+        self.get(&id).is_none_or(|inflight| inflight.takes(answer))
     }
 
     /// What the exchanges still published are charged, summed.

@@ -244,11 +244,13 @@ impl Conn {
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
             return Ok(());
         };
-        if !session.inflight.fits(packet_id, answer) {
+        // One lookup serves both questions: a PUBACK is the hot path.
+        let inflight = session.inflight.get(&packet_id);
+        if inflight.is_some_and(|i| !i.takes(answer)) {
             drop(broker);
             return Err(self.mismatched(packet_id, answer));
         }
-        let offer = match session.inflight.get(&packet_id) {
+        let offer = match inflight {
             Some(Inflight::Published(delivery)) if answer == Answer::PubAck => {
                 delivery.origin().map(|(channel, _)| {
                     let correlation = delivery.message.properties.correlation_data.clone();
