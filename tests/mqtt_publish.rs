@@ -400,7 +400,19 @@ fn a_qos2_publish_is_delivered_once_at_its_pubrel_even_if_sent_twice() {
     assert_eq!(&*sub.recv_publish().payload, b"once");
     sub.expect_nothing(Duration::from_millis(200));
     raw.send(&Packet::PubRel(Ack::new(1, 0)));
-    assert!(matches!(raw.recv(), Packet::PubComp(a) if a.code == 0x92));
+    // the refusal says why.
+    assert!(matches!(raw.recv(), Packet::PubComp(a)
+        if a.code == 0x92 && a.properties.reason_string.is_some()));
+}
+
+/// MQTT-3.3.1-2: DUP on a QoS 0 PUBLISH is malformed (0x81), as mosquitto has it.
+#[test]
+fn dup_on_a_qos0_publish_is_malformed() {
+    let broker = Broker::start("");
+    let mut raw = Raw::connected(broker.addr, V5, "dup0");
+    // PUBLISH, DUP set, QoS 0: topic "t", no properties, payload "x".
+    raw.send_bytes(&[0x38, 0x05, 0x00, 0x01, b't', 0x00, b'x']);
+    assert_eq!(raw.expect_disconnect(), 0x81);
 }
 
 /// an AUTH packet ends the connection with DISCONNECT 0x82.

@@ -151,7 +151,14 @@ fn connect_body(r: &mut Reader<'_>, protocol: ProtocolVersion) -> Result<Connect
     };
     // U+0000 is let through: the broker refuses such a name 0x86, not 0x81.
     let username = if has_username {
-        Some(r.utf8_allowing_nul(USER_NAME)?.to_owned())
+        // Cut short, it is an unreadable CONNECT (closed, A-252); only bytes that are
+        // not UTF-8 are the user name's own fault (0x04, A-230).
+        let bytes = r.binary("user name length")?;
+        Some(
+            std::str::from_utf8(bytes)
+                .map_err(|_| Malformed(USER_NAME))?
+                .to_owned(),
+        )
     } else {
         None
     };
@@ -260,6 +267,10 @@ fn connack(r: &mut Reader<'_>, v5: bool) -> Result<ConnAck, DecodeError> {
 
 fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, DecodeError> {
     let qos = QoS::from_bits((flags >> 1) & 0x03).ok_or(Malformed("PUBLISH QoS of 3"))?; // MQTT-3.3.1-4, A-255
+    let dup = flags & 0x08 != 0;
+    if dup && qos == QoS::AtMostOnce {
+        return Err(Malformed("DUP set on a QoS 0 PUBLISH")); // MQTT-3.3.1-2, as mosquitto
+    }
     let topic = r.topic("topic name")?;
     if super::topic::has_wildcard(topic) {
         return Err(Protocol("wildcard in a PUBLISH topic name")); // MQTT-3.3.2-2, A-188
@@ -278,7 +289,7 @@ fn publish(flags: u8, r: &mut Reader<'_>, v5: bool) -> Result<Publish, DecodeErr
         return Err(Protocol("empty topic name without a Topic Alias")); // MQTT 5 section 3.3.2.1
     }
     Ok(Publish {
-        dup: flags & 0x08 != 0,
+        dup,
         qos,
         retain: flags & 0x01 != 0,
         topic: Arc::from(topic),

@@ -4,8 +4,8 @@
 //! remaining length is inserted in front of it, so nothing is sized twice.
 
 use super::packet::{
-    Ack, Auth, ConnAck, Connect, Disconnect, Packet, ProtocolVersion, Publish, SubAck, Subscribe,
-    SubscriptionOptions, UnsubAck, Unsubscribe,
+    Ack, Auth, ConnAck, Connect, Disconnect, Packet, ProtocolVersion, Publish, QoS, SubAck,
+    Subscribe, SubscriptionOptions, UnsubAck, Unsubscribe,
 };
 use super::properties::{self, Allowed, Properties};
 
@@ -114,9 +114,11 @@ fn first_byte(packet: &Packet) -> u8 {
     }
 }
 
-/// PUBLISH's first byte: DUP, QoS and RETAIN in the flags.
+/// PUBLISH's first byte: DUP, QoS and RETAIN in the flags. DUP is never set at QoS 0
+/// (MQTT-3.3.1-2), whatever a delivery downgraded from QoS 1 or 2 remembers.
 fn publish_first_byte(p: &Publish) -> u8 {
-    0x30 | u8::from(p.dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain)
+    let dup = p.dup && p.qos != QoS::AtMostOnce;
+    0x30 | u8::from(dup) << 3 | (p.qos as u8) << 1 | u8::from(p.retain)
 }
 
 /// Writes the body after the fixed header; `false` when the packet has no encoding.

@@ -454,8 +454,12 @@ fn read_one(
             once(&mut p.content_type, v, pid)
         }
         id::RESPONSE_TOPIC => {
-            let v = r.utf8("Response Topic")?.to_owned();
-            once(&mut p.response_topic, v, pid)
+            let v = r.utf8("Response Topic")?;
+            // A topic name: replies are published to it (MQTT-3.3.2-14, MQTT-4.7.3-1).
+            if v.is_empty() || super::topic::has_wildcard(v) {
+                return Err(Protocol("Response Topic empty or with a wildcard"));
+            }
+            once(&mut p.response_topic, v.to_owned(), pid)
         }
         id::CORRELATION_DATA => {
             let v = r.binary("Correlation Data")?.to_vec();

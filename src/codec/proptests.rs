@@ -66,7 +66,7 @@ fn any_properties() -> impl Strategy<Value = Properties> {
         flag(),
         option::of(any::<u32>()),
         option::of(string()),
-        option::of(string()),
+        option::of(topic_name()), // a Response Topic is a topic name (MQTT-3.3.2-14)
         option::of(bytes()),
         vec(1u32..=268_435_455, 0..3),
         option::of(any::<u32>()),
@@ -298,7 +298,7 @@ fn publish(version: ProtocolVersion) -> impl Strategy<Value = Packet> {
     );
     fields.prop_map(|(dup, qos, retain, topic, id, properties, payload)| {
         Packet::Publish(Publish {
-            dup,
+            dup: dup && qos != QoS::AtMostOnce, // MQTT-3.3.1-2
             qos,
             retain,
             topic: Arc::from(topic),

@@ -96,21 +96,11 @@ impl<'a> Reader<'a> {
     /// A UTF-8 Encoded String. Invalid UTF-8 or U+0000 is `Malformed(field)`
     /// (MQTT 5 section 1.5.4, MQTT-1.5.4-1, MQTT-1.5.4-2).
     pub(crate) fn utf8(&mut self, field: &'static str) -> Result<&'a str, DecodeError> {
-        let s = self.utf8_allowing_nul(field)?;
-        if s.contains('\0') {
-            return Err(DecodeError::Malformed(field));
-        }
-        Ok(s)
-    }
-
-    /// A UTF-8 Encoded String that may hold U+0000: only the user name, which the broker
-    /// refuses with 0x86 rather than 0x81 (RFC 0002, A-239).
-    pub(crate) fn utf8_allowing_nul(
-        &mut self,
-        field: &'static str,
-    ) -> Result<&'a str, DecodeError> {
         let bytes = self.binary(field)?;
-        std::str::from_utf8(bytes).map_err(|_| DecodeError::Malformed(field))
+        match std::str::from_utf8(bytes) {
+            Ok(s) if !s.contains('\0') => Ok(s),
+            _ => Err(DecodeError::Malformed(field)),
+        }
     }
 
     /// A topic name or filter: bytes that are not UTF-8 are [`DecodeError::TopicNotUtf8`]
@@ -183,6 +173,5 @@ mod tests {
             Reader::new(&[0, 1, 0]).topic("t"),
             Err(DecodeError::Malformed("t"))
         );
-        assert_eq!(Reader::new(&[0, 1, 0]).utf8_allowing_nul("u"), Ok("\0"));
     }
 }

@@ -977,3 +977,44 @@ fn an_acknowledgement_over_the_maximum_packet_size_sheds_its_reason_string_and_u
     encode_within(&Packet::PubAck(Ack::new(7, 0x87)), V5, 2, &mut tiny);
     assert_eq!(tiny, [0x40, 0x03, 0x00, 0x07, 0x87]);
 }
+
+#[test]
+fn a_311_user_name_cut_short_is_closed_with_nothing_written_a252() {
+    // The flag says a user name follows; the body ends inside its length.
+    let e = decode_connect(0x10, &cat(&[&connect4(0x82, &s(b"c")), &[0]])).unwrap_err();
+    assert_eq!(e.error.v311_connect_code(), None);
+    // Bytes that are not UTF-8 are the user name's own fault: 0x04.
+    let rest = cat(&[&s(b"c"), &s(&[0xC3, 0x28])]);
+    let e = decode_connect(0x10, &connect4(0x82, &rest)).unwrap_err();
+    assert_eq!(e.error.v311_connect_code(), Some(0x04));
+}
+
+#[test]
+fn dup_on_a_qos0_publish_is_malformed_and_never_written_mqtt_3_3_1_2() {
+    assert_eq!(err(0x38, &cat(&[&s(b"a"), &props(&[])]), V5), M);
+    assert_eq!(err(0x38, &s(b"a"), V311), M);
+    let publish = Publish {
+        dup: true,
+        qos: QoS::AtMostOnce,
+        retain: false,
+        topic: Arc::from("a"),
+        packet_id: None,
+        properties: Properties::default(),
+        payload: Arc::from(&b"x"[..]),
+    };
+    let mut out = Vec::new();
+    encode(&Packet::Publish(publish), V5, &mut out);
+    assert_eq!(out[0], 0x30);
+}
+
+#[test]
+fn a_response_topic_empty_or_with_a_wildcard_is_a_protocol_error_mqtt_3_3_2_14() {
+    for topic in [&b""[..], b"r/#", b"r/+/x"] {
+        let mut p = vec![id::RESPONSE_TOPIC];
+        p.extend_from_slice(&s(topic));
+        assert_eq!(err(0x30, &cat(&[&s(b"a"), &props(&p)]), V5), P);
+    }
+    let mut p = vec![id::RESPONSE_TOPIC];
+    p.extend_from_slice(&s(b"r/me"));
+    assert!(decode(0x30, &cat(&[&s(b"a"), &props(&p)]), V5).is_ok());
+}
