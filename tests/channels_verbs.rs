@@ -659,3 +659,39 @@ fn a_seek_reply_goes_to_the_seeker_alone_a205() {
     let refused = request("$saguin/consumer/events/seek", b"999999", "me/seek");
     assert_eq!(seeker.publish_packet(refused), Some(0x83));
 }
+
+/// MQTT-3.1.2-24, -25: a point read's reply larger than the asker's Maximum Packet
+/// Size is not sent (the PUBACK stands); one that fits still is.
+#[test]
+fn a_reply_over_the_askers_maximum_packet_size_is_not_sent() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/big", &[b'x'; 2048], QoS::AtLeastOnce, false);
+    publisher.publish("state/small", b"ok", QoS::AtLeastOnce, false);
+    let mut c = connect(V5, "small-asker", true);
+    c.properties.edit().maximum_packet_size = Some(256);
+    let (mut asker, ack) = Raw::handshake(broker.addr, c);
+    assert_eq!(ack.code, 0);
+    assert_eq!(
+        asker.publish_packet(get("state/big", Some("r/me"))),
+        Some(0)
+    );
+    asker.expect_nothing(Duration::from_millis(300));
+    assert_eq!(
+        asker.publish_packet(get("state/small", Some("r/me"))),
+        Some(0)
+    );
+    assert_eq!(&*asker.recv_publish().payload, b"ok");
+}
+
+/// MQTT-3.3.2-14, MQTT-4.7.3-1: a Response Topic is a topic name; one with a wildcard
+/// or none at all is a Protocol Error, never a topic a reply is published to.
+#[test]
+fn a_response_topic_with_a_wildcard_or_empty_is_a_protocol_error() {
+    let broker = start();
+    for (id, response) in [("wild", "r/#"), ("plus", "r/+/x"), ("empty", "")] {
+        let mut asker = Raw::connected(broker.addr, V5, id);
+        asker.send(&Packet::Publish(get("state/pump", Some(response))));
+        assert_eq!(asker.expect_disconnect(), 0x82, "{response:?}");
+    }
+}

@@ -573,3 +573,85 @@ fn an_unread_saguin_property_refuses_every_filter_of_the_packet_a143() {
     }
     sub.expect_nothing(Duration::from_millis(300));
 }
+
+/// A-156, MQTT-3.8.3-4: a SUBSCRIBE that ends the connection grants none of its
+/// filters, not even those before the one that ended it.
+#[test]
+fn a_subscribe_that_ends_the_connection_leaves_nothing_in_the_session_a156() {
+    let broker = Broker::start("");
+    let cases: [(_, &str, SubscriptionOptions); 2] = [
+        (V311, "bad#", opts(QoS::AtLeastOnce)),
+        (
+            V5,
+            "$share/g/x",
+            SubscriptionOptions {
+                no_local: true,
+                ..opts(QoS::AtLeastOnce)
+            },
+        ),
+    ];
+    for (protocol, bad, bad_options) in cases {
+        let id = format!("kept-{protocol:?}");
+        let mut c = connect(protocol, &id, false);
+        if protocol == V5 {
+            c.properties.edit().session_expiry_interval = Some(600);
+        }
+        let (mut raw, _) = Raw::handshake(broker.addr, c);
+        raw.send(&Packet::Subscribe(Subscribe {
+            packet_id: 3,
+            properties: Properties::default(),
+            filters: vec![
+                ("ok/t".into(), opts(QoS::AtLeastOnce)),
+                (bad.into(), bad_options),
+            ],
+        }));
+        match raw.try_recv() {
+            Err(_) => {}
+            Ok(Packet::Disconnect(d)) => assert_eq!(d.code, 0x82),
+            Ok(other) => panic!("{protocol:?}: expected the connection to end, got {other:?}"),
+        }
+        let mut again = connect(protocol, &id, false);
+        if protocol == V5 {
+            again.properties.edit().session_expiry_interval = Some(600);
+        }
+        let (mut raw, _) = Raw::handshake(broker.addr, again);
+        let mut publisher = Raw::connected(broker.addr, V5, "p");
+        publisher.publish("ok/t", b"never granted", QoS::AtLeastOnce, false);
+        raw.expect_nothing(Duration::from_millis(300));
+    }
+}
+
+/// MQTT-3.8.4-3: a filter named many times in one SUBSCRIBE is one subscription; every
+/// copy gets its code and each retained value comes once, not once per copy.
+#[test]
+fn a_filter_repeated_in_one_subscribe_is_granted_once() {
+    let broker = Broker::start("");
+    let mut publisher = Raw::connected(broker.addr, V5, "p");
+    for topic in ["r/1", "r/2", "r/3"] {
+        publisher.publish(topic, topic.as_bytes(), QoS::AtLeastOnce, true);
+    }
+    let mut sub = Raw::connected(broker.addr, V5, "many");
+    let mut filters = vec![("r/#".to_string(), opts(QoS::AtMostOnce)); 5_000];
+    filters.push(("r/#".into(), opts(QoS::AtLeastOnce)));
+    filters.push(("$SYS/x".into(), opts(QoS::AtLeastOnce)));
+    sub.send(&Packet::Subscribe(Subscribe {
+        packet_id: 9,
+        properties: Properties::default(),
+        filters,
+    }));
+    let Packet::SubAck(ack) = sub.recv() else {
+        panic!("expected SUBACK")
+    };
+    assert_eq!(ack.codes.len(), 5_002);
+    assert!(
+        ack.codes[..5_001].iter().all(|&c| c == 1),
+        "the last copy's QoS 1"
+    );
+    assert_eq!(ack.codes[5_001], 0x87);
+    let mut topics: Vec<_> = (0..3)
+        .map(|_| sub.recv_publish().topic.to_string())
+        .collect();
+    topics.sort();
+    assert_eq!(topics, ["r/1", "r/2", "r/3"]);
+    sub.expect_nothing(Duration::from_millis(300));
+}

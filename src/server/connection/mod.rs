@@ -295,6 +295,17 @@ impl Conn {
         self.out.packet(packet, self.protocol, self.max_packet);
     }
 
+    /// An acknowledgement with `code`; a refusal says why, `why` or the code's own
+    /// words, unless the client asked for no Reason Strings.
+    fn ack(&self, packet_id: u16, code: u8, why: Option<&str>) -> Ack {
+        let mut ack = Ack::new(packet_id, code);
+        if code >= 0x80 && self.problem_info {
+            let why = why.unwrap_or_else(|| refusal_text(code));
+            ack.properties.edit().reason_string = Some(why.to_string());
+        }
+        ack
+    }
+
     /// Writes what is owed.
     async fn flush(&mut self) -> Result<(), End> {
         if !self.flush_now()? {
@@ -656,7 +667,7 @@ impl Conn {
                     } else {
                         reason::PACKET_IDENTIFIER_NOT_FOUND
                     };
-                    self.queue_packet(&Packet::PubRel(Ack::new(ack.packet_id, code)));
+                    self.queue_packet(&Packet::PubRel(self.ack(ack.packet_id, code, None)));
                 }
                 Ok(())
             }

@@ -35,11 +35,12 @@ impl Outbox {
     }
 
     /// Appends `packet`, encoded for `version`; one other than a PUBLISH sheds what it
-    /// may to stay within `max_size` bytes (`codec::encode_within`).
+    /// may to stay within `max_size` bytes (`codec::encode_within`), a PUBLISH larger
+    /// than that is left out, as if sent (MQTT-3.1.2-24, -25).
     pub(super) fn packet(&mut self, packet: &Packet, version: ProtocolVersion, max_size: usize) {
         match packet {
             Packet::Publish(p) => {
-                self.publish(p, version, usize::MAX);
+                self.publish(p, version, max_size);
             }
             _ => codec::encode_within(packet, version, max_size, &mut self.bytes),
         }

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use super::routing::{Routing, not_stored, route_now, route_releasing, route_rest, with_room};
 use super::verbs::{self, Verb};
-use super::{Conn, End, check_topic_name, over_header_limits, refusal, refusal_text};
+use super::{Conn, End, check_topic_name, over_header_limits, refusal};
 use crate::broker::session::{HeldQos2, Message};
-use crate::codec::{Ack, Packet, ProtocolVersion, Publish, QoS, reason};
+use crate::codec::{Packet, ProtocolVersion, Publish, QoS, reason};
 
 /// What a publish waits for once `Conn::accept_publish` has done what needs no
 /// waiting: for an ordinary broadcast at QoS 0 or 1, nothing.
@@ -293,12 +293,8 @@ impl Conn {
         if code >= 0x80 && self.protocol == ProtocolVersion::V311 {
             return Err(End::Close);
         }
-        let mut ack = Ack::new(packet_id, code);
         let why = self.puback_reason.take();
-        if code >= 0x80 && self.problem_info {
-            ack.properties.edit().reason_string =
-                Some(why.map_or_else(|| refusal_text(code).to_string(), String::from));
-        }
+        let ack = self.ack(packet_id, code, why.as_deref());
         let packet = match publish.qos {
             QoS::ExactlyOnce => Packet::PubRec(ack),
             _ => Packet::PubAck(ack),
@@ -451,7 +447,7 @@ impl Conn {
             // Never held, or abandoned after broker.qos2.expires_after.
             None => reason::PACKET_IDENTIFIER_NOT_FOUND,
         };
-        self.queue_packet(&Packet::PubComp(Ack::new(packet_id, code)));
+        self.queue_packet(&Packet::PubComp(self.ack(packet_id, code, None)));
         Ok(())
     }
 }

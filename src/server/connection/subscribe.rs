@@ -2,6 +2,7 @@
 //! channel cursors and retained values a subscription opens, and the session
 //! record written before the SUBACK; a resumed session's cursors reopened.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use super::channels::Opening;
@@ -36,6 +37,24 @@ impl Conn {
 
     pub(super) async fn on_subscribe(&mut self, mut subscribe: Subscribe) -> Result<(), End> {
         self.features_on_subscribe(&mut subscribe)?;
+        // What ends the connection is found before anything is granted: nothing of a
+        // SUBSCRIBE that gets no SUBACK stays in the session (A-156, MQTT-3.8.3-4).
+        let v5 = self.protocol == ProtocolVersion::V5;
+        for (filter, options) in &subscribe.filters {
+            if !v5 && !topic::is_valid_filter(filter) {
+                return Err(End::Close);
+            }
+            if v5 && options.no_local && filter.starts_with("$share/") {
+                return Err(End::Broker(reason::PROTOCOL_ERROR));
+            }
+        }
+        // A filter named more than once is granted once, with its last options (each
+        // copy replaces the one before, MQTT-3.8.4-3), and every copy gets that code:
+        // a packet of one filter repeated costs one grant, not one per copy.
+        let last: HashMap<&str, usize> = (subscribe.filters.iter().enumerate())
+            .map(|(i, (filter, _))| (filter.as_str(), i))
+            .collect();
+        let mut copies = Vec::new();
         let identifier = subscribe
             .properties
             .subscription_identifiers
@@ -53,19 +72,19 @@ impl Conn {
         // What the channel cursors held for each changed filter before, beside
         // `changed`, for a refusal to put back.
         let mut cursors_before = Vec::new();
-        for (filter, options) in &subscribe.filters {
+        for (index, (filter, options)) in subscribe.filters.iter().enumerate() {
+            if last.get(filter.as_str()).is_some_and(|&at| at != index) {
+                copies.push(index);
+                codes.push(reason::SUCCESS); // the last copy's code, below
+                continue;
+            }
             if let Some(code) =
                 self.queue_subscription(filter, *options, &subscribe.properties, identifier)
             {
                 codes.push(code);
                 continue;
             }
-            let granted = match self.check_filter(
-                filter,
-                options.no_local,
-                &subscribe.properties,
-                &declared,
-            )? {
+            let granted = match self.check_filter(filter, &subscribe.properties, &declared) {
                 Err(code) => {
                     log::info!(
                         "{}: {} refused filter {filter:?} 0x{code:02X}",
@@ -196,7 +215,8 @@ impl Conn {
             };
             self.suback_reason = Some(format!("the session could not be stored: {e}").into());
             let mut broker = self.shared.broker.borrow_mut();
-            for ((index, filter, before), in_cursors) in changed.into_iter().zip(cursors_before) {
+            let undone = changed.into_iter().zip(cursors_before).rev();
+            for ((index, filter, before), in_cursors) in undone {
                 codes[index] = code;
                 match before {
                     // Replaced, not removed: its channel cursors read on as they did
@@ -210,6 +230,10 @@ impl Conn {
                 }
             }
             retained.clear();
+        }
+        for index in copies {
+            let filter = subscribe.filters[index].0.as_str();
+            codes[index] = last.get(filter).map_or(codes[index], |&at| codes[at]);
         }
         let properties = Properties::from(PropertyValues {
             reason_string: self
@@ -249,25 +273,19 @@ impl Conn {
     }
 
     /// Checks one filter of a SUBSCRIBE (RFC 0002 "Shared subscriptions" and the
-    /// SUBACK table). `Ok(Ok(share))` grants it, with the share name and inner filter
-    /// of a shared subscription; `Ok(Err(code))` refuses the filter alone; `Err` ends
-    /// the connection. `declared` is the packet's `saguin-filter` declaration.
-    #[allow(clippy::type_complexity)]
+    /// SUBACK table). `Ok(share)` grants it, with the share name and inner filter of a
+    /// shared subscription; `Err(code)` refuses it. `declared` is the packet's
+    /// `saguin-filter` declaration.
     fn check_filter<'f>(
         &mut self,
         filter: &'f str,
-        no_local: bool,
         properties: &Properties,
         declared: &Result<Option<partition::Slice>, partition::Refusal>,
-    ) -> Result<Result<Option<(&'f str, &'f str)>, u8>, End> {
+    ) -> Result<Option<(&'f str, &'f str)>, u8> {
         let v5 = self.protocol == ProtocolVersion::V5;
         if !topic::is_valid_filter(filter) {
-            // 3.1.1 has no code for a malformed filter: the connection closes.
-            return if v5 {
-                Ok(Err(reason::TOPIC_FILTER_INVALID))
-            } else {
-                Err(End::Close)
-            };
+            // 3.1.1 has no code for it: `on_subscribe` closed the connection.
+            return Err(reason::TOPIC_FILTER_INVALID);
         }
         // The saguin- properties a SUBSCRIBE may carry are `saguin-deletions: true`
         // (gaps G-19) and `saguin-filter`; any other, or another value, refuses every
@@ -279,7 +297,7 @@ impl Conn {
             self.suback_reason = Some(
                 "a saguin- property a SUBSCRIBE does not take: saguin-deletions: true and saguin-filter are the two".into(),
             );
-            return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
+            return Err(reason::IMPLEMENTATION_SPECIFIC_ERROR);
         }
         // A malformed declaration refuses every filter; a valid one refuses a shared
         // or queue form alone, by its prefix (C-161, C-167..C-169).
@@ -297,26 +315,23 @@ impl Conn {
             // The SUBACK's Reason String (C-187, C-189: dropped without Request
             // Problem Information).
             self.suback_reason = Some(refusal.to_string().into());
-            return Ok(Err(reason::IMPLEMENTATION_SPECIFIC_ERROR));
+            return Err(reason::IMPLEMENTATION_SPECIFIC_ERROR);
         }
         let mut inner = filter;
         let mut share = None;
         if let Some(rest) = filter.strip_prefix("$share/") {
             if !v5 {
-                return Ok(Err(reason::v311::SUBACK_FAILURE));
+                return Err(reason::v311::SUBACK_FAILURE);
             }
             let Some((name, f)) = rest.split_once('/') else {
-                return Ok(Err(reason::TOPIC_FILTER_INVALID));
+                return Err(reason::TOPIC_FILTER_INVALID);
             };
             if name.is_empty()
                 || crate::codec::has_wildcard(name)
                 || f.is_empty()
                 || f.to_lowercase().starts_with("$share")
             {
-                return Ok(Err(reason::TOPIC_FILTER_INVALID));
-            }
-            if no_local {
-                return Err(End::Broker(reason::PROTOCOL_ERROR)); // MQTT-3.8.3-4
+                return Err(reason::TOPIC_FILTER_INVALID);
             }
             share = Some(name);
             inner = f;
@@ -327,19 +342,19 @@ impl Conn {
         {
             // $SHARE, $Share..., or `$share` with no group: refused rather than read
             // as an ordinary level; `$shares` is an ordinary level.
-            return Ok(Err(reason::TOPIC_FILTER_INVALID));
+            return Err(reason::TOPIC_FILTER_INVALID);
         }
         if topic::level_count(inner) > self.shared.settings.max_topic_levels {
-            return Ok(Err(reason::TOPIC_FILTER_INVALID));
+            return Err(reason::TOPIC_FILTER_INVALID);
         }
         let first = inner.split('/').next().unwrap_or_default();
         if share.is_none() && verbs::is_seek_reply(inner) {
-            return Ok(Ok(None));
+            return Ok(None);
         }
         if first == "$SYS" || first == "$saguin" {
-            return Ok(Err(reason::NOT_AUTHORIZED));
+            return Err(reason::NOT_AUTHORIZED);
         }
-        Ok(Ok(share.map(|name| (name, inner))))
+        Ok(share.map(|name| (name, inner)))
     }
 
     /// Opens the channel cursors of a session read back from storage at startup, which
