@@ -508,6 +508,26 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "broker.mqtt.listen.ws.allowed_origins[0]",
         "https://",
     ),
+    // An entry the door could not read would be dropped, and an empty list admits
+    // every page: refused here instead.
+    (
+        "B-166",
+        "  mqtt:\n    listen:\n      ws:\n        address: :8083\n        same_origin: false\n        allowed_origins:\n          - https://dash.example.com:84433\n",
+        "broker.mqtt.listen.ws.allowed_origins[0]",
+        "84433",
+    ),
+    (
+        "B-166",
+        "  mqtt:\n    listen:\n      ws:\n        address: :8083\n        allowed_origins: [\"https://host:\", \"http://[::1\"]\n",
+        "broker.mqtt.listen.ws.allowed_origins[0]",
+        "allowed_origins",
+    ),
+    (
+        "B-166",
+        "  mqtt:\n    listen:\n      ws:\n        address: :8083\n        allowed_origins: [\"https://ok.example:8443\", \"http://[::1\"]\n",
+        "broker.mqtt.listen.ws.allowed_origins[1]",
+        "allowed_origins",
+    ),
     (
         "B-166",
         "  mqtt:\n    listen:\n      ws:\n        address: :8083\n        allowed_origins: [\"null\"]\n",

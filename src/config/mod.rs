@@ -52,6 +52,7 @@ mod include;
 mod limits;
 mod listen;
 mod node;
+pub mod origin;
 mod render;
 mod storage;
 mod units;

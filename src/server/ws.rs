@@ -24,6 +24,7 @@ use smol::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::slots::Slot;
 use super::socket::Socket;
+use crate::config::origin::{Origin, split_host_port};
 
 /// Subprotocols a client may ask for, best first: `mqtt` (MQTT 5 and 3.1.1) and the
 /// name older 3.1 clients use.
@@ -58,55 +59,6 @@ fn warn_refused(line: impl FnOnce() -> String) {
     };
     log::warn!("{}{more}", line());
     REFUSALS_LOGGED.set((Some(now), 0));
-}
-
-/// A page origin as a browser sends it: `scheme://host[:port]`, compared with the
-/// default port made explicit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    scheme: String,
-    host: String,
-    port: u16,
-}
-
-impl Origin {
-    /// Reads `scheme://host[:port]`; `None` for anything else (`null` included).
-    pub fn parse(text: &str) -> Option<Origin> {
-        let (scheme, rest) = text.split_once("://")?;
-        let scheme = scheme.to_ascii_lowercase();
-        let default_port = match scheme.as_str() {
-            "http" | "ws" => 80,
-            "https" | "wss" => 443,
-            _ => return None,
-        };
-        let (host, port) = split_host_port(rest, default_port)?;
-        Some(Origin { scheme, host, port })
-    }
-
-    fn secure(&self) -> bool {
-        matches!(self.scheme.as_str(), "https" | "wss")
-    }
-}
-
-/// `host[:port]` or `[v6][:port]`, lower-cased, the port defaulted.
-fn split_host_port(text: &str, default_port: u16) -> Option<(String, u16)> {
-    if text.is_empty() || text.contains(['/', '?', '#', '@']) {
-        return None;
-    }
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        match after.strip_prefix(':') {
-            Some(port) => (format!("[{host}]"), port.parse().ok()?),
-            None if after.is_empty() => (format!("[{host}]"), default_port),
-            None => return None,
-        }
-    } else {
-        match text.rsplit_once(':') {
-            Some((host, port)) => (host.to_string(), port.parse().ok()?),
-            None => (text.to_string(), default_port),
-        }
-    };
-    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
 }
 
 /// Which pages a ws door admits; re-read on SIGUSR1 (B-168).
@@ -166,9 +118,7 @@ impl OriginPolicy {
         if rules.same_origin {
             let scheme_port = if self.tls { 443 } else { 80 };
             let same = match (&origin, host.and_then(|h| split_host_port(h, scheme_port))) {
-                (Some(o), Some((host, port))) => {
-                    o.secure() == self.tls && o.host == host && o.port == port
-                }
+                (Some(o), Some((host, port))) => o.is_of(self.tls, &host, port),
                 _ => false,
             };
             if !same {
@@ -188,7 +138,8 @@ impl OriginRules {
     fn new(same_origin: bool, allowed_origins: &[String]) -> OriginRules {
         OriginRules {
             same_origin,
-            // The configuration refuses an entry that does not parse (B-166).
+            // The configuration refuses an entry that does not parse (B-166), so
+            // none is dropped here.
             allowed: allowed_origins
                 .iter()
                 .filter_map(|o| Origin::parse(o))
