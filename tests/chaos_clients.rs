@@ -334,3 +334,36 @@ fn random_runs_of_packets_from_many_clients_leave_the_broker_whole() {
     bystander.publish("bystander/late", b"hello", QoS::AtLeastOnce, false);
     assert_eq!(&*late.recv_publish().payload, b"hello");
 }
+
+/// One thread serves every connection: a client that keeps its socket full of
+/// publishes must not keep a bystander from connecting and being answered.
+#[test]
+fn a_client_that_never_stops_sending_holds_up_nobody() {
+    let broker = common::Broker::start("");
+    let mut flooder = Raw::connected(broker.addr, ProtocolVersion::V5, "flooder");
+    let mut burst = Vec::new();
+    // Six bytes a publish: more packets than a debug build reads in the time.
+    for _ in 0..10_000 {
+        let p = common::publish("n", &[], QoS::AtMostOnce, false);
+        codec::encode(&Packet::Publish(p), ProtocolVersion::V5, &mut burst);
+    }
+    let stream = flooder.stream.try_clone().expect("clone");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut stream = stream;
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed)
+            && std::time::Instant::now() < until
+            && stream.write_all(&burst).is_ok()
+        {}
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut bystander = Raw::connected(broker.addr, ProtocolVersion::V5, "bystander");
+    bystander.send(&Packet::PingReq);
+    assert!(matches!(bystander.recv(), Packet::PingResp));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().expect("the writer");
+    flooder.send(&Packet::PingReq);
+    while !matches!(flooder.recv(), Packet::PingResp) {}
+}

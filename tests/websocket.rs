@@ -337,3 +337,49 @@ fn a_ws_door_with_tls_serves_wss_and_its_same_origin_is_https() {
         "an http page is not this TLS door's own origin"
     );
 }
+
+/// Runs `write` in a loop on one thread, discarding whatever comes back on another,
+/// until the broker closes the socket or `for_at_most` passes; returns whether the
+/// broker closed it.
+fn flood(
+    stream: &TcpStream,
+    bytes: Vec<u8>,
+    for_at_most: Duration,
+) -> std::thread::JoinHandle<bool> {
+    use std::io::Write;
+    let mut reader = stream.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 4096];
+        while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let mut writer = stream.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + for_at_most;
+        while std::time::Instant::now() < until {
+            if writer.write_all(&bytes).is_err() {
+                return true;
+            }
+        }
+        false
+    })
+}
+
+/// B-062, B-063: a peer streaming WebSocket pings before its CONNECT holds up no
+/// other client, and is still closed at connect_timeout.
+#[test]
+fn a_peer_streaming_pings_before_connect_holds_up_nobody_b062() {
+    let broker = Broker::start(&format!("{WS_DOOR}  limits:\n    connect_timeout: 1s\n"));
+    let addr = ws_addr(&broker);
+    let (ws, _) = open(addr, None).expect("upgrade");
+    // Masked pings with no payload, a thousand to a write.
+    let pings = [0x89u8, 0x80, 0, 0, 0, 0].repeat(1000);
+    let flooding = flood(ws.get_ref(), pings, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut other = Raw::connected(broker.addr, ProtocolVersion::V5, "bystander");
+    other.send(&Packet::PingReq);
+    assert!(matches!(other.recv(), Packet::PingResp));
+    assert!(
+        flooding.join().expect("the flood"),
+        "closed at connect_timeout"
+    );
+}

@@ -34,6 +34,14 @@ const SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 /// put a packet and the start of the next in one message).
 const MESSAGE_SLACK: usize = 64 * 1024;
 
+/// The most bytes one written message carries; within the write buffer bound of
+/// `MESSAGE_SLACK` beyond `max_message_size`.
+const WRITE_CHUNK: usize = MESSAGE_SLACK;
+
+/// Messages that bring no bytes (pings, empty binaries) read in one poll before the
+/// connection lets other tasks run.
+const EMPTY_RUN: usize = 16;
+
 /// The least time between two warnings of refused upgrades: a browser page retrying
 /// from a foreign origin must not fill the log (B-167).
 const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -388,7 +396,14 @@ impl AsyncRead for WsSocket {
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        let mut empty = 0;
         loop {
+            if empty == EMPTY_RUN {
+                // Pings and empty messages bring no bytes: a peer streaming them must
+                // not keep the thread (and the connect deadline) from anything else.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             if !this.unread.is_empty() {
                 let n = this.unread.len().min(buf.len());
                 buf[..n].copy_from_slice(&this.unread.split_to(n));
@@ -400,7 +415,10 @@ impl AsyncRead for WsSocket {
                     return Poll::Ready(Ok(0));
                 }
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(ws_error(e))),
-                Poll::Ready(Some(Ok(Message::Binary(data)))) => this.unread = data,
+                Poll::Ready(Some(Ok(Message::Binary(data)))) => {
+                    empty += usize::from(data.is_empty());
+                    this.unread = data;
+                }
                 Poll::Ready(Some(Ok(Message::Text(_)))) => {
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::InvalidData,
@@ -408,7 +426,7 @@ impl AsyncRead for WsSocket {
                     )));
                 }
                 // Pings are answered by tungstenite itself.
-                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Ok(_))) => empty += 1,
             }
         }
     }
@@ -426,9 +444,13 @@ impl AsyncWrite for WsSocket {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(ws_error(e))),
             Poll::Ready(Ok(())) => {}
         }
-        ws.start_send(Message::binary(buf.to_vec()))
+        // One message of at most WRITE_CHUNK: a backlog of small packets written at
+        // once would otherwise be one message past tungstenite's write buffer bound,
+        // which ends the connection. MQTT packets may span messages.
+        let part = &buf[..buf.len().min(WRITE_CHUNK)];
+        ws.start_send(Message::binary(part.to_vec()))
             .map_err(ws_error)?;
-        Poll::Ready(Ok(buf.len()))
+        Poll::Ready(Ok(part.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -316,7 +316,7 @@ pub fn run_saguin<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output
 
 /// A client speaking raw bytes, decoding what comes back with the crate's codec.
 pub struct Raw {
-    stream: TcpStream,
+    pub stream: TcpStream,
     protocol: ProtocolVersion,
     buf: Vec<u8>,
 }
