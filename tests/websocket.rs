@@ -383,3 +383,46 @@ fn a_peer_streaming_pings_before_connect_holds_up_nobody_b062() {
         "closed at connect_timeout"
     );
 }
+
+/// B-044, B-045: a ws subscriber's backlog written at once is not one WebSocket
+/// message past the write bound (max_message_size + 64 KiB), which would end the
+/// connection: a resumed session is sent its 1,000 queued publishes whole.
+#[test]
+fn a_resumed_ws_session_gets_a_backlog_larger_than_a_message_bound() {
+    let broker = Broker::start(&format!(
+        "{WS_DOOR}  limits:\n    max_message_size: 4KiB\n    session_queue_bytes: 1MiB\n"
+    ));
+    let addr = ws_addr(&broker);
+    let session = |clean| {
+        let (ws, _) = open(addr, None).expect("upgrade");
+        let mut client = WsClient {
+            ws,
+            buf: Vec::new(),
+        };
+        let mut c = connect(ProtocolVersion::V5, "slow-page", clean);
+        c.properties.edit().session_expiry_interval = Some(600);
+        client.send(&Packet::Connect(Box::new(c)));
+        assert!(matches!(client.recv(), Packet::ConnAck(a) if a.code == 0));
+        client
+    };
+    let mut ws = session(true);
+    ws.send(&Packet::Subscribe(codec::Subscribe {
+        packet_id: 1,
+        filters: vec![("feed/#".into(), opts(QoS::AtLeastOnce))],
+        properties: Default::default(),
+    }));
+    assert!(matches!(ws.recv(), Packet::SubAck(_)));
+    ws.send(&Packet::Disconnect(codec::Disconnect::new(0)));
+    drop(ws);
+    let mut publisher = Raw::connected(broker.addr, ProtocolVersion::V5, "feeder");
+    for i in 0..1000u32 {
+        publisher.publish("feed/x", &[i as u8; 100], QoS::AtLeastOnce, false);
+    }
+    let mut ws = session(false);
+    for _ in 0..1000 {
+        match ws.recv() {
+            Packet::Publish(_) => {}
+            other => panic!("expected PUBLISH, got {other:?}"),
+        }
+    }
+}
