@@ -286,6 +286,36 @@ fn a_delayed_will_fires_after_a_crash_when_its_delay_runs_out() {
     );
 }
 
+/// C-281, MQTT-3.1.2-10: a delayed Will that has gone leaves its session's record,
+/// so a restart does not publish it again.
+#[test]
+fn a_delayed_will_that_went_is_not_published_again_after_a_restart() {
+    let broker = Broker::start_in(fresh_dir(), &config("local"));
+    let (mut watcher, _) = connected(&broker, persistent("watcher", true, 300));
+    assert_eq!(watcher.subscribe("gone/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut c = persistent("mortal", true, 300);
+    c.will = Some(codec::Will {
+        topic: "gone/mortal".into(),
+        payload: b"bye".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Properties::from(PropertyValues {
+            will_delay_interval: Some(1),
+            ..PropertyValues::default()
+        }),
+    });
+    let (raw, _) = connected(&broker, c);
+    drop(raw);
+    assert_eq!(&watcher.recv_publish().payload[..], b"bye");
+    watcher.disconnect();
+    broker.wait_log("watcher disconnected");
+    let dir = broker.stop();
+    let broker = Broker::start_in(dir, &config("local"));
+    let (mut watcher, present) = connected(&broker, persistent("watcher", false, 300));
+    assert!(present);
+    watcher.expect_nothing(Duration::from_millis(1500));
+}
+
 /// C-276: a Will waiting out its delay is stored once, on its session's record in
 /// the `broker.session.storage` provider, and nowhere else in the file.
 #[test]

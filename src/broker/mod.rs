@@ -380,19 +380,15 @@ impl Broker {
 
     /// The record `client_id`'s session should have now: `None` when there is no such
     /// session or it ends with its connection. `without` are filters (as the client
-    /// spelled them) left out, for an UNSUBSCRIBE stored before it is applied. While
-    /// `stopping`, a waiting Will is kept with no due moment (C-282).
-    pub fn record_of(
-        &self,
-        client_id: &str,
-        without: &[String],
-        stopping: bool,
-    ) -> Option<stored::Encoded> {
+    /// spelled them) left out, for an UNSUBSCRIBE stored before it is applied. A Will
+    /// waiting out its delay keeps its due moment, at a stop too (C-279); one kept by
+    /// a connection the stop cut has none (C-282), as it is in no wait.
+    pub fn record_of(&self, client_id: &str, without: &[String]) -> Option<stored::Encoded> {
         let session = self.sessions.get(client_id).filter(|s| s.expiry > 0)?;
         let due_ms = self
             .wills
             .get(client_id)
-            .filter(|(generation, _)| *generation == session.generation && !stopping)
+            .filter(|(generation, _)| *generation == session.generation)
             .map(|(_, at)| {
                 let left = at.saturating_duration_since(Instant::now()).as_millis();
                 records::now_ms().saturating_add(u64::try_from(left).unwrap_or(u64::MAX))
@@ -776,6 +772,11 @@ impl Broker {
             && session.link.is_none()
             && let Some(will) = session.will.take()
         {
+            // The record is written again without it, after the Will is stored
+            // (housekeeping stores first, C-281): a restart must not publish it twice.
+            if session.stored {
+                self.record_work.push(client_id.clone());
+            }
             self.publish_will(client_id, *will);
         }
     }

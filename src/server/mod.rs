@@ -383,10 +383,9 @@ async fn housekeeping(shared: Rc<Shared>) {
 /// other than on a client's packet: an expiry, a connection's end, a start (B-455).
 pub(crate) async fn sync_records(shared: &Shared) {
     let work = shared.broker.borrow_mut().take_record_work();
-    let stopping = shared.stopping.get();
     for client_id in work {
         // Read and sent in one step: the record is what the broker holds now.
-        let record = shared.broker.borrow().record_of(&client_id, &[], stopping);
+        let record = shared.broker.borrow().record_of(&client_id, &[]);
         let landed = write_session_record(shared, &client_id, record)
             .await
             .is_ok();

@@ -316,9 +316,7 @@ async fn store_connect(
         crate::broker::RecordWrite::Delete => None,
         // A write the provider refused before - a withdrawn Will, a deletion - lands
         // before this client connects again, or the CONNECT is refused (C-286).
-        crate::broker::RecordWrite::Nothing if refused => {
-            shared.broker.borrow().record_of(id, &[], false)
-        }
+        crate::broker::RecordWrite::Nothing if refused => shared.broker.borrow().record_of(id, &[]),
         crate::broker::RecordWrite::Nothing => return Ok(()),
     };
     crate::server::write_session_record(shared, id, record).await?;

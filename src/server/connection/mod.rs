@@ -898,6 +898,10 @@ impl Conn {
             will,
             Instant::now(),
         );
+        // A Will published at this end is stored before the record without it is
+        // written: a crash between the two publishes it again, never not at all
+        // (C-281).
+        crate::server::store_unstored(&self.shared).await;
         // The moment it went away, and its Will's due moment (C-278), or its
         // deletion when the session ended with it.
         super::sync_records(&self.shared).await;
@@ -912,8 +916,6 @@ impl Conn {
             self.queue_packet(&Packet::Disconnect(disconnect));
         }
         let _ = self.flush().await;
-        // A Will that must be stored first goes now rather than at the next tick.
-        crate::server::store_unstored(&self.shared).await;
         linger(&mut self.stream).await;
         log::info!("{}: {} disconnected: {end}", self.peer, self.client_id);
     }

@@ -434,7 +434,7 @@ impl Conn {
             .shared
             .broker
             .borrow()
-            .record_of(&self.client_id, without, false);
+            .record_of(&self.client_id, without);
         let Some(record) = record else {
             return Ok(());
         };
