@@ -320,3 +320,43 @@ fn answers_acknowledged_before_a_stop_are_kept_across_it() {
     let mut w = worker(&broker, "after");
     w.expect_nothing(Duration::from_millis(500));
 }
+
+/// gaps A-03, INV-18, C-280: a worker's lasting session keeps its queue form across a
+/// restart, a crash or a graceful stop alike: it resumes with Session Present 1 and
+/// is offered jobs without subscribing again.
+#[test]
+fn a_workers_lasting_session_keeps_its_queue_form_across_restarts() {
+    for killed in [true, false] {
+        let dir = temp_dir("queue-worker-session");
+        let broker = Broker::start_in(dir, CONFIG);
+        let lasting = |clean| {
+            let mut c = common::connect(V5, "steady", clean);
+            c.properties.edit().session_expiry_interval = Some(300);
+            c
+        };
+        let (mut w, _) = Raw::handshake(broker.addr, lasting(true));
+        assert_eq!(
+            w.subscribe("$saguin/queue/jobs", opts(QoS::AtLeastOnce)),
+            [1]
+        );
+        let dir = if killed {
+            let mut broker = broker;
+            broker.signal("KILL");
+            broker.wait_exit();
+            broker.stop_killed()
+        } else {
+            w.disconnect();
+            broker.wait_log("steady disconnected");
+            broker.stop()
+        };
+        let broker = Broker::start_in(dir, CONFIG);
+        let (mut w, ack) = Raw::handshake(broker.addr, lasting(false));
+        assert!(ack.session_present, "killed: {killed}");
+        let mut producer = Raw::connected(broker.addr, V5, "producer");
+        assert_eq!(
+            producer.publish("jobs/a", b"work", QoS::AtLeastOnce, false),
+            Some(0)
+        );
+        assert_eq!(&*w.recv_offer().payload, b"work", "killed: {killed}");
+    }
+}

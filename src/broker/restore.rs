@@ -344,8 +344,14 @@ impl Broker {
         {
             return Some(format!("it lies inside queue {queue}"));
         }
-        if sub.filter.starts_with(queue::FORM_PREFIX) {
-            return Some("a queue's form is not a session's subscription".to_string());
+        if let Some(name) = sub.filter.strip_prefix(queue::FORM_PREFIX) {
+            let a_queue = self
+                .channels
+                .by_name(name)
+                .is_some_and(|id| self.channels.get(id).kind == super::channels::Kind::Queue);
+            if !a_queue || sub.share.is_some() {
+                return Some(format!("no queue {name:?} is configured"));
+            }
         }
         None
     }

@@ -141,6 +141,24 @@ impl Conn {
         Some(QoS::AtLeastOnce as u8)
     }
 
+    /// Tells each queue whose form is among `filters` that this client works it: a
+    /// session restored at startup holds its forms, and the queues' owners, started
+    /// afresh, know no workers.
+    pub(super) fn tell_queues_of_forms<'f>(&self, filters: impl Iterator<Item = &'f str>) {
+        let broker = self.shared.broker.borrow();
+        for name in filters.filter_map(|f| f.strip_prefix(FORM_PREFIX)) {
+            if let Some(queue) = broker
+                .channels
+                .by_name(name)
+                .filter(|id| broker.channels.get(*id).kind == Kind::Queue)
+            {
+                broker
+                    .queues
+                    .tell(queue, Event::Subscribed(self.client_id.clone()));
+            }
+        }
+    }
+
     /// Answers a publish to `$saguin/queue/<name>/response`: `None` for any other
     /// topic. A response naming a queue is acknowledged 0x00 whatever becomes of it
     /// (C-082); one naming no queue is refused 0x90, saying so.

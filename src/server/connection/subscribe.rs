@@ -9,6 +9,7 @@ use super::channels::Opening;
 use super::routing::log_owed;
 use super::verbs;
 use super::{Conn, End, refusal_text};
+use crate::broker::queue::FORM_PREFIX;
 use crate::broker::session::{Delivery, Subscription};
 use crate::broker::{partition, topic};
 use crate::codec::{
@@ -78,9 +79,18 @@ impl Conn {
                 codes.push(reason::SUCCESS); // the last copy's code, below
                 continue;
             }
+            let before = filter
+                .starts_with(FORM_PREFIX)
+                .then(|| self.with_session(|s| s.subscriptions.get(filter.as_str()).cloned()));
             if let Some(code) =
                 self.queue_subscription(filter, *options, &subscribe.properties, identifier)
             {
+                // A queue's form granted is the session's like any subscription:
+                // stored before the SUBACK, and resumed (gaps A-03).
+                if code < 0x80 {
+                    changed.push((codes.len(), filter.clone(), before.flatten().flatten()));
+                    cursors_before.push(Vec::new());
+                }
                 codes.push(code);
                 continue;
             }
@@ -374,6 +384,8 @@ impl Conn {
                 .cloned()
                 .collect()
         };
+        // A worker's queue forms: its queues learn of it again, as at its SUBSCRIBE.
+        self.tell_queues_of_forms(subs.iter().map(|s| s.filter.as_str()));
         for sub in subs {
             let opened = self
                 .open_cursors(
