@@ -695,3 +695,50 @@ fn a_response_topic_with_a_wildcard_or_empty_is_a_protocol_error() {
         assert_eq!(asker.expect_disconnect(), 0x82, "{response:?}");
     }
 }
+
+/// The broker's resident memory, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Invariant 13: a client that sends many point reads at once and reads nothing has
+/// at most a session's bound of answers kept for it; the rest of its requests wait
+/// in its socket.
+#[test]
+fn point_reads_sent_at_once_are_answered_within_a_sessions_bound() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish(
+        "state/big",
+        &vec![b'v'; 512 * 1024],
+        QoS::AtLeastOnce,
+        false,
+    );
+    let before = rss_kib(broker.pid());
+    let mut asker = Raw::connected(broker.addr, V5, "greedy");
+    let mut burst = Vec::new();
+    for i in 0..300u16 {
+        let mut p = get("state/big", Some("r/me"));
+        p.packet_id = Some(i + 1);
+        saguin::codec::encode(&Packet::Publish(p), V5, &mut burst);
+    }
+    asker.send_bytes(&burst);
+    std::thread::sleep(Duration::from_secs(2));
+    let grown = rss_kib(broker.pid()).saturating_sub(before);
+    // One read of requests (4 KiB, some 80 of them) asks for 40 MiB of answers; the
+    // bound is session_queue_bytes (1 MiB).
+    assert!(grown < 16 * 1024, "grew by {grown} KiB");
+    // Read, it is answered in full.
+    let mut replies = 0;
+    while replies < 300 {
+        if let Packet::Publish(p) = asker.recv() {
+            assert_eq!(p.payload.len(), 512 * 1024);
+            replies += 1;
+        }
+    }
+}

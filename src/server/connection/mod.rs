@@ -565,6 +565,11 @@ impl Conn {
     async fn handle_buffered(&mut self) -> Result<(), End> {
         while let Some(packet) = self.handle_ready()? {
             self.handle(packet).await?;
+            // Answers owed past a session's bound are written before more requests
+            // are read: a read buffer of point reads asks for many stored values.
+            if self.out.len() > self.shared.settings.session_queue_bytes {
+                self.flush().await?;
+            }
         }
         Ok(())
     }

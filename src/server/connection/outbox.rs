@@ -99,7 +99,7 @@ impl Outbox {
     }
 
     /// Total bytes waiting.
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.bytes.len() + self.payloads.iter().map(|(_, p)| p.len()).sum::<usize>()
     }
 
