@@ -358,3 +358,40 @@ fn a_value_past_its_message_expiry_is_removed_from_storage_c239() {
     let dir = broker.stop();
     assert_eq!(stored_topics(&dir), ["dies/b", "dies/c"]);
 }
+
+/// C-216, C-220, MQTT-3.3.1-6/-7: on sqlite at its bound, a retained value is still
+/// replaced by one no larger, and deleted by a zero-length publish: neither adds.
+#[test]
+fn a_full_sqlite_store_still_takes_updates_and_deletions() {
+    let yaml = config(
+        "  limits:\n    max_message_size: 64KiB\n    session_queue_bytes: 8MiB\n",
+        "",
+    )
+    .replace(
+        "        file_path: {dir}/saguin.db\n",
+        "        file_path: {dir}/saguin.db\n        max_bytes: 2MiB\n",
+    );
+    let broker = Broker::start_in(temp_dir("retained-full-sqlite"), &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let payload = vec![b'x'; 50 << 10];
+    let mut kept = Vec::new();
+    for i in 0..80 {
+        let topic = format!("full/{i:02}");
+        match retain(&mut publisher, &topic, &payload) {
+            Some(0) => kept.push(topic),
+            code => {
+                assert_eq!(code, Some(0x97), "{topic}");
+                break;
+            }
+        }
+    }
+    assert!(kept.len() > 2 && kept.len() < 80, "{} kept", kept.len());
+    assert_eq!(
+        retain(&mut publisher, &kept[0], &payload),
+        Some(0),
+        "an update"
+    );
+    assert_eq!(retain(&mut publisher, &kept[1], b""), Some(0), "a deletion");
+    let values = retained_values(&broker, "reader", "full/#");
+    assert_eq!(values.len(), kept.len() - 1);
+}

@@ -339,8 +339,18 @@ impl<'a> Batch<'a> {
         let ch = self.channel(name)?;
         let size = record.size();
         let mut n = self.counts(name, ch);
+        let latest = ch.settings.is_latest();
+        // On a latest channel the write replaces the topic's value: only what it adds
+        // counts against the bounds, so a store at its bound still takes an update
+        // no larger than the value, and a deletion (C-216, C-220).
+        let replaced = if latest {
+            self.latest_of(c, name, ch.id, &record.topic)?
+        } else {
+            None
+        };
+        let replaced_size = replaced.map_or(0, |(_, size)| size + ROW_OVERHEAD);
         if let Some(max) = ch.settings.max_bytes
-            && n.bytes + size > max
+            && (n.bytes + size).saturating_sub(replaced_size) > max
         {
             return Err(StorageError::ChannelFull {
                 channel: name.to_owned(),
@@ -351,12 +361,12 @@ impl<'a> Batch<'a> {
         }
         let used = self.used_pages(c, name)?;
         let b = self.bounds;
-        let grown = (self.added_bytes + size + ROW_OVERHEAD).div_ceil(b.page_size);
+        let adds = (size + ROW_OVERHEAD).saturating_sub(replaced_size);
+        let grown = (self.added_bytes + adds).div_ceil(b.page_size);
         let reserve = if may_use_reserve { 0 } else { b.reserve_pages };
-        if used + grown > b.max_pages.saturating_sub(reserve) {
+        if adds > 0 && used + grown > b.max_pages.saturating_sub(reserve) {
             return Err(self.provider_full());
         }
-        let latest = ch.settings.is_latest();
         let state = if ch.settings.is_queue() {
             STATE_JOB
         } else if latest && record.payload.is_empty() {
@@ -364,20 +374,9 @@ impl<'a> Batch<'a> {
         } else {
             STATE_STORED
         };
-        if latest {
-            let old: Option<i64> = c
-                .prepare_cached(
-                    "SELECT record_offset FROM latest WHERE channel_id = ?1 AND topic = ?2",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![ch.id, record.topic], |r| r.get(0))
-                        .optional()
-                })
-                .map_err(|e| self.sql(c, name, e))?;
-            if let Some(old) = old {
-                self.take_record(c, name, u(old))?;
-                n = self.counts(name, ch);
-            }
+        if let Some((old, _)) = replaced {
+            self.take_record(c, name, old)?;
+            n = self.counts(name, ch);
         }
         let offset = n.next_offset;
         self.insert_row(c, name, ch.id, offset, state, &record)?;
@@ -393,8 +392,29 @@ impl<'a> Batch<'a> {
         n.records += 1;
         n.bytes += size;
         self.counts.insert(name.to_owned(), n);
-        self.added_bytes += size + ROW_OVERHEAD;
+        self.added_bytes += adds;
         Ok(offset)
+    }
+
+    /// The offset and size of `topic`'s current value on latest channel `name`.
+    fn latest_of(
+        &self,
+        c: &Connection,
+        name: &str,
+        channel_id: i64,
+        topic: &str,
+    ) -> Result<Option<(u64, u64)>, StorageError> {
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM records WHERE channel_id = ?1 AND record_offset = \
+             (SELECT record_offset FROM latest WHERE channel_id = ?1 AND topic = ?2)"
+        );
+        c.prepare_cached(&sql)
+            .and_then(|mut s| {
+                s.query_row(params![channel_id, topic], schema::record_from_row)
+                    .optional()
+            })
+            .map(|found| found.map(|r| (r.offset, r.size())))
+            .map_err(|e| self.sql(c, name, e))
     }
 
     /// That `size` more bytes fit within the provider's bound less its reserve: a
