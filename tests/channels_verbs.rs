@@ -742,3 +742,34 @@ fn point_reads_sent_at_once_are_answered_within_a_sessions_bound() {
         }
     }
 }
+
+/// MQTT 4.3.3: a point read at QoS 2 completes as an exchange: PUBREC 0x00, the
+/// reply, and PUBCOMP 0x00 at its PUBREL; a DUP before the PUBREL is answered, not
+/// read again.
+#[test]
+fn a_qos2_point_read_completes_its_exchange() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/pump", b"on", QoS::AtLeastOnce, false);
+    let mut asker = Raw::connected(broker.addr, V5, "asker2");
+    let mut p = get("state/pump", Some("r/me"));
+    p.qos = QoS::ExactlyOnce;
+    p.packet_id = Some(5);
+    asker.send(&Packet::Publish(p.clone()));
+    let mut pubrec = 0;
+    let mut replies = 0;
+    for _ in 0..2 {
+        match asker.recv() {
+            Packet::PubRec(a) => pubrec = a.code + 1,
+            Packet::Publish(r) => replies += usize::from(&*r.payload == b"on"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((pubrec, replies), (1, 1));
+    p.dup = true;
+    asker.send(&Packet::Publish(p));
+    assert!(matches!(asker.recv(), Packet::PubRec(a) if a.code == 0));
+    asker.send(&Packet::PubRel(saguin::codec::Ack::new(5, 0)));
+    assert!(matches!(asker.recv(), Packet::PubComp(a) if a.code == 0));
+    asker.expect_nothing(Duration::from_millis(200));
+}

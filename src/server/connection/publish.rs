@@ -64,6 +64,42 @@ pub(super) fn qos2_room(
 }
 
 impl Conn {
+    /// For a QoS 2 publish the broker acts on at once (a queue's answer, a `$saguin/`
+    /// verb): `Some` when it is answered already - a DUP of one held, or no room -
+    /// and must not be acted on again.
+    pub(super) fn qos2_answered_already(&mut self, publish: &Publish) -> Option<Result<(), End>> {
+        let id = publish
+            .packet_id
+            .filter(|_| publish.qos == QoS::ExactlyOnce)?;
+        let shared = self.shared.clone();
+        let room = shared
+            .broker
+            .borrow_mut()
+            .session_and_metrics(&self.client_id, self.link.id)
+            .map(|(s, metrics)| qos2_room(s, id, &shared.settings, metrics));
+        match room {
+            Some(Err(code)) => Some(Err(self.refuse(code))),
+            Some(Ok(Some(code))) => Some(self.answer_publish(publish, code)),
+            Some(Ok(None)) | None => None,
+        }
+    }
+
+    /// Holds a QoS 2 publish acted on at once with nothing to release: its PUBREL
+    /// only completes the exchange (0x00), and a DUP of it is answered, not redone.
+    pub(super) fn hold_acted_on(&mut self, publish: &Publish) {
+        if let Some(id) = publish
+            .packet_id
+            .filter(|_| publish.qos == QoS::ExactlyOnce)
+        {
+            let held = HeldQos2 {
+                since: Instant::now(),
+                message: None,
+                stored: None,
+            };
+            self.with_session(|s| s.incoming.insert(id, held));
+        }
+    }
+
     /// Resolves a topic alias (MQTT 5 section 3.3.2.3.4) into the publish's topic.
     fn resolve_alias(&mut self, publish: &mut Publish) -> Result<(), End> {
         let Some(alias) = (publish.properties.present_mut()).and_then(|p| p.topic_alias.take())
@@ -212,7 +248,13 @@ impl Conn {
     /// Performs a `$saguin/...` verb and answers it: its code, and the reply to its
     /// Response Topic if it has one.
     async fn answer_verb(&mut self, verb: Verb, publish: &Publish) -> Result<(), End> {
+        if let Some(answered) = self.qos2_answered_already(publish) {
+            return answered;
+        }
         let (code, reply) = self.perform(verb, publish).await;
+        if code == reason::SUCCESS {
+            self.hold_acted_on(publish);
+        }
         if code != reason::SUCCESS {
             log::info!(
                 "{}: {} {:?} refused 0x{code:02X}",

@@ -3,13 +3,12 @@
 //! `$saguin/queue/<name>/response`, PUBACKs of offers, a worker's full window
 //! reopening, and a worker's connection ending. Each only tells the queue's owner what happened; the owner decides.
 
-use super::publish::qos2_room;
 use super::{Conn, End, Shared};
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::inflight::Answer;
 use crate::broker::queue::lease::{Verdict, Worker};
 use crate::broker::queue::{Event, FORM_PREFIX};
-use crate::broker::session::{HeldQos2, Inflight, Subscription};
+use crate::broker::session::{Inflight, Subscription};
 use crate::broker::topic;
 use crate::codec::{Properties, ProtocolVersion, Publish, QoS, SubscriptionOptions, reason};
 use crate::storage::Record;
@@ -214,20 +213,8 @@ impl Conn {
             return Some(self.answer_publish(publish, reason::QUOTA_EXCEEDED));
         }
         // An answer at QoS 2 is held until its PUBREL like any other.
-        if publish.qos == QoS::ExactlyOnce
-            && let Some(id) = publish.packet_id
-        {
-            let shared = self.shared.clone();
-            let room = shared
-                .broker
-                .borrow_mut()
-                .session_and_metrics(&self.client_id, self.link.id)
-                .map(|(s, metrics)| qos2_room(s, id, &shared.settings, metrics));
-            match room {
-                Some(Err(code)) => return Some(Err(self.refuse(code))),
-                Some(Ok(Some(code))) => return Some(self.answer_publish(publish, code)),
-                Some(Ok(None)) | None => {}
-            }
+        if let Some(answered) = self.qos2_answered_already(publish) {
+            return Some(answered);
         }
         let verdict = Verdict::parse(&publish.payload);
         let correlation = publish.properties.correlation_data.clone();
@@ -236,17 +223,7 @@ impl Conn {
             .borrow()
             .queues
             .tell(queue, Event::Answer(self.worker(), correlation, verdict));
-        if publish.qos == QoS::ExactlyOnce
-            && let Some(id) = publish.packet_id
-        {
-            // Applied now; its PUBREL only completes the exchange.
-            let held = HeldQos2 {
-                since: std::time::Instant::now(),
-                message: None,
-                stored: None,
-            };
-            self.with_session(|s| s.incoming.insert(id, held));
-        }
+        self.hold_acted_on(publish);
         Some(self.answer_publish(publish, reason::SUCCESS))
     }
 
