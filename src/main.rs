@@ -435,6 +435,14 @@ fn reload_configuration(
     match saguin::config::load(path) {
         Ok(config) => {
             let new = config.broker.log_level;
+            // Said at the more talkative of the two levels: moving to `error` it
+            // would not be said at all, moving from it neither.
+            log::set_max_level(old.to_level_filter().max(new.to_level_filter()));
+            log::warn!(
+                "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
+                old.as_str(),
+                new.as_str()
+            );
             log::set_max_level(new.to_level_filter());
             for door in &config.broker.mqtt.listen.ws {
                 let policy = gates
@@ -446,11 +454,6 @@ fn reload_configuration(
                     policy.replace(door.same_origin, &door.allowed_origins);
                 }
             }
-            log::warn!(
-                "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
-                old.as_str(),
-                new.as_str()
-            );
             new
         }
         Err(e) => {

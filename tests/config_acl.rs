@@ -294,6 +294,45 @@ fn every_acl_rule_is_refused_naming_its_key_and_line() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// B-108: an acl_file filter or topic deeper than limits.max_topic_levels (200 here)
+/// is refused, naming its line; one at the limit loads.
+#[test]
+fn b108_acl_filters_deeper_than_max_topic_levels_are_refused() {
+    let deep = |n: usize| vec!["l"; n].join("/");
+    let topic_rule =
+        |t: &str| format!("roles:\n  r:\n    - topic: {t}\n      allow: [read]\n{USERS}");
+    let channel_rule = |f: &str| {
+        format!(
+            "roles:\n  r:\n    - channel: events\n      filter: {f}\n      allow: [read]\n{USERS}"
+        )
+    };
+    for (text, key, line) in [
+        (topic_rule(&deep(201)), "roles.r[0].topic", 3),
+        (
+            topic_rule(&format!("{}/#", deep(201))),
+            "roles.r[0].topic",
+            3,
+        ),
+        (
+            channel_rule(&format!("iot/x/events/{}", deep(198))),
+            "roles.r[0].filter",
+            4,
+        ),
+    ] {
+        let e = load(&text)
+            .err()
+            .unwrap_or_else(|| panic!("loaded:\n{text}"));
+        let f = e
+            .findings()
+            .iter()
+            .find(|f| f.key == key)
+            .unwrap_or_else(|| panic!("{e}"));
+        assert_eq!(f.line, line, "{e}");
+        assert!(f.line_text().contains("max_topic_levels"), "{e}");
+    }
+    assert!(load(&topic_rule(&format!("{}/#", deep(200)))).is_ok());
+}
+
 /// The spec's examples, adapted to this configuration's channels, load.
 const VALID: &str = "roles:
   telemetry-publisher:

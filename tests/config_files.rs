@@ -379,6 +379,19 @@ fn b556_b557_output_loads_again_unchanged() {
     }
 }
 
+/// B-557, B-175: a single door written as a named list keeps its name in the output.
+#[test]
+fn b557_output_keeps_the_name_of_a_single_named_door() {
+    let text = "broker:\n  id: a\n  storage:\n    default: m\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      m:\n        type: memory\n        max_bytes: 64MiB\n        snapshot_dir: none\n  mqtt:\n    listen:\n      tcp:\n        - name: fleet\n          address: 127.0.0.1:1883\n      ws:\n        - name: hmi\n          address: 127.0.0.1:8083\n";
+    let first = config::from_str(text, Path::new("saguin.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let rendered = config::render(&first);
+    let again = config::from_str(&rendered, Path::new("saguin.yaml"))
+        .unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+    let listen = &again.broker.mqtt.listen;
+    assert_eq!(listen.tcp[0].name, "fleet", "{rendered}");
+    assert_eq!(listen.ws[0].name, "hmi", "{rendered}");
+}
+
 #[test]
 fn b556_output_marks_each_channel_with_its_file_and_omits_dead_letters() {
     let c = config::load(&fixture("split/saguin.yaml")).unwrap();

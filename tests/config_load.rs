@@ -465,6 +465,12 @@ fn a035_max_session_expiry_refuses_none() {
         "broker.limits.max_session_expiry",
         4,
     );
+    // 2^32-1 seconds is MQTT's "never" by another name.
+    refused(
+        "broker:\n  id: a\n  limits:\n    max_session_expiry: 4294967295s\n",
+        "broker.limits.max_session_expiry",
+        4,
+    );
 }
 
 /// B-073, B-077: max_keepalive is a duration; past 65535 s refused, not truncated.

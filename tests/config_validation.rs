@@ -1202,6 +1202,11 @@ fn b537_bridge_refusals_say_what_the_value_costs() {
             "the peer's storage",
         ),
         (
+            "session_expiry: 4294967295s",
+            "bridges.b.session_expiry",
+            "the peer's storage",
+        ),
+        (
             "receive_maximum: 0",
             "bridges.b.receive_maximum",
             "held unacknowledged",

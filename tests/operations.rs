@@ -211,8 +211,8 @@ fn at_error_connects_and_refusals_log_nothing_b020() {
         broker.signal("USR1");
     };
     edit("error");
-    // The SIGUSR1 line is a warning, so nothing says the level changed: give it time.
-    std::thread::sleep(Duration::from_millis(500));
+    // B-029: the change is said before it silences warnings.
+    broker.wait_log("SIGUSR1: log_level info -> error");
     marker.disconnect();
     let mut refused = connect(V5, "", false);
     refused.clean_start = false;

@@ -172,7 +172,8 @@ impl Reader<'_> {
         }
         let key = walk::join(path, "topic");
         let written = walk::string(ctx, t, &key)?;
-        let filters = spellings(ctx, t, &key, &written)?;
+        let max_levels = self.config.broker.limits.max_topic_levels;
+        let filters = spellings(ctx, t, &key, &written, max_levels)?;
         let mut ok = true;
         for spelling in &filters {
             ok &= self.check_topic_rule(ctx, t, &key, spelling);
@@ -250,7 +251,8 @@ impl Reader<'_> {
             Some(fl) => {
                 let fkey = walk::join(path, "filter");
                 let written = walk::string(ctx, fl, &fkey)?;
-                let spellings = spellings(ctx, fl, &fkey, &written)?;
+                let max_levels = self.config.broker.limits.max_topic_levels;
+                let spellings = spellings(ctx, fl, &fkey, &written, max_levels)?;
                 let mut ok = true;
                 for s in &spellings {
                     let first = filter::levels(s).next().unwrap_or("");
@@ -398,7 +400,13 @@ fn feature_list(ctx: &mut Ctx, node: &Node, key: &str) -> Option<Features> {
 
 /// A rule filter's plain spellings: braces expanded first, each checked as an
 /// MQTT topic filter (B-261, B-263). `%u` and `%c` stay in place.
-fn spellings(ctx: &mut Ctx, node: &Node, key: &str, written: &str) -> Option<Vec<String>> {
+fn spellings(
+    ctx: &mut Ctx,
+    node: &Node,
+    key: &str,
+    written: &str,
+    max_levels: u32,
+) -> Option<Vec<String>> {
     let expanded = match filter::expand_braces(written) {
         Ok(v) => v,
         Err(e) => {
@@ -415,6 +423,19 @@ fn spellings(ctx: &mut Ctx, node: &Node, key: &str, written: &str) -> Option<Vec
                 format!(" (expanded to {plain})")
             };
             ctx.phrase(node.line, key, Some(node.show()), format!("{e}{which}"));
+            ok = false;
+            continue;
+        }
+        // As for a channel's filter (B-108): deeper, it could match nothing a client
+        // may publish.
+        let depth = filter::levels(plain).filter(|l| *l != "#").count() as u32;
+        if depth > max_levels {
+            ctx.phrase(
+                node.line,
+                key,
+                Some(node.show()),
+                format!("has {depth} levels, more than limits.max_topic_levels ({max_levels}); shorten it or raise the limit"),
+            );
             ok = false;
         }
     }

@@ -124,8 +124,9 @@ const KEYS: &[&str] = &[
     "topics",
 ];
 const RULE_KEYS: &[&str] = &["filter", "topic", "direction"];
-/// MQTT's ceiling on a session expiry: 2^32-1 seconds, about 136 years.
-const MQTT_MAX_EXPIRY: u64 = u32::MAX as u64;
+/// The longest session expiry asked of a peer: one second short of 2^32-1, which
+/// MQTT reads as "never" (MQTT 5 3.1.2.11.2), refused as `none` is.
+const MQTT_MAX_EXPIRY: u64 = u32::MAX as u64 - 1;
 
 /// Reads `bridges:`, sorted by name.
 pub(crate) fn read(ctx: &mut Ctx, node: &Node, limits: &Limits) -> Vec<Bridge> {

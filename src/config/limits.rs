@@ -153,7 +153,9 @@ pub(crate) fn read(ctx: &mut Ctx, mut f: Fields) -> Limits {
             ctx,
             n,
             &key,
-            DurationRule::seconds(Duration::from_secs(u32max)),
+            // 2^32-1 seconds is MQTT's "never" (MQTT 5 3.1.2.11.2), which `none`
+            // is refused for: the longest duration stops one second short.
+            DurationRule::seconds(Duration::from_secs(u32max - 1)),
         ) {
             l.max_session_expiry = v;
         }

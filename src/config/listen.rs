@@ -501,7 +501,7 @@ fn check_origin(s: &str) -> Result<(), &'static str> {
     }
     // What the door compares is what parses here: an entry it could not read would
     // be dropped, and an empty list admits every page.
-    if super::origin::Origin::parse(s).is_none() {
+    if super::page_origin::PageOrigin::parse(s).is_none() {
         return Err(
             "is not scheme://host[:port] with a port of 0-65535 (an IPv6 host in [brackets])",
         );

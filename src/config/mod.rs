@@ -52,7 +52,7 @@ mod include;
 mod limits;
 mod listen;
 mod node;
-pub mod origin;
+pub mod page_origin;
 mod render;
 mod storage;
 mod units;

@@ -200,24 +200,48 @@ impl<'de> Visitor<'de> for RawVisitor {
     }
 }
 
-/// A mapping key read as text whatever YAML made of it (`5:` is the key "5").
+/// A mapping key read as the text written (`5:` is the key "5", `NO:` the key "NO",
+/// never `false`): keys name channels, providers and users.
 struct KeyText(String);
 
 impl<'de> Deserialize<'de> for KeyText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = Raw::deserialize(d)?;
-        let node = Node {
-            kind: raw.0,
-            line: 0,
-            tag: None,
-        };
-        Ok(KeyText(node.scalar_text().unwrap_or_else(|| node.show())))
+        d.deserialize_string(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = KeyText;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<KeyText, E> {
+        Ok(KeyText(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<KeyText, E> {
+        Ok(KeyText(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<KeyText, E> {
+        Ok(KeyText("null".into()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_the_text_written() {
+        let n = parse("NO: 1\n'off': 2\n0x1F: 3\n1e3: 4\n5: 5\ntrue: 6\n").unwrap();
+        let Kind::Map(entries) = &n.kind else {
+            panic!("{n:?}")
+        };
+        let names: Vec<_> = entries.iter().map(|(k, _)| k.name.as_str()).collect();
+        assert_eq!(names, ["NO", "off", "0x1F", "1e3", "5", "true"]);
+    }
 
     #[test]
     fn lines_tags_and_duplicates_survive() {

@@ -369,11 +369,10 @@ fn tls(o: &mut String, t: &Tls, ind: &str) {
 }
 
 fn listeners(o: &mut String, l: &Listeners, ind: &str) {
-    let one = |n: usize| n == 1;
     if !l.tcp.is_empty() {
         let _ = writeln!(o, "{ind}tcp:");
         for d in &l.tcp {
-            let (lead, pad) = door_lead(one(l.tcp.len()), &d.name, ind);
+            let (lead, pad) = door_lead(l.tcp.len(), "tcp", &d.name, ind);
             let _ = writeln!(o, "{lead}address: {}", addr(&d.address));
             if let Some(t) = &d.tls {
                 tls(o, t, &pad);
@@ -384,7 +383,7 @@ fn listeners(o: &mut String, l: &Listeners, ind: &str) {
     if !l.ws.is_empty() {
         let _ = writeln!(o, "{ind}ws:");
         for d in &l.ws {
-            let (lead, pad) = door_lead(one(l.ws.len()), &d.name, ind);
+            let (lead, pad) = door_lead(l.ws.len(), "ws", &d.name, ind);
             let _ = writeln!(o, "{lead}address: {}", addr(&d.address));
             if let Some(t) = &d.tls {
                 tls(o, t, &pad);
@@ -402,7 +401,7 @@ fn listeners(o: &mut String, l: &Listeners, ind: &str) {
     if !l.unix.is_empty() {
         let _ = writeln!(o, "{ind}unix:");
         for d in &l.unix {
-            let (lead, pad) = door_lead(one(l.unix.len()), &d.name, ind);
+            let (lead, pad) = door_lead(l.unix.len(), "unix", &d.name, ind);
             let _ = writeln!(o, "{lead}path: {}", path(&d.path));
             let _ = writeln!(o, "{pad}mode: \"{:04o}\"", d.mode);
             if d.proxy_protocol {
@@ -413,12 +412,13 @@ fn listeners(o: &mut String, l: &Listeners, ind: &str) {
     }
 }
 
-/// The first line's lead and the indent of a door's other keys.
-fn door_lead(single: bool, name: &str, ind: &str) -> (String, String) {
-    if single {
+/// The first line's lead and the indent of a door's other keys: the mapping form for
+/// the one door of its `kind` that carries the kind's own name (as it was read), the
+/// list form with its name otherwise, so the name survives being read again.
+fn door_lead(count: usize, kind: &str, name: &str, ind: &str) -> (String, String) {
+    if count == 1 && name == kind {
         (format!("{ind}  "), format!("{ind}  "))
     } else {
-        let _ = name;
         (
             format!("{ind}  - name: {}\n{ind}    ", q(name)),
             format!("{ind}    "),

@@ -24,7 +24,7 @@ use smol::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::slots::Slot;
 use super::socket::Socket;
-use crate::config::origin::{Origin, split_host_port};
+use crate::config::page_origin::{PageOrigin, split_host_port};
 
 /// Subprotocols a client may ask for, best first: `mqtt` (MQTT 5 and 3.1.1) and the
 /// name older 3.1 clients use.
@@ -84,7 +84,7 @@ pub struct OriginPolicy {
 #[derive(Debug, Clone)]
 struct OriginRules {
     same_origin: bool,
-    allowed: Vec<Origin>,
+    allowed: Vec<PageOrigin>,
 }
 
 impl OriginPolicy {
@@ -122,7 +122,7 @@ impl OriginPolicy {
             return Ok(());
         };
         let rules = self.rules.borrow();
-        let origin = Origin::parse(origin_text);
+        let origin = PageOrigin::parse(origin_text);
         if rules.same_origin {
             let scheme_port = if self.tls { 443 } else { 80 };
             let same = match (&origin, host.and_then(|h| split_host_port(h, scheme_port))) {
@@ -150,7 +150,7 @@ impl OriginRules {
             // none is dropped here.
             allowed: allowed_origins
                 .iter()
-                .filter_map(|o| Origin::parse(o))
+                .filter_map(|o| PageOrigin::parse(o))
                 .collect(),
         }
     }
@@ -472,14 +472,14 @@ mod tests {
 
     #[test]
     fn origins_compare_with_the_default_port_explicit() {
-        let a = Origin::parse("https://Gateway.example").expect("parses");
-        assert_eq!(Some(a), Origin::parse("https://gateway.example:443"));
+        let a = PageOrigin::parse("https://Gateway.example").expect("parses");
+        assert_eq!(Some(a), PageOrigin::parse("https://gateway.example:443"));
         assert_ne!(
-            Origin::parse("https://gateway.example:8443"),
-            Origin::parse("https://gateway.example")
+            PageOrigin::parse("https://gateway.example:8443"),
+            PageOrigin::parse("https://gateway.example")
         );
-        assert_eq!(Origin::parse("null"), None);
-        assert_eq!(Origin::parse("https://a.example/path"), None);
+        assert_eq!(PageOrigin::parse("null"), None);
+        assert_eq!(PageOrigin::parse("https://a.example/path"), None);
     }
 
     #[test]

@@ -5,15 +5,15 @@
 /// A page origin as a browser sends it: `scheme://host[:port]`, compared with the
 /// default port made explicit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
+pub struct PageOrigin {
     scheme: String,
     host: String,
     port: u16,
 }
 
-impl Origin {
+impl PageOrigin {
     /// Reads `scheme://host[:port]`; `None` for anything else (`null` included).
-    pub fn parse(text: &str) -> Option<Origin> {
+    pub fn parse(text: &str) -> Option<PageOrigin> {
         let (scheme, rest) = text.split_once("://")?;
         let scheme = scheme.to_ascii_lowercase();
         let default_port = match scheme.as_str() {
@@ -22,7 +22,7 @@ impl Origin {
             _ => return None,
         };
         let (host, port) = split_host_port(rest, default_port)?;
-        Some(Origin { scheme, host, port })
+        Some(PageOrigin { scheme, host, port })
     }
 
     fn secure(&self) -> bool {
