@@ -150,15 +150,17 @@ fn main() -> ExitCode {
         log::info!("{note}");
     }
     let settings = saguin::broker::Settings::from_config(&config);
-    let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
-        Ok(opened) => opened,
+    // Certificates, keys and password files are read before any storage is opened:
+    // a start they refuse changes nothing on the disk (B-185).
+    let gates = match saguin::auth::Gates::from_config(&config) {
+        Ok(gates) => gates,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    let gates = match saguin::auth::Gates::from_config(&config) {
-        Ok(gates) => gates,
+    let (channels, sweeps) = match smol::block_on(saguin::startup::open_channels(&config)) {
+        Ok(opened) => opened,
         Err(e) => {
             log::error!("{e}");
             return ExitCode::FAILURE;
@@ -308,6 +310,13 @@ fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
     }
     if let Err(code) = check_loaded(&config).and_then(|()| refuse_unserved(&config)) {
         return code;
+    }
+    // What a start reads before it serves, read the same way: a certificate that is
+    // not PEM, a key that is not its certificate's, a password file with a line it
+    // cannot take (B-551, B-552).
+    if let Err(e) = saguin::auth::Gates::from_config(&config) {
+        eprintln!("{}: {e}", path.display());
+        return ExitCode::from(2);
     }
     // The summary is the answer on stdout (B-550), or on stderr beside the document.
     let summary = saguin::config::summary(&config);

@@ -466,3 +466,27 @@ fn mosquitto_pub_publishes_over_tls_with_cafile() {
     assert!(status.success(), "mosquitto_pub over TLS: {status}");
     broker.wait_log("named \"device-7\" by its client certificate");
 }
+
+/// B-551, B-552, B-185: a certificate file that is readable but not PEM fails
+/// `--check-config` as it fails a start, and the refused start opens no storage.
+#[test]
+fn a_certificate_that_is_not_pem_is_refused_before_storage_is_opened() {
+    let dir = common::temp_dir("not-pem");
+    std::fs::write(dir.join("cert.pem"), "not a certificate\n").expect("write");
+    std::fs::write(dir.join("key.pem"), "not a key\n").expect("write");
+    let yaml = format!(
+        "broker:\n  id: t\n  storage:\n    default: disk\n    default_retention_period: none\n    default_retention_bytes: none\n    providers:\n      disk:\n        type: sqlite\n        file_path: {d}/saguin.db\n  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls:\n          cert_file: {d}/cert.pem\n          key_file: {d}/key.pem\n",
+        d = dir.display()
+    );
+    let path = dir.join("saguin.yaml");
+    std::fs::write(&path, &yaml).expect("write");
+    let out = common::run_saguin(&[std::ffi::OsStr::new("--check-config"), path.as_os_str()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("cert"), "{said}");
+    let started = common::refused_at_startup(&dir, &yaml);
+    assert!(
+        !dir.join("saguin.db").exists(),
+        "storage was opened:\n{started}"
+    );
+}
