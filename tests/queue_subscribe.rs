@@ -173,3 +173,29 @@ fn the_filter_as_sent_decides_its_refusal_a069() {
     assert_eq!(&*s.recv_publish().payload, b"live");
     s.expect_nothing(Duration::from_millis(300));
 }
+
+/// A-097, gaps G-19: a SUBSCRIBE asking for deletions (`saguin-deletions: true`) may
+/// name a queue's form beside its other filters; the form is granted, and offered
+/// jobs, as in any other SUBSCRIBE.
+#[test]
+fn the_form_beside_saguin_deletions_is_granted() {
+    let broker = start();
+    let mut w = Raw::connected(broker.addr, V5, "w");
+    let mut properties = saguin::codec::Properties::default();
+    properties.edit().user_properties = vec![("saguin-deletions".into(), "true".into())];
+    w.send(&Packet::Subscribe(saguin::codec::Subscribe {
+        packet_id: 2,
+        properties,
+        filters: vec![
+            ("events/#".into(), opts(QoS::AtLeastOnce)),
+            ("$saguin/queue/jobs".into(), opts(QoS::AtLeastOnce)),
+        ],
+    }));
+    assert!(matches!(w.recv(), Packet::SubAck(a) if a.codes == [1, 1]));
+    let mut producer = Raw::connected(broker.addr, V5, "p");
+    assert_eq!(
+        producer.publish("work/a", b"job", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(&*w.recv_offer().payload, b"job");
+}

@@ -286,6 +286,8 @@ fn a_full_store_refuses_every_filter_the_packet_would_add_or_change_a147() {
     let got = two.recv_publish();
     assert_eq!((&*got.payload, got.qos), (&b"still"[..], QoS::AtLeastOnce));
     two.expect_nothing(Duration::from_millis(200));
+    // Every filter a SUBACK refuses is counted under its code (RFC 0002 metrics).
+    broker.assert_metric("saguin_subscriptions_refused_total{code=\"0x97\"} 2");
 }
 
 /// a group's share is kept in its first lasting member's record, in the same

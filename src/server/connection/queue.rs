@@ -54,12 +54,13 @@ impl Conn {
         identifier: Option<u32>,
     ) -> Option<u8> {
         let name = filter.strip_prefix(FORM_PREFIX)?;
-        if !topic::is_valid_filter(filter)
-            || properties
-                .user_properties
-                .iter()
-                .any(|(k, _)| k.starts_with("saguin-"))
-        {
+        // `saguin-deletions: true` is a SUBSCRIBE's own (gaps G-19) and means nothing
+        // to a queue; any other saguin- property refuses every filter, in
+        // `check_filter`.
+        let unread = |(k, v): &(String, String)| {
+            k.starts_with("saguin-") && !(k == super::subscribe::DELETIONS && v == "true")
+        };
+        if !topic::is_valid_filter(filter) || properties.user_properties.iter().any(unread) {
             return None;
         }
         let refuse = |code: u8, why: &str| {
@@ -133,10 +134,13 @@ impl Conn {
             identifier,
             slice: None,
         };
-        broker.subscribe(&self.client_id, sub);
-        broker
-            .queues
-            .tell(queue, Event::Subscribed(self.client_id.clone()));
+        // Its owner learns of a worker once, not at every SUBSCRIBE naming the form
+        // again: its mailbox is not bounded by the packet.
+        if !broker.subscribe(&self.client_id, sub) {
+            broker
+                .queues
+                .tell(queue, Event::Subscribed(self.client_id.clone()));
+        }
         Some(QoS::AtLeastOnce as u8)
     }
 

@@ -18,7 +18,7 @@ use crate::codec::{
 };
 
 /// The SUBSCRIBE property asking to be told of deletions on latest channels.
-const DELETIONS: &str = "saguin-deletions";
+pub(super) const DELETIONS: &str = "saguin-deletions";
 
 impl Conn {
     /// Why `filter` is refused when it would be one subscription more than
@@ -218,16 +218,22 @@ impl Conn {
             // Stored before acknowledged (invariant 18): what the store could not keep
             // is refused, 0x97 when it is full, 0x83 otherwise (3.1.1: 0x80), and the
             // session goes back to what it was.
-            let code = match (self.protocol, e.is_full()) {
-                (ProtocolVersion::V311, _) => reason::v311::SUBACK_FAILURE,
-                (_, true) => reason::QUOTA_EXCEEDED,
-                (_, false) => reason::IMPLEMENTATION_SPECIFIC_ERROR,
+            let own = if e.is_full() {
+                reason::QUOTA_EXCEEDED
+            } else {
+                reason::IMPLEMENTATION_SPECIFIC_ERROR
+            };
+            let code = match self.protocol {
+                ProtocolVersion::V311 => reason::v311::SUBACK_FAILURE,
+                ProtocolVersion::V5 => own,
             };
             self.suback_reason = Some(format!("the session could not be stored: {e}").into());
             let mut broker = self.shared.broker.borrow_mut();
             let undone = changed.into_iter().zip(cursors_before).rev();
             for ((index, filter, before), in_cursors) in undone {
                 codes[index] = code;
+                // Counted under its own code, as every refusal is.
+                broker.metrics.refuse_subscription(own);
                 match before {
                     // Replaced, not removed: its channel cursors read on as they did
                     // (B-470).
