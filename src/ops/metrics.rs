@@ -500,15 +500,30 @@ fn queue_metrics(
     );
 }
 
-/// The process's resident set size, from /proc (0 where there is none).
+/// The process's resident set size, from /proc (0 where there is none): `VmRSS`,
+/// in kB whatever the page size (aarch64 kernels run 4, 16 or 64 KiB pages).
 fn resident_bytes() -> u64 {
-    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return 0;
     };
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
+    vm_rss_bytes(&status).unwrap_or(0)
+}
+
+fn vm_rss_bytes(status: &str) -> Option<u64> {
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kib: u64 = kib.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resident_memory_is_vm_rss_whatever_the_page_size() {
+        let status = "Name:\tsaguin\nVmHWM:\t   9000 kB\nVmRSS:\t   8124 kB\nThreads:\t3\n";
+        assert_eq!(vm_rss_bytes(status), Some(8124 * 1024));
+        assert_eq!(vm_rss_bytes("Name:\tx\n"), None);
+        assert!(resident_bytes() > 0, "this process has a VmRSS");
+    }
 }
