@@ -254,7 +254,14 @@ pub fn serve(
 
 async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor>) {
     let mut pace = shared.settings.max_connect_rate.map(ConnectPace::new);
+    let mut accepted: u32 = 0;
     loop {
+        // A full accept queue never makes `accept` wait: without a rate to pace it,
+        // a flood of connections would keep the thread here.
+        accepted = accepted.wrapping_add(1);
+        if accepted.is_multiple_of(ACCEPTS_PER_TURN) {
+            futures_lite::future::yield_now().await;
+        }
         if let Some(pace) = &mut pace {
             // Over the rate a connection waits in the kernel's accept queue; it is
             // not refused (RFC 0002 "max_connect_rate").
@@ -300,6 +307,9 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor>
         }
     }
 }
+
+/// Connections a door accepts before it lets the other tasks run.
+const ACCEPTS_PER_TURN: u32 = 32;
 
 /// A socket holding an overflow place waits up to `OVERFLOW_WAIT` for a slot (B-049);
 /// one that gets none is told Server busy, and every socket not admitted is closed

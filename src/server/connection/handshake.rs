@@ -392,7 +392,12 @@ pub(crate) async fn refuse_busy(
     let ack = connack(protocol, false, reason::SERVER_BUSY, Properties::default());
     let bytes = encode_one(&Packet::ConnAck(ack), protocol);
     drop(place);
-    Box::pin(close_with(&mut stream, &bytes, shared)).await;
+    // Written and closed by the deadline, lingering included: a socket not admitted
+    // is gone within 100 ms of arriving (B-052), so those told Server busy cannot
+    // pile up past the overflow budget (B-054).
+    let left = deadline.saturating_duration_since(Instant::now());
+    let _ = write_with_timeout(&mut stream, &bytes, Some(left)).await;
+    super::linger_until(&mut stream, deadline).await;
 }
 
 /// Takes a session over from the connection holding it: that connection is told to end

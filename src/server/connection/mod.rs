@@ -258,7 +258,14 @@ async fn with_write_timeout(
 /// the kernel send RST, which can overtake a CONNACK or DISCONNECT still in flight.
 /// Memory stays bounded: the rest is read into a small buffer and dropped.
 async fn linger(stream: &mut Socket) {
-    const LINGER: Duration = Duration::from_millis(500);
+    linger_until(stream, Instant::now() + LINGER).await;
+}
+
+/// How long [`linger`] discards what the peer still sends.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// [`linger`], ending at `until` however much is left to discard.
+async fn linger_until(stream: &mut Socket, until: Instant) {
     const MAX_DISCARD: usize = 1 << 20;
     stream.close_write();
     let drain = async {
@@ -272,7 +279,7 @@ async fn linger(stream: &mut Socket) {
         }
     };
     future::or(drain, async {
-        smol::Timer::after(LINGER).await;
+        smol::Timer::at(until).await;
     })
     .await;
 }
