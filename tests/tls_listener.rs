@@ -490,3 +490,25 @@ fn a_certificate_that_is_not_pem_is_refused_before_storage_is_opened() {
         "storage was opened:\n{started}"
     );
 }
+
+/// B-065: a stop does not wait out a TLS handshake that never comes (connect_timeout
+/// here 30 s, and 5 s for the writes of connected clients).
+#[test]
+fn a_stopping_broker_ends_a_tls_handshake_at_once() {
+    let ca = Ca::new("test-ca");
+    let yaml = common::config(&format!(
+        "{}  limits:\n    connect_timeout: 30s\n",
+        door("", "")
+    ));
+    let broker = Broker::start_in(tls_dir("tls-stop", &ca), &yaml);
+    let silent = std::net::TcpStream::connect(broker.addr).expect("connect");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    broker.stop();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "stopped without waiting for the silent handshake: {:?}",
+        started.elapsed()
+    );
+    drop(silent);
+}

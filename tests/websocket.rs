@@ -426,3 +426,19 @@ fn a_resumed_ws_session_gets_a_backlog_larger_than_a_message_bound() {
         }
     }
 }
+
+/// B-065: a stop does not wait out an upgrade request that never comes.
+#[test]
+fn a_stopping_broker_ends_a_silent_upgrade_at_once() {
+    let broker = Broker::start(&format!("{WS_DOOR}  limits:\n    connect_timeout: 30s\n"));
+    let silent = TcpStream::connect(ws_addr(&broker)).expect("connect");
+    std::thread::sleep(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    broker.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "stopped without waiting for the silent upgrade: {:?}",
+        started.elapsed()
+    );
+    drop(silent);
+}

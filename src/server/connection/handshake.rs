@@ -37,17 +37,16 @@ pub(super) async fn establish(
     // One deadline for the TLS handshake, the WebSocket upgrade and the CONNECT
     // together (B-062).
     let deadline = Instant::now() + shared.settings.connect_timeout;
-    let (stream, certificate) =
-        crate::server::proxy::admit(&gate, stream, deadline, &mut peer, &shared).await?;
+    // A stop ends the TLS handshake and the upgrade as it ends the CONNECT's wait: a
+    // silent socket must not hold the stop for its deadline (B-065).
+    let admit = crate::server::proxy::admit(&gate, stream, deadline, &mut peer, &shared);
+    let (stream, certificate) = future::or(admit, nothing_once_stopped(&shared)).await?;
     let (mut stream, slot) = match websocket {
         None => (stream, slot),
         Some(policy) => {
             let max = shared.settings.max_message_size as usize;
             let upgrade = crate::server::ws::upgrade(stream, slot, &policy, max, deadline, &peer);
-            match upgrade.await {
-                Some(upgraded) => upgraded,
-                None => return None,
-            }
+            future::or(upgrade, nothing_once_stopped(&shared)).await?
         }
     };
     let connect = match read_connect(&mut stream, &mut reader, &shared, deadline).await {
@@ -627,6 +626,12 @@ fn encode_one(packet: &Packet, protocol: ProtocolVersion) -> Vec<u8> {
     let mut out = Vec::new();
     codec::encode(packet, protocol, &mut out);
     out
+}
+
+/// `None` once the broker stops: raced against a step of the handshake.
+async fn nothing_once_stopped<T>(shared: &Shared) -> Option<T> {
+    shared.stopped().await;
+    None
 }
 
 /// Writes all of `bytes`, giving up after `timeout` (`limits.write_timeout`; `None`
