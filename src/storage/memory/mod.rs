@@ -6,6 +6,7 @@
 
 mod snapshot;
 
+use rustix::fs::Access;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -226,8 +227,11 @@ impl MemoryProvider {
         let Some(dir) = &self.settings.snapshot_dir else {
             return Ok(());
         };
+        // Asked of the kernel, not read from the mode bits: a filesystem remounted
+        // read-only (an SD card failing) keeps its modes and refuses every write.
+        let writable = || rustix::fs::access(dir, Access::WRITE_OK | Access::EXEC_OK).is_ok();
         match std::fs::metadata(dir) {
-            Ok(meta) if meta.is_dir() && !meta.permissions().readonly() => Ok(()),
+            Ok(meta) if meta.is_dir() && writable() => Ok(()),
             Ok(_) => Err(format!(
                 "storage provider {}: snapshot_dir {} is not a writable directory",
                 self.settings.name,
