@@ -1391,3 +1391,83 @@ fn a_publish_refused_by_a_dead_letter_channel_is_logged_a185() {
         broker.wait_log(&format!("{topic:?} refused 0x87"));
     }
 }
+
+/// C-235, MQTT-3.3.1-11: a subscription with Retain Handling 2 that joins a latest
+/// channel's cursor while an earlier one is still reading the stored state is shown
+/// none of it.
+#[test]
+fn retain_handling_2_joining_a_cursor_still_reading_state_is_shown_none_of_it() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..150 {
+        for half in ["a", "b"] {
+            let topic = format!("state/{half}/{i}");
+            publisher.publish(&topic, &[b'v'; 10 * 1024], QoS::AtLeastOnce, false);
+        }
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "late-joiner");
+    let subscribe = |packet_id, filter: &str, handling, id| {
+        let mut properties = saguin::codec::Properties::default();
+        properties.edit().subscription_identifiers = vec![id];
+        let options = saguin::codec::SubscriptionOptions {
+            retain_handling: handling,
+            ..opts(QoS::AtMostOnce)
+        };
+        Packet::Subscribe(saguin::codec::Subscribe {
+            packet_id,
+            properties,
+            filters: vec![(filter.into(), options)],
+        })
+    };
+    // Both at once: 3 MiB of state is more than the session holds, so the first
+    // subscription's reading is still going when the second joins.
+    let mut both = Vec::new();
+    for p in [
+        subscribe(1, "state/#", saguin::codec::RetainHandling::OnSubscribe, 1),
+        subscribe(2, "state/b/#", saguin::codec::RetainHandling::Never, 7),
+    ] {
+        saguin::codec::encode(&p, V5, &mut both);
+    }
+    reader.send_bytes(&both);
+    let mut state = 0;
+    loop {
+        match reader.expect_nothing_or_packet(Duration::from_millis(700)) {
+            Ok(Packet::Publish(p)) => {
+                assert!(p.retain, "only state so far");
+                assert_eq!(
+                    p.properties.subscription_identifiers,
+                    [1],
+                    "{} went to the Retain Handling 2 subscription",
+                    p.topic
+                );
+                state += 1;
+            }
+            Ok(Packet::SubAck(_)) => {}
+            Ok(other) => panic!("{other:?}"),
+            Err(_) => break,
+        }
+    }
+    assert_eq!(state, 300);
+    publisher.publish("state/b/new", b"live", QoS::AtLeastOnce, false);
+    let live = reader.recv_publish();
+    assert_eq!(live.properties.subscription_identifiers, [1, 7]);
+}
+
+/// B-087: a QoS 0 reader replaying more than its session's bound is served the whole
+/// channel: each window read as the one before is written, with nothing else (no
+/// acknowledgement, no publish) to wake it.
+#[test]
+fn a_qos0_replay_larger_than_the_session_bound_is_served_whole() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..300u32 {
+        let topic = format!("events/{i}");
+        publisher.publish(&topic, &[b'e'; 10 * 1024], QoS::AtLeastOnce, false);
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "replayer");
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtMostOnce)), [0]);
+    for i in 0..300u32 {
+        let p = reader.recv_publish();
+        assert_eq!(&*p.topic, format!("events/{i}"));
+    }
+}

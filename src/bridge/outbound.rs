@@ -122,6 +122,7 @@ impl Outbound {
                 // Outbound rules always ask for deletions (gaps G-19).
                 deletions: true,
                 slice: None,
+                from: 0,
             };
             let reader = Reader {
                 shared,

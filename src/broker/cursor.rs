@@ -21,6 +21,10 @@ pub struct ChannelSub {
     /// The slice its SUBSCRIBE declared (`saguin-filter`): records outside it are
     /// stepped over like records its filter does not match (C-165, C-166, C-198).
     pub slice: Option<Slice>,
+    /// The first offset the cursor's reading owes it: past 0 for a subscription to a
+    /// latest channel that wanted no stored state (Retain Handling) and joined a
+    /// cursor still reading that state, which is not its to be shown (C-235).
+    pub from: u64,
 }
 
 /// A current-state pass over a latest channel for a subscription that joined after

@@ -56,13 +56,15 @@ impl Conn {
             identifier,
             deletions,
             slice,
+            from: 0,
         };
         self.reader().open_cursors(sub, opening).await
     }
 
-    /// Reads what the session's cursors are owed into its queue ([`Reader::pump`]).
-    pub(super) async fn pump_channels(&mut self) {
-        self.reader().pump().await;
+    /// Reads what the session's cursors are owed into its queue ([`Reader::pump`]);
+    /// whether it read anything.
+    pub(super) async fn pump_channels(&mut self) -> bool {
+        self.reader().pump().await
     }
 
     /// What to read next ([`Reader::next_read`]).
@@ -204,7 +206,13 @@ impl Reader<'_> {
                 }
                 None => match session.cursors.get_mut(&id) {
                     Some(cursor) => {
-                        cursor.add(sub.clone());
+                        let mut sub = sub.clone();
+                        // The state still being read is not shown to one that asked
+                        // for none (C-235, MQTT-3.3.1-10, -11).
+                        if kind == Kind::Latest && !wants_state {
+                            sub.from = cursor.next.max(cursor.pass_until);
+                        }
+                        cursor.add(sub);
                         cursor
                     }
                     None => continue,
@@ -230,8 +238,10 @@ impl Reader<'_> {
 
     /// Reads what the session's cursors are owed into its queue, as far as the session
     /// bound allows: never more than half the bound queued, so acknowledgements keep
-    /// room for what follows (RFC 0002 "How much a session may hold").
-    pub(crate) async fn pump(&self) {
+    /// room for what follows (RFC 0002 "How much a session may hold"). Returns
+    /// whether it read any record.
+    pub(crate) async fn pump(&self) -> bool {
+        let mut read_any = false;
         loop {
             let Some(NextRead {
                 channel: id,
@@ -241,7 +251,7 @@ impl Reader<'_> {
                 pass,
             }) = self.next_read()
             else {
-                return;
+                return read_any;
             };
             let (provider, name, kind) = {
                 let broker = self.shared.broker.borrow();
@@ -267,14 +277,15 @@ impl Reader<'_> {
                     {
                         c.caught_up = true;
                     }
-                    return;
+                    return read_any;
                 }
             };
+            read_any |= !window.records.is_empty();
             let now = now_ms();
             let client = self.client_id.clone();
             let mut broker = self.shared.broker.borrow_mut();
             let Some((session, metrics)) = broker.session_and_metrics(&client, self.link_id) else {
-                return;
+                return read_any;
             };
             let Some(cursor) = session.cursors.get_mut(&id) else {
                 continue;
@@ -313,8 +324,7 @@ impl Reader<'_> {
                 }
                 let own = records::origin(&record) == &*client;
                 let deletion = matches!(record.state, RecordState::Deleted);
-                let Some((qos, identifiers)) = select(&cursor.subs, &record.topic, own, deletion)
-                else {
+                let Some((qos, identifiers)) = select(&cursor.subs, &record, own, deletion) else {
                     continue; // no filter of this session takes it: settled at once
                 };
                 if !matches!(record.state, RecordState::Stored | RecordState::Deleted)
@@ -582,13 +592,15 @@ impl Reader<'_> {
 /// (C-165, C-166, C-198).
 fn select(
     subs: &[ChannelSub],
-    topic_name: &str,
+    record: &crate::storage::Record,
     own: bool,
     deletion: bool,
 ) -> Option<(QoS, Vec<u32>)> {
+    let topic_name = &*record.topic;
     let mut taken = None::<(QoS, Vec<u32>)>;
     let wanted = |s: &&ChannelSub| {
-        !(own && s.options.no_local)
+        record.offset >= s.from
+            && !(own && s.options.no_local)
             && (!deletion || s.deletions)
             && topic::matches(&s.filter, topic_name)
             && partition::admits(s.slice.as_ref(), topic_name)
@@ -639,8 +651,7 @@ fn current_state(
             continue;
         }
         let own = records::origin(&record) == client;
-        let Some((qos, identifiers)) =
-            select(std::slice::from_ref(&pass.sub), &record.topic, own, false)
+        let Some((qos, identifiers)) = select(std::slice::from_ref(&pass.sub), &record, own, false)
         else {
             continue;
         };

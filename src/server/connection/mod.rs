@@ -288,6 +288,16 @@ async fn linger_until(stream: &mut Socket, until: Instant) {
 /// connection yields to the other tasks: 16 reads of up to a chunk each.
 const BUSY_TURNS: u32 = 16;
 
+/// Counts a turn taken without waiting, and lets the other tasks run every
+/// [`BUSY_TURNS`] of them.
+async fn busy_turn(busy_turns: &mut u32) {
+    *busy_turns += 1;
+    if *busy_turns >= BUSY_TURNS {
+        *busy_turns = 0;
+        future::yield_now().await;
+    }
+}
+
 /// Deliveries a publisher's batch may hand out and still let them be written before
 /// its own acknowledgements (`Conn::serve`).
 const DELIVER_FIRST_UP_TO: u64 = 8;
@@ -451,11 +461,12 @@ impl Conn {
                 // What was waited for is handled; a packet still arriving keeps it.
                 self.waited = false;
             }
+            let mut read_channels = false;
             match self.write_owed() {
                 // Only a session reading channels is asked what to read: the question
                 // looks the session up again.
                 Ok(Reading::Channels) if self.next_read().is_some() => {
-                    Box::pin(self.pump_channels()).await;
+                    read_channels = Box::pin(self.pump_channels()).await;
                     if let Err(end) = self.write_owed() {
                         return end;
                     }
@@ -476,6 +487,13 @@ impl Conn {
                     }
                 }
                 Err(end) => return end,
+            }
+            // QoS 0 records free their room as they are written, and nothing else
+            // would wake the connection to read on: a reader of more than its bound's
+            // worth would stop after the first window (B-087).
+            if read_channels && self.next_read().is_some() {
+                busy_turn(&mut busy_turns).await;
+                continue;
             }
             // A full log window is written at once: what waits behind it goes when
             // the write has moved the position (B-459).
@@ -546,10 +564,10 @@ impl Conn {
             self.waited |= waited;
             // A client that keeps its socket full never makes this task wait: after
             // so many turns in a row it lets the others run (one thread serves all).
-            busy_turns = if waited { 0 } else { busy_turns + 1 };
-            if busy_turns == BUSY_TURNS {
+            if waited {
                 busy_turns = 0;
-                future::yield_now().await;
+            } else {
+                busy_turn(&mut busy_turns).await;
             }
             match event {
                 Event::Read(Ok(0)) | Event::Read(Err(_)) => return End::Close,
