@@ -709,3 +709,32 @@ fn route_names_the_channel_of_a_topic_of_every_type_a056() {
         assert!(stdout.contains(&line), "{line:?} not in\n{stdout}");
     }
 }
+
+/// B-348: `--route` answers as the broker does: a channel's seek reply topic is
+/// subscribable, and a group's inner filter is reserved only when its first
+/// level is `$SYS` or `$saguin`, not when it merely begins so.
+#[test]
+fn b348_route_agrees_with_the_broker_on_the_reserved_space() {
+    let (_, r) = router("route-water.yaml");
+    let reply = routing::explain_one(&r, "$saguin/consumer/anything/seek/reply");
+    assert!(!reply.contains("refused"), "{reply}");
+    assert!(reply.contains("\treply\t"), "{reply}");
+    let system = routing::explain_one(&r, "$share/g/$SYSTEM/x");
+    assert!(!system.contains("refused"), "{system}");
+    let sys = routing::explain_one(&r, "$share/g/$SYS/x");
+    assert!(sys.contains("refused\t0x87"), "{sys}");
+    // The broker itself, on the same subjects.
+    let broker = common::Broker::start("");
+    let mut c = common::Raw::connected(broker.addr, V5, "asker");
+    for (filter, code) in [
+        ("$saguin/consumer/anything/seek/reply", 0),
+        ("$share/g/$SYSTEM/x", 0),
+        ("$share/g/$SYS/x", 0x87),
+    ] {
+        assert_eq!(
+            c.subscribe(filter, common::opts(QoS::AtMostOnce)),
+            [code],
+            "{filter}"
+        );
+    }
+}

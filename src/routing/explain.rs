@@ -22,7 +22,9 @@ fn shared(router: &Router, subject: &str, rest: &str) -> Vec<Line> {
     if inner.to_ascii_lowercase().starts_with("$share") {
         return refused(subject, "0x8F: the filter inside begins $share again");
     }
-    if inner.starts_with("$SYS") || inner.starts_with("$saguin") {
+    // The first level, as the broker compares it: `$SYSTEM/x` is no reserved space.
+    let first = inner.split('/').next().unwrap_or_default();
+    if first == "$SYS" || first == "$saguin" {
         return refused(
             subject,
             "0x87: a reserved space is never delivered to a group",
@@ -91,6 +93,14 @@ fn answer(router: &Router, subject: &str) -> Vec<Line> {
     }
     if subject.starts_with("$SYS/") || subject == "$SYS" {
         return refused(subject, "0x87: $SYS/ is the broker's own reserved space");
+    }
+    if super::is_seek_reply(subject) {
+        return vec![(
+            s,
+            None,
+            "reply".into(),
+            Some("the answers to this client's seeks, written to it alone".into()),
+        )];
     }
     if (subject.starts_with("$saguin/") || subject == "$saguin")
         && !subject.starts_with("$saguin/queue/")

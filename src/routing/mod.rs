@@ -87,6 +87,17 @@ pub struct Reach<'a> {
     pub refused_inside_queue: Option<&'a str>,
 }
 
+/// Whether `filter` is the seek reply topic of a channel, which a client may
+/// subscribe to (the reply is written to its socket either way): the one topic
+/// under `$saguin/` besides a queue's form a SUBSCRIBE is granted, here so that
+/// `--route` answers as the broker does.
+pub fn is_seek_reply(filter: &str) -> bool {
+    filter
+        .strip_prefix("$saguin/consumer/")
+        .and_then(|rest| rest.strip_suffix("/seek/reply"))
+        .is_some_and(|channel| !channel.is_empty() && !channel.contains(['/', '+', '#']))
+}
+
 /// The channels' filters, indexed.
 #[derive(Debug, Clone)]
 pub struct Router {

@@ -59,14 +59,7 @@ impl Verb {
     }
 }
 
-/// Whether `filter` is the seek reply topic of a channel, which a client may
-/// subscribe to (the reply is written to its socket either way).
-pub(super) fn is_seek_reply(filter: &str) -> bool {
-    filter
-        .strip_prefix("$saguin/consumer/")
-        .and_then(|rest| rest.strip_suffix("/seek/reply"))
-        .is_some_and(|channel| !channel.is_empty() && !channel.contains(['/', '+', '#']))
-}
+pub(super) use crate::routing::is_seek_reply;
 
 impl Conn {
     /// Performs a verb and returns the PUBACK code; the answer, if any, is queued
