@@ -148,6 +148,10 @@ pub struct Broker {
     /// Wills that fired and must be stored before they are handed out (bound for a
     /// channel, or retained on a broadcast topic), waiting for the server.
     unstored: Vec<Arc<Message>>,
+    /// Stored sessions whose Will fired and is not yet stored: their records are not
+    /// written until it is, so a crash between the two publishes it again rather than
+    /// losing it (C-281).
+    wills_storing: Vec<Arc<str>>,
     /// Client ids whose sessions lapsed, whose channel positions the server discards
     /// in every provider.
     lapsed: Vec<Arc<str>>,
@@ -231,6 +235,7 @@ impl Broker {
             wills: HashMap::new(),
             budgets,
             unstored: Vec::new(),
+            wills_storing: Vec::new(),
             lapsed: Vec::new(),
             record_work: Vec::new(),
             records_refused: std::collections::HashSet::new(),
@@ -411,6 +416,10 @@ impl Broker {
         work.extend(self.records_refused.iter().cloned());
         work.sort_unstable();
         work.dedup();
+        // Written once their Will is stored (`wills_stored`), not before (C-281).
+        if !self.wills_storing.is_empty() {
+            work.retain(|c| !self.wills_storing.contains(c));
+        }
         work
     }
 
@@ -772,8 +781,8 @@ impl Broker {
             && session.link.is_none()
             && let Some(will) = session.will.take()
         {
-            // The record is written again without it, after the Will is stored
-            // (housekeeping stores first, C-281): a restart must not publish it twice.
+            // The record is written again without it once the Will is stored
+            // (`publish_will`, C-281): a restart must not publish it twice.
             if session.stored {
                 self.record_work.push(client_id.clone());
             }
@@ -791,6 +800,9 @@ impl Broker {
             );
             self.metrics.refuse_publish("not authorized"); // C-265
             return;
+        }
+        if self.sessions.get(client_id).is_some_and(|s| s.stored) {
+            self.wills_storing.push(client_id.clone());
         }
         let will = armed.will;
         let message = Message::from_will(client_id.clone(), will, Instant::now());
@@ -1281,8 +1293,21 @@ impl Broker {
 
     /// Messages the broker published itself (Wills) that must be stored first: the
     /// server sends each down the ordinary publish path (`connection::route`).
-    pub fn take_unstored(&mut self) -> Vec<Arc<Message>> {
-        std::mem::take(&mut self.unstored)
+    pub fn take_unstored(&mut self) -> (Vec<Arc<Message>>, Vec<Arc<str>>) {
+        (
+            std::mem::take(&mut self.unstored),
+            self.wills_storing.clone(),
+        )
+    }
+
+    /// The Wills of `owners` are stored (or refused for good): their sessions'
+    /// records are written now.
+    pub fn wills_stored(&mut self, owners: Vec<Arc<str>>) {
+        if owners.is_empty() {
+            return;
+        }
+        self.wills_storing.retain(|c| !owners.contains(c));
+        self.record_work.extend(owners);
     }
 
     /// Queues a retained value sent after a SUBACK. To a session that outlives its

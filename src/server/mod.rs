@@ -508,7 +508,7 @@ pub(crate) async fn drop_lapsed_positions(shared: &Shared) {
 /// Sends the Wills that fired and must be stored first (into a channel, or a retained
 /// broadcast value) down the ordinary publish path (C-248).
 pub(crate) async fn store_unstored(shared: &Shared) {
-    let unstored = shared.broker.borrow_mut().take_unstored();
+    let (unstored, owners) = shared.broker.borrow_mut().take_unstored();
     for message in unstored {
         let topic = message.topic.clone();
         let code = connection::route(shared, message).await;
@@ -521,6 +521,7 @@ pub(crate) async fn store_unstored(shared: &Shared) {
     if shared.broker.borrow().has_unlogged() {
         connection::log_owed(shared).await;
     }
+    shared.broker.borrow_mut().wills_stored(owners);
 }
 
 /// Lets every queue owner apply what its mailbox still holds (answers already
