@@ -654,4 +654,24 @@ fn a_filter_repeated_in_one_subscribe_is_granted_once() {
     topics.sort();
     assert_eq!(topics, ["r/1", "r/2", "r/3"]);
     sub.expect_nothing(Duration::from_millis(300));
+    // MQTT-3.8.4-5, as a sequence: the first copy (Retain Handling 0) is sent the
+    // retained values, whatever the last (2) asks.
+    let mut seq = Raw::connected(broker.addr, V5, "sequence");
+    let never = SubscriptionOptions {
+        retain_handling: RetainHandling::Never,
+        ..opts(QoS::AtLeastOnce)
+    };
+    seq.send(&Packet::Subscribe(Subscribe {
+        packet_id: 3,
+        properties: Properties::default(),
+        filters: vec![
+            ("r/#".into(), opts(QoS::AtLeastOnce)),
+            ("r/#".into(), never),
+        ],
+    }));
+    assert!(matches!(seq.recv(), Packet::SubAck(a) if a.codes == [1, 1]));
+    for _ in 0..3 {
+        assert!(seq.recv_publish().retain);
+    }
+    seq.expect_nothing(Duration::from_millis(300));
 }

@@ -144,16 +144,26 @@ impl Reader<'_> {
                     joins,
                 )
             };
+            let stats = || async {
+                provider.stats(&name).await.map_err(|e| {
+                    log::error!(
+                        "channel {name}: cannot read its bounds for {}: {e}",
+                        crate::broker::shown(self.client_id)
+                    );
+                })
+            };
             if joins {
-                opened.push((id, kind, None));
+                // One that wants no stored state is owed what comes after the head,
+                // wherever the cursor it joins is still reading (C-235).
+                let head = if kind == Kind::Latest && !wants_state {
+                    Some(stats().await?.head)
+                } else {
+                    None
+                };
+                opened.push((id, kind, None, head));
                 continue;
             }
-            let stats = provider.stats(&name).await.map_err(|e| {
-                log::error!(
-                    "channel {name}: cannot read its bounds for {}: {e}",
-                    crate::broker::shown(self.client_id)
-                );
-            })?;
+            let stats = stats().await?;
             let stored = if durable {
                 provider
                     .position(self.client_id, &name)
@@ -189,7 +199,7 @@ impl Reader<'_> {
             };
             let mut cursor = Cursor::new(start, pass_until, stored);
             cursor.add(sub.clone());
-            opened.push((id, kind, Some(cursor)));
+            opened.push((id, kind, Some(cursor), None));
         }
         let mut broker = self.shared.broker.borrow_mut();
         let client = self.client_id.clone();
@@ -197,7 +207,7 @@ impl Reader<'_> {
             return Ok(());
         };
         let mut new_readers = Vec::new();
-        for (id, kind, fresh) in opened {
+        for (id, kind, fresh, head) in opened {
             let joined = fresh.is_none();
             let cursor = match fresh {
                 Some(fresh) => {
@@ -207,11 +217,15 @@ impl Reader<'_> {
                 None => match session.cursors.get_mut(&id) {
                     Some(cursor) => {
                         let mut sub = sub.clone();
-                        // The state still being read is not shown to one that asked
-                        // for none (C-235, MQTT-3.3.1-10, -11).
-                        if kind == Kind::Latest && !wants_state {
-                            sub.from = cursor.next.max(cursor.pass_until);
-                        }
+                        // The state stored before it is not shown to one that asked
+                        // for none (C-235, MQTT-3.3.1-10, -11); a filter subscribed
+                        // again keeps what its first SUBSCRIBE is still owed.
+                        let before = cursor.subs.iter().find(|s| s.filter == sub.filter);
+                        sub.from = match (head, before) {
+                            (None, _) => 0, // it wants the state: owed all of it
+                            (Some(_), Some(before)) => before.from,
+                            (Some(head), None) => head,
+                        };
                         cursor.add(sub);
                         cursor
                     }

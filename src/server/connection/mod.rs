@@ -492,8 +492,9 @@ impl Conn {
             // would wake the connection to read on: a reader of more than its bound's
             // worth would stop after the first window (B-087).
             if read_channels && self.next_read().is_some() {
-                busy_turn(&mut busy_turns).await;
-                continue;
+                // Through the wait, which then ends at once: the socket is still read
+                // and positions still written while a backlog goes out.
+                self.link.wake();
             }
             // A full log window is written at once: what waits behind it goes when
             // the write has moved the position (B-459).
@@ -591,9 +592,10 @@ impl Conn {
         while let Some(packet) = self.handle_ready()? {
             self.handle(packet).await?;
             // Answers owed past a session's bound are written before more requests
-            // are read: a read buffer of point reads asks for many stored values.
-            if self.out.len() > self.shared.settings.session_queue_bytes {
-                self.flush().await?;
+            // are read: a read buffer of point reads asks for many stored values. A
+            // kick ends the wait, as it ends every write's.
+            if self.out.len() > self.shared.settings.session_queue_bytes && !self.flush_now()? {
+                Box::pin(self.flush_waiting_unless_kicked()).await?;
             }
         }
         Ok(())

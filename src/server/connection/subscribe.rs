@@ -13,8 +13,8 @@ use crate::broker::queue::FORM_PREFIX;
 use crate::broker::session::{Delivery, Subscription};
 use crate::broker::{partition, topic};
 use crate::codec::{
-    Packet, Properties, PropertyValues, ProtocolVersion, SubAck, Subscribe, UnsubAck, Unsubscribe,
-    reason,
+    Packet, Properties, PropertyValues, ProtocolVersion, RetainHandling, SubAck, Subscribe,
+    SubscriptionOptions, UnsubAck, Unsubscribe, reason,
 };
 
 /// The SUBSCRIBE property asking to be told of deletions on latest channels.
@@ -56,6 +56,21 @@ impl Conn {
             .map(|(i, (filter, _))| (filter.as_str(), i))
             .collect();
         let mut copies = Vec::new();
+        // The retained values the copies would have been sent had each been applied
+        // in turn (MQTT-3.8.4-5): the first copy's Retain Handling, unless a later one
+        // asks for them at every subscribe.
+        let mut handling: HashMap<&str, RetainHandling> = HashMap::new();
+        for (filter, options) in &subscribe.filters {
+            let asked = options.retain_handling;
+            handling
+                .entry(filter.as_str())
+                .and_modify(|h| {
+                    if asked == RetainHandling::OnSubscribe {
+                        *h = asked;
+                    }
+                })
+                .or_insert(asked);
+        }
         let identifier = subscribe
             .properties
             .subscription_identifiers
@@ -79,15 +94,25 @@ impl Conn {
                 codes.push(reason::SUCCESS); // the last copy's code, below
                 continue;
             }
+            let options = &SubscriptionOptions {
+                retain_handling: handling
+                    .get(filter.as_str())
+                    .copied()
+                    .unwrap_or(options.retain_handling),
+                ..*options
+            };
             let before = filter
                 .starts_with(FORM_PREFIX)
                 .then(|| self.with_session(|s| s.subscriptions.get(filter.as_str()).cloned()));
             if let Some(code) =
                 self.queue_subscription(filter, *options, &subscribe.properties, identifier)
             {
-                // A queue's form granted is the session's like any subscription:
-                // stored before the SUBACK, and resumed (gaps A-03).
-                if code < 0x80 {
+                // A queue's form granted is a lasting session's like any
+                // subscription: stored before the SUBACK, and resumed (gaps A-03).
+                // One that ends with its connection stores nothing, so a worker can
+                // still come to drain a queue whose provider is full.
+                let lasting = self.with_session(|s| s.outlives_connection());
+                if code < 0x80 && lasting == Some(true) {
                     changed.push((codes.len(), filter.clone(), before.flatten().flatten()));
                     cursors_before.push(Vec::new());
                 }
