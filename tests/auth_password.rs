@@ -101,6 +101,45 @@ fn a_session_resumed_under_another_user_name_starts_clean() {
     bob.expect_nothing(std::time::Duration::from_millis(300));
 }
 
+/// MQTT-3.1.2-4, -5 (3.1.1): a cleanSession 0 CONNECT that may not resume another
+/// user's session starts a new one that still lasts: it is kept, and sent what was
+/// published while it was away.
+#[test]
+fn a_311_session_started_clean_for_another_user_still_lasts() {
+    use saguin::codec::{ProtocolVersion::V311, QoS};
+    let broker = start(
+        "takeover-user-311",
+        "    password_file: {dir}/clients.passwd
+",
+    );
+    let login = |user: &str, password: &str| {
+        let mut c = common::connect(V311, "dev", false);
+        c.username = Some(user.into());
+        c.password = Some(password.as_bytes().to_vec());
+        Raw::handshake(broker.addr, c)
+    };
+    let (mut alice, _) = login("alice", "secret");
+    alice.subscribe("t", common::opts(QoS::AtLeastOnce));
+    drop(alice);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let (mut bob, ack) = login("bob", "hunter2");
+    assert!(!ack.session_present, "not bob's session");
+    bob.subscribe("t", common::opts(QoS::AtLeastOnce));
+    drop(bob);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut c = common::connect(V5, "publisher-311", true);
+    c.username = Some("alice".into());
+    c.password = Some(b"secret".to_vec());
+    let (mut publisher, _) = Raw::handshake(broker.addr, c);
+    assert_eq!(
+        publisher.publish("t", b"for bob", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let (mut bob, ack) = login("bob", "hunter2");
+    assert!(ack.session_present, "bob's own session lasted");
+    assert_eq!(&*bob.recv_publish().payload, b"for bob");
+}
+
 /// A-171: with no acl_file, an authenticated client may publish to and subscribe to
 /// every channel, and broadcast.
 #[test]

@@ -257,10 +257,12 @@ fn a_refusal_sent_to_a_3_1_1_client_as_0x80_is_counted_under_its_own_code_a159()
     assert_eq!(old.subscribe("$SYS/#", opts(QoS::AtMostOnce)), [0x80]);
     let deep = vec!["l"; 201].join("/");
     assert_eq!(old.subscribe(&deep, opts(QoS::AtMostOnce)), [0x80]);
+    // A shared subscription, which 3.1.1 does not have: 0x8F (RFC 0002's SUBACK table).
+    assert_eq!(old.subscribe("$share/g/t", opts(QoS::AtMostOnce)), [0x80]);
     let mut new = Raw::connected(broker.addr, V5, "new");
     assert_eq!(new.subscribe("$SYS/#", opts(QoS::AtMostOnce)), [0x87]);
     broker.assert_metric("saguin_subscriptions_refused_total{code=\"0x87\"} 2");
-    broker.assert_metric("saguin_subscriptions_refused_total{code=\"0x8F\"} 1");
+    broker.assert_metric("saguin_subscriptions_refused_total{code=\"0x8F\"} 2");
 }
 
 /// no ShareName is reserved: groups named after Sagüin's own words are

@@ -345,8 +345,13 @@ impl Broker {
     fn granted_expiry(&self, connect: &Connect) -> u32 {
         let requested = match connect.protocol {
             ProtocolVersion::V5 => connect.properties.session_expiry_interval.unwrap_or(0),
-            ProtocolVersion::V311 if connect.clean_start => 0,
-            ProtocolVersion::V311 => u32::MAX,
+            // A 3.1.1 CONNECT carries no expiry; one the handshake set stands (a
+            // cleanSession 0 session started clean for another user still lasts).
+            ProtocolVersion::V311 => match connect.properties.session_expiry_interval {
+                Some(kept) => kept,
+                None if connect.clean_start => 0,
+                None => u32::MAX,
+            },
         };
         requested.min(self.settings.max_session_expiry)
     }
@@ -370,7 +375,7 @@ impl Broker {
         session.expiry = expiry;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         session.user = session::user_named(user);
-        if let Some(old) = existing.filter(|_| !connect.clean_start) {
+        if let Some(old) = existing.filter(|s| !connect.clean_start && s.outlives_connection()) {
             session.subscriptions = old.subscriptions.clone();
         }
         session.will = connect.will.as_ref().map(|will| {
@@ -567,7 +572,10 @@ impl Broker {
         self.expiring.remove(&client_id);
         self.wills.remove(&client_id);
 
-        let resumed = !connect.clean_start && self.sessions.contains_key(&client_id);
+        // A session that ends with its connection is never resumed, even while that
+        // connection is still finishing (MQTT-3.1.2-6, MQTT-3.2.2-2).
+        let resumed = !connect.clean_start
+            && (self.sessions.get(&client_id)).is_some_and(|s| s.outlives_connection());
         if !resumed {
             self.end_session(&client_id);
         }

@@ -100,6 +100,10 @@ pub(super) async fn establish(
                 "{peer}: {:?} holds a session another user made; it starts clean",
                 connect.client_id
             );
+            // A 3.1.1 cleanSession 0 asked for a session that lasts: it still does.
+            if connect.protocol == ProtocolVersion::V311 {
+                connect.properties.edit().session_expiry_interval = Some(u32::MAX);
+            }
             connect.clean_start = true;
         }
     }

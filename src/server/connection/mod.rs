@@ -362,6 +362,10 @@ impl Conn {
     /// waiting for its reader at once, so its slot is free while its last write still
     /// waits (B-058). What is left stays in the outbox, for `finish` to write.
     async fn flush_waiting_unless_kicked(&mut self) -> Result<(), End> {
+        // Kicked already: its one wake-up was taken by an earlier wait.
+        if self.link.kicked().is_some() {
+            return Ok(());
+        }
         let Conn {
             out,
             stream,

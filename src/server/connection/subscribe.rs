@@ -362,7 +362,8 @@ impl Conn {
         let mut share = None;
         if let Some(rest) = filter.strip_prefix("$share/") {
             if !v5 {
-                return Err(reason::v311::SUBACK_FAILURE);
+                // Sent as 0x80, counted under its own code.
+                return Err(reason::TOPIC_FILTER_INVALID);
             }
             let Some((name, f)) = rest.split_once('/') else {
                 return Err(reason::TOPIC_FILTER_INVALID);
