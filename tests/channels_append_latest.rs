@@ -1471,3 +1471,37 @@ fn a_qos0_replay_larger_than_the_session_bound_is_served_whole() {
         assert_eq!(&*p.topic, format!("events/{i}"));
     }
 }
+
+/// G-11: changing a filter keeps the position: a durable reader that acknowledged
+/// records, unsubscribed and subscribed again inside ack_commit_interval (1 s) is not sent
+/// them again.
+#[test]
+fn unsubscribing_and_subscribing_again_keeps_the_position_reached_g11() {
+    let dir = common::temp_dir("resubscribe-position");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = CHANNELS.replace(
+        "  storage:\n",
+        "  session:\n    ack_commit_interval: 1s\n  storage:\n",
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..5u32 {
+        publisher.publish(&format!("events/{i}"), b"e", QoS::AtLeastOnce, false);
+    }
+    let mut c = connect(V5, "steady-reader", true);
+    c.properties.edit().session_expiry_interval = Some(300);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    for _ in 0..5 {
+        let p = reader.recv_publish();
+        reader.puback(&p);
+    }
+    reader.send(&Packet::Unsubscribe(saguin::codec::Unsubscribe {
+        packet_id: 9,
+        properties: Default::default(),
+        filters: vec!["events/#".into()],
+    }));
+    assert!(matches!(reader.recv(), Packet::UnsubAck(_)));
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    reader.expect_nothing(Duration::from_millis(500));
+}

@@ -773,3 +773,25 @@ fn a_qos2_point_read_completes_its_exchange() {
     assert!(matches!(asker.recv(), Packet::PubComp(a) if a.code == 0));
     asker.expect_nothing(Duration::from_millis(200));
 }
+
+/// G-18: a seek before any SUBSCRIBE sets the position the subscription then starts
+/// at, for a session that ends with its connection too.
+#[test]
+fn a_seek_before_subscribing_sets_where_the_subscription_starts_g18() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..10u32 {
+        publisher.publish(&format!("events/{i}"), b"e", QoS::AtLeastOnce, false);
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "seeker");
+    let seek = request("$saguin/consumer/events/seek", b"5", "r/seek");
+    assert_eq!(reader.publish_packet(seek), Some(0));
+    assert_eq!(&*reader.recv_publish().topic, "r/seek");
+    assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let first = reader.recv_publish();
+    assert_eq!(
+        user_property(&first, "saguin-offset"),
+        Some("5"),
+        "{first:?}"
+    );
+}

@@ -164,7 +164,12 @@ impl Reader<'_> {
                 continue;
             }
             let stats = stats().await?;
-            let stored = if durable {
+            // A client's stored position is read whatever its session's expiry now:
+            // a session resumed after a restart keeps its place though this CONNECT
+            // asked for no expiry (G-10, G-11), and one that ends with its connection
+            // may have set a position by a seek before subscribing (G-18). What a
+            // session that ended left is gone already (A-079, a Clean Start's too).
+            let stored = if durable || matches!(self.gaps, Gaps::Consumer) {
                 provider
                     .position(self.client_id, &name)
                     .await
@@ -177,7 +182,7 @@ impl Reader<'_> {
             } else {
                 None
             };
-            if let (Some(position), Kind::Append { .. }) = (stored, kind)
+            if let (Some(position), Kind::Append { .. } | Kind::DeadLetter) = (stored, kind)
                 && position < stats.floor
             {
                 let broker = self.shared.broker.borrow();
@@ -318,7 +323,7 @@ impl Reader<'_> {
                 continue;
             }
             if cursor.next < window.floor {
-                if matches!(kind, Kind::Append { .. }) {
+                if matches!(kind, Kind::Append { .. } | Kind::DeadLetter) {
                     self.lost_to_retention(metrics, &name, cursor.next, window.floor);
                 }
                 cursor.next = window.floor;

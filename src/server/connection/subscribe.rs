@@ -518,6 +518,9 @@ impl Conn {
     /// that fails answers 0x83 for each and keeps them, and a 3.1.1 client, which has
     /// no code to be told it with, is disconnected instead (B-464).
     pub(super) async fn on_unsubscribe(&mut self, unsubscribe: Unsubscribe) -> Result<(), End> {
+        // A cursor its last filter leaves goes with it: the position it reached is
+        // written first, so subscribing again goes on from there (G-11).
+        self.store_positions_now().await;
         let held: Vec<String> = {
             let mut broker = self.shared.broker.borrow_mut();
             let session = broker.session(&self.client_id);
