@@ -366,9 +366,13 @@ impl LogCursor {
         self.sent = self.sent.split_off(&position);
     }
 
-    /// Whether one more logged delivery may go on the wire (B-459).
-    pub fn window_open(&self, receive_maximum: u16) -> bool {
+    /// Whether logged delivery `offset` may go on the wire (B-459). One below every
+    /// offset sent always may: a shared group's backlog collected after newer
+    /// records went out holds the position below them, and the window, counting
+    /// them until the position passes them, would otherwise never open again.
+    pub fn window_open(&self, receive_maximum: u16, offset: u64) -> bool {
         self.sent.len() < usize::from(receive_maximum)
+            || self.sent.first().is_some_and(|&lowest| offset < lowest)
     }
 }
 
@@ -477,12 +481,29 @@ mod tests {
         c.hand(6);
         assert_eq!(c.position(), 5);
         c.sent.extend([5, 6]);
-        assert!(!c.window_open(2));
+        assert!(!c.window_open(2, 7));
         c.settle(5);
         assert_eq!((c.position(), c.released.as_slice()), (6, &[5][..]));
         c.stored_at(6);
-        assert!(c.window_open(2) && !c.dirty());
+        assert!(c.window_open(2, 7) && !c.dirty());
         c.settle(6);
         assert_eq!(c.position(), 7);
+    }
+
+    #[test]
+    fn an_offset_below_everything_sent_may_go_out_though_the_window_is_full() {
+        // A group's backlog collected after 6 and 7 went out and were settled: the
+        // position falls to 5, and 6 and 7 stay counted until it passes them.
+        let mut c = LogCursor::restored(6);
+        c.hand(6);
+        c.hand(7);
+        c.sent.extend([6, 7]);
+        c.settle(6);
+        c.settle(7);
+        c.hand(5);
+        c.stored_at(c.position());
+        assert_eq!(c.position(), 5);
+        assert!(c.window_open(2, 5), "5 would never go out");
+        assert!(!c.window_open(2, 8));
     }
 }

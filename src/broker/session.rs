@@ -926,10 +926,10 @@ impl Session {
     /// Maximum of them at or above the stored log position (B-459). A session that
     /// ends with its connection - a member that collected a group's backlog - stores
     /// no position and has no such window.
-    pub fn log_window_open(&self) -> bool {
-        self.log
-            .as_ref()
-            .is_none_or(|log| log.window_open(self.receive_maximum) || !self.keeps_owed_in_log())
+    pub fn log_window_open(&self, offset: u64) -> bool {
+        self.log.as_ref().is_none_or(|log| {
+            log.window_open(self.receive_maximum, offset) || !self.keeps_owed_in_log()
+        })
     }
 
     /// The record a QoS 2 exchange published and answered by PUBREC is to be kept as

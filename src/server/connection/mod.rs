@@ -842,7 +842,9 @@ impl Conn {
             if front.qos != QoS::AtMostOnce && !session.window_open() {
                 break;
             }
-            if front.logged().is_some() && !session.log_window_open() {
+            if let Some(offset) = front.logged()
+                && !session.log_window_open(offset)
+            {
                 self.log_window_full = true;
                 break;
             }
