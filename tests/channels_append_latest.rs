@@ -1505,3 +1505,35 @@ fn unsubscribing_and_subscribing_again_keeps_the_position_reached_g11() {
     assert_eq!(reader.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
     reader.expect_nothing(Duration::from_millis(500));
 }
+
+/// each channel a subscription reaches is read in turn: one holding a
+/// large backlog does not keep another's record waiting behind all of it.
+#[test]
+fn one_channels_backlog_does_not_hold_up_another_channels_record() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..300u32 {
+        publisher.publish(
+            &format!("events/{i}"),
+            &[b'e'; 10 * 1024],
+            QoS::AtLeastOnce,
+            false,
+        );
+    }
+    publisher.publish("memlog/one", b"m", QoS::AtLeastOnce, false);
+    let mut reader = Raw::connected(broker.addr, V5, "everything");
+    assert_eq!(reader.subscribe("#", opts(QoS::AtLeastOnce)), [1]);
+    let mut events_before = 0;
+    loop {
+        let p = reader.recv_publish();
+        reader.puback(&p);
+        if p.topic.starts_with("memlog/") {
+            break;
+        }
+        events_before += 1;
+    }
+    assert!(
+        events_before < 300,
+        "memlog's record came after all of events"
+    );
+}

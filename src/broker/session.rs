@@ -378,6 +378,9 @@ pub struct Session {
     pub generation: u64,
     /// Cursors on the channels its subscriptions touch.
     pub cursors: BTreeMap<ChannelId, Cursor>,
+    /// The channel read last: the next read starts after it, so one channel's
+    /// backlog does not keep the others waiting.
+    pub last_read: Option<ChannelId>,
     /// Its record is in `broker.session.storage` (`broker::stored`): whatever ends
     /// or changes the session writes it again.
     pub stored: bool,
@@ -487,6 +490,7 @@ impl Session {
             will: None,
             generation: 0,
             cursors: BTreeMap::new(),
+            last_read: None,
             stored: false,
             away_ms: None,
             restored: false,

@@ -6,6 +6,7 @@
 //! and is written at most every `ack_commit_interval`, and at the end of the
 //! connection.
 
+use std::ops::Bound;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -306,6 +307,7 @@ impl Reader<'_> {
             let Some((session, metrics)) = broker.session_and_metrics(&client, self.link_id) else {
                 return read_any;
             };
+            session.last_read = Some(id);
             let Some(cursor) = session.cursors.get_mut(&id) else {
                 continue;
             };
@@ -407,10 +409,17 @@ impl Reader<'_> {
         if room == 0 {
             return None;
         }
-        let (id, cursor) = session
-            .cursors
-            .iter()
-            .find(|(_, c)| !c.caught_up || !c.passes.is_empty())?;
+        let owed = |(_, c): &(&ChannelId, &Cursor)| !c.caught_up || !c.passes.is_empty();
+        // Round robin, from the channel after the one read last.
+        let (id, cursor) = match session.last_read {
+            Some(last) => {
+                let after = session
+                    .cursors
+                    .range((Bound::Excluded(last), Bound::Unbounded));
+                after.chain(session.cursors.range(..=last)).find(owed)
+            }
+            None => session.cursors.iter().find(owed),
+        }?;
         let (from, pass) = match cursor.passes.first() {
             Some(pass) => (pass.next, true),
             None => (cursor.next, false),
