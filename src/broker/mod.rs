@@ -552,6 +552,10 @@ impl Broker {
         }
 
         let waiting = self.wills.contains_key(&client_id);
+        // A session that ends with its connection is never resumed, even while that
+        // connection is still finishing (MQTT-3.1.2-6, MQTT-3.2.2-2).
+        let resumed = !connect.clean_start
+            && (self.sessions.get(&client_id)).is_some_and(|s| s.outlives_connection());
         if let Some(old) = self.sessions.get_mut(&client_id) {
             let cut = old
                 .link
@@ -561,9 +565,9 @@ impl Broker {
             // its delay lets this resuming connection cancel it. A Clean Start ends
             // the session, which publishes a Will waiting out its delay (C-271); one
             // kept at a stop, due at no moment, is replaced by this CONNECT (C-282).
+            // A session not resumed ends here too, its Will with it.
             if let Some(will) = old.will.take()
-                && ((cut.is_some() && (will.delay == 0 || connect.clean_start))
-                    || (waiting && connect.clean_start))
+                && ((cut.is_some() && (will.delay == 0 || !resumed)) || (waiting && !resumed))
             {
                 let publisher = old.client_id.clone();
                 self.publish_will(&publisher, *will);
@@ -571,11 +575,6 @@ impl Broker {
         }
         self.expiring.remove(&client_id);
         self.wills.remove(&client_id);
-
-        // A session that ends with its connection is never resumed, even while that
-        // connection is still finishing (MQTT-3.1.2-6, MQTT-3.2.2-2).
-        let resumed = !connect.clean_start
-            && (self.sessions.get(&client_id)).is_some_and(|s| s.outlives_connection());
         if !resumed {
             self.end_session(&client_id);
         }

@@ -117,7 +117,11 @@ pub(super) async fn establish(
     // held it has written what it had, so no position it wrote on its way out
     // survives (G-11); a store that cannot end it refuses the CONNECT 0x83 (A-234,
     //
-    let discarded = if connect.clean_start && !assigned {
+    // So does one the CONNECT cannot resume: it ended with its connection.
+    let resumable = (shared.broker.borrow_mut())
+        .session(&connect.client_id)
+        .is_some_and(|s| s.outlives_connection());
+    let discarded = if (connect.clean_start || !resumable) && !assigned {
         discard_positions(&shared, &connect.client_id, &peer).await
     } else {
         Ok(())
@@ -148,11 +152,14 @@ pub(super) async fn establish(
                 ProtocolVersion::V5 => connect.properties.edit().session_expiry_interval = Some(0),
                 ProtocolVersion::V311 if !connect.clean_start => {
                     connect.clean_start = true;
+                    connect.properties.edit().session_expiry_interval = None;
                     if let Err(e) = discard_positions(&shared, &connect.client_id, &peer).await {
                         return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
                     }
                 }
-                ProtocolVersion::V311 => {}
+                // Started clean for another user, yet asked to last: no room for it
+                // to (B-469).
+                ProtocolVersion::V311 => connect.properties.edit().session_expiry_interval = None,
             }
             // What remains to write: the deletion of the record of the session it
             // replaces, if there was one.

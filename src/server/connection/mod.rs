@@ -392,7 +392,11 @@ impl Conn {
         }
         match written {
             Some(result) => self.flushed(result),
-            None => Ok(()),
+            // The kick's wake-up was taken here: given back, so the loop sees it.
+            None => {
+                self.link.wake();
+                Ok(())
+            }
         }
     }
 
@@ -599,6 +603,11 @@ impl Conn {
             // are read: a read buffer of point reads asks for many stored values. A
             // kick ends the wait, as it ends every write's.
             if self.out.len() > self.shared.settings.session_queue_bytes && !self.flush_now()? {
+                // Kicked, it answers no more than its bound: the rest is dropped
+                // with the connection.
+                if self.link.kicked().is_some() {
+                    return Ok(());
+                }
                 Box::pin(self.flush_waiting_unless_kicked()).await?;
             }
         }
