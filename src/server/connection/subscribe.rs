@@ -51,26 +51,23 @@ impl Conn {
         }
         // A filter named more than once is granted once, with its last options (each
         // copy replaces the one before, MQTT-3.8.4-3), and every copy gets that code:
-        // a packet of one filter repeated costs one grant, not one per copy.
-        let last: HashMap<&str, usize> = (subscribe.filters.iter().enumerate())
-            .map(|(i, (filter, _))| (filter.as_str(), i))
-            .collect();
-        let mut copies = Vec::new();
-        // The retained values the copies would have been sent had each been applied
-        // in turn (MQTT-3.8.4-5): the first copy's Retain Handling, unless a later one
-        // asks for them at every subscribe.
-        let mut handling: HashMap<&str, RetainHandling> = HashMap::new();
-        for (filter, options) in &subscribe.filters {
+        // a packet of one filter repeated costs one grant, not one per copy. It is sent
+        // the retained values its copies would have been, applied in turn (MQTT-3.8.4-5):
+        // as the first copy's Retain Handling says, unless a later one asks for them at
+        // every subscribe. Each filter: the index of its last copy, and that handling.
+        let mut last: HashMap<&str, (usize, RetainHandling)> = HashMap::new();
+        for (index, (filter, options)) in subscribe.filters.iter().enumerate() {
             let asked = options.retain_handling;
-            handling
-                .entry(filter.as_str())
-                .and_modify(|h| {
+            last.entry(filter.as_str())
+                .and_modify(|(at, handling)| {
+                    *at = index;
                     if asked == RetainHandling::OnSubscribe {
-                        *h = asked;
+                        *handling = asked;
                     }
                 })
-                .or_insert(asked);
+                .or_insert((index, asked));
         }
+        let mut copies = Vec::new();
         let identifier = subscribe
             .properties
             .subscription_identifiers
@@ -89,16 +86,15 @@ impl Conn {
         // `changed`, for a refusal to put back.
         let mut cursors_before = Vec::new();
         for (index, (filter, options)) in subscribe.filters.iter().enumerate() {
-            if last.get(filter.as_str()).is_some_and(|&at| at != index) {
+            let (at, handling) =
+                (last.get(filter.as_str()).copied()).unwrap_or((index, options.retain_handling));
+            if at != index {
                 copies.push(index);
                 codes.push(reason::SUCCESS); // the last copy's code, below
                 continue;
             }
             let options = &SubscriptionOptions {
-                retain_handling: handling
-                    .get(filter.as_str())
-                    .copied()
-                    .unwrap_or(options.retain_handling),
+                retain_handling: handling,
                 ..*options
             };
             let before = filter
@@ -274,7 +270,7 @@ impl Conn {
         }
         for index in copies {
             let filter = subscribe.filters[index].0.as_str();
-            codes[index] = last.get(filter).map_or(codes[index], |&at| codes[at]);
+            codes[index] = last.get(filter).map_or(codes[index], |&(at, _)| codes[at]);
         }
         let properties = Properties::from(PropertyValues {
             reason_string: self
