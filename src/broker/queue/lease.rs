@@ -232,6 +232,13 @@ impl Job {
         if !self.is_current(worker, delivery) {
             return Outcome::Ignored;
         }
+        // Past its deadline the lease is over, though the tick that takes it back has
+        // not come yet (C-089, C-092).
+        if let Lease::Leased { deadline_ms, .. } = self.lease
+            && deadline_ms <= now_ms
+        {
+            return Outcome::Ignored;
+        }
         let counted = matches!(self.lease, Lease::Delivering { .. });
         if counted {
             self.count(now_ms);
@@ -353,6 +360,26 @@ mod tests {
             Outcome::Ignored
         );
         assert_eq!(job, before);
+    }
+
+    /// C-089, C-092: an answer past the visibility deadline is too late, though the
+    /// tick that takes the lease back has not run yet.
+    #[test]
+    fn an_answer_past_the_deadline_is_ignored() {
+        let p = policy(Backoff::None);
+        let mut job = Job::new(1, 0);
+        job.offer(worker("w"), id(1));
+        job.puback(&worker("w"), &id(1), &p, 1_000);
+        let leased = job.clone();
+        assert_eq!(
+            job.answer(&worker("w"), &id(1), Verdict::Ack, &p, 31_000),
+            Outcome::Ignored
+        );
+        assert_eq!(job, leased);
+        assert_eq!(
+            job.answer(&worker("w"), &id(1), Verdict::Ack, &p, 30_999),
+            Outcome::Resolve
+        );
     }
 
     /// C-087: a return before the PUBACK spends the attempt; the late PUBACK is ignored.

@@ -5,7 +5,8 @@
 //! (choosing a worker, queueing an offer, looking at a worker's session), never across
 //! an await. Storage writes are awaited here, so no connection ever waits on them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -431,10 +432,16 @@ impl Owner {
                     self.forget(offset);
                     self.count(|c| c.acknowledged += 1);
                 }
-                Err(e) => log::error!(
-                    "queue {}: job {offset} acknowledged but not removed: {e}",
-                    self.name
-                ),
+                Err(e) => {
+                    log::error!(
+                        "queue {}: job {offset} acknowledged but not removed: {e}",
+                        self.name
+                    );
+                    // As it was, so its PUBACK counts the attempt once (C-085, C-117).
+                    if let Some(job) = self.jobs.get_mut(&offset) {
+                        *job = before;
+                    }
+                }
             },
             _ => {
                 if self.settle_outcome(offset, outcome, worker, before).await {
@@ -646,7 +653,9 @@ impl Owner {
 
     /// Offers available jobs to workers that can take one, round robin (C-046).
     async fn offer(&mut self) {
-        let mut skip = BTreeSet::new();
+        // One walk over the table in offset order: a job skipped is passed, never
+        // looked at again in this pass (a rescan per skip was quadratic in the table).
+        let mut after = Bound::Unbounded;
         loop {
             if self.next_worker(false, None).is_none() {
                 return;
@@ -654,29 +663,27 @@ impl Owner {
             let now = self.clock.now_ms();
             let Some(offset) = self
                 .jobs
-                .iter()
-                .find(|(o, j)| !skip.contains(*o) && j.offerable(now))
+                .range((after, Bound::Unbounded))
+                .find(|(_, j)| j.offerable(now))
                 .map(|(o, _)| *o)
             else {
                 return;
             };
+            after = Bound::Excluded(offset);
             // Checked as it is about to go out (C-136, C-139).
             let wall = now_ms();
             if let Some(reason) = self.jobs.get(&offset).and_then(|j| self.due_out(j, wall)) {
-                if !self.dead_letter(offset, reason).await {
-                    skip.insert(offset);
-                }
+                self.dead_letter(offset, reason).await;
                 continue;
             }
             let Some(record) = self.take_body(offset).await else {
-                skip.insert(offset);
                 continue;
             };
             // Only to a worker a rule lets consume this job's topic (B-253); one no
-            // worker may take now waits, and the jobs behind it go on.
+            // worker may take now waits, and the jobs behind it go on. Its body is
+            // kept only as the cache's bounds allow.
             let Some((worker, identifier)) = self.next_worker(true, Some(&record.topic)) else {
-                self.keep_body(record);
-                skip.insert(offset);
+                self.cache_body(record);
                 continue;
             };
             self.hand_out(worker, identifier, record);
@@ -773,11 +780,6 @@ impl Owner {
         self.read_body(offset).await
     }
 
-    fn keep_body(&mut self, record: Record) {
-        self.body_bytes += record.size();
-        self.bodies.insert(record.offset, record);
-    }
-
     async fn read_body(&mut self, offset: u64) -> Option<Record> {
         let request = WindowRequest::new(offset, 1, 1);
         match self.provider.read_window(&self.name, request).await {
@@ -813,7 +815,7 @@ impl Owner {
             None => match self.read_body(offset).await {
                 Some(record) => {
                     let topic = record.topic.clone();
-                    self.keep_body(record);
+                    self.cache_body(record);
                     topic
                 }
                 None => return !self.jobs.contains_key(&offset),
