@@ -282,10 +282,24 @@ async fn store(
     message: Arc<Message>,
 ) -> Stored {
     let mut wait = RETRY_FIRST;
+    // A broadcast is handed out before anything can refuse it (its log write, a
+    // session's bound): routed again, it would reach every subscriber again.
+    let broadcast = shared
+        .broker
+        .borrow()
+        .channels
+        .resolve(&message.topic)
+        .is_none();
     loop {
         let code = crate::server::connection::routing::route(shared, message.clone()).await;
         match code {
             reason::SUCCESS => return Stored::Taken,
+            _ if broadcast => {
+                return Stored::Never(format!(
+                    "the broadcast to {:?} was handed out but refused 0x{code:02X}; it is not sent again",
+                    message.topic
+                ));
+            }
             // A dead-letter channel takes nothing but its queue's records.
             reason::NOT_AUTHORIZED | reason::TOPIC_NAME_INVALID => {
                 return Stored::Never(format!(

@@ -177,13 +177,27 @@ impl Link {
             .map_err(|e| format!("cannot resolve {}: {e}", peer.host))?;
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
         let mut tcp = None;
+        // Each address its share of the wait: one whose SYNs vanish (an AAAA record
+        // on a network without IPv6) must not keep the next from being tried.
+        let share = CONNECT_WAIT / u32::try_from(addrs.len().max(1)).unwrap_or(u32::MAX);
         for addr in addrs {
-            match Async::<TcpStream>::connect(addr).await {
-                Ok(s) => {
+            let connect = async { Some(Async::<TcpStream>::connect(addr).await) };
+            let timed_out = async {
+                smol::Timer::after(share).await;
+                None
+            };
+            match future::or(connect, timed_out).await {
+                Some(Ok(s)) => {
                     tcp = Some(s);
                     break;
                 }
-                Err(e) => last = e,
+                Some(Err(e)) => last = e,
+                None => {
+                    last = io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{addr} did not answer within {}s", share.as_secs()),
+                    )
+                }
             }
         }
         let tcp = tcp.ok_or_else(|| format!("cannot connect: {last}"))?;

@@ -264,6 +264,9 @@ async fn serve(
         return Ended::Lost(why);
     }
     let mut last_sent = Instant::now();
+    // When the peer was last heard from: a link that only sends (QoS 0, or to a
+    // Maximum QoS 0 peer) must still find out that nothing comes back.
+    let mut last_heard = last_sent;
     let mut ping_sent: Option<Instant> = None;
     let mut ack_due: Option<Instant> = None;
     let mut in_flight_in = 0usize;
@@ -304,15 +307,15 @@ async fn serve(
             last_sent = Instant::now();
         }
         out.store_positions(shared, false).await;
-        // Keep alive: a PINGREQ when nothing was sent for three quarters of it, and
-        // the link given up when no PINGRESP comes within it.
+        // Keep alive: a PINGREQ when nothing was sent, or nothing heard, for three
+        // quarters of it, and the link given up when no PINGRESP comes within it.
         let now = Instant::now();
         if let Some(at) = ping_sent
             && now >= at + keep_alive
         {
             return Ended::Lost(format!("no PINGRESP within {}s", keep_alive.as_secs()));
         }
-        let ping_at = last_sent + keep_alive * 3 / 4;
+        let ping_at = last_sent.min(last_heard) + keep_alive * 3 / 4;
         if ping_sent.is_none() && now >= ping_at {
             if let Err(why) = link.send(&Packet::PingReq).await {
                 return Ended::Lost(why);
@@ -321,7 +324,7 @@ async fn serve(
             last_sent = now;
         }
         let deadline = [
-            Some(ping_sent.map_or(last_sent + keep_alive * 3 / 4, |at| at + keep_alive)),
+            Some(ping_sent.map_or(ping_at, |at| at + keep_alive)),
             ack_due,
             out.paused_until(),
             out.positions_deadline(shared),
@@ -350,7 +353,10 @@ async fn serve(
         .await;
         let packet = match event {
             Event::Packet(read) => match *read {
-                Ok(packet) => packet,
+                Ok(packet) => {
+                    last_heard = Instant::now();
+                    packet
+                }
                 Err(why) => return Ended::Lost(format!("the peer {why}")),
             },
             Event::Woken | Event::Timer => continue,
@@ -493,14 +499,28 @@ fn arrive(
             ));
         }
     }
+    let qos0 = publish.qos == QoS::AtMostOnce;
     let arrival = Arrival {
         generation,
         publish,
     };
-    arrivals.try_send(arrival).map_err(|_| {
-        (
+    match arrivals.try_send(arrival) {
+        Ok(()) => Ok(()),
+        // Arrivals of a link that went still wait for the store: a QoS 0 record is
+        // dropped as any past its bound is, and its place given back, never held
+        // against the peer (B-406).
+        Err(full) if qos0 => {
+            state
+                .qos0_waiting
+                .set(state.qos0_waiting.get().saturating_sub(1));
+            let why = "the worker holds as many as it takes, earlier links' included";
+            let topic = &full.into_inner().publish.topic;
+            inbound::unstored(shared, &bridge.name, Cause::QueueFull, topic, why);
+            Ok(())
+        }
+        Err(_) => Err((
             reason::RECEIVE_MAXIMUM_EXCEEDED,
             "more arrived than the worker holds".into(),
-        )
-    })
+        )),
+    }
 }
