@@ -850,6 +850,14 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "bridges.b.topics[0].direction",
         "- filter",
     ),
+    // Two out rules whose filter and topic join to the same name would share their
+    // stored positions.
+    (
+        "B-384",
+        "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: plant/+\n        topic: x/$1\n        direction: out\n      - filter: plant/+/x\n        topic: $1\n        direction: out\n",
+        "bridges.b.topics[1].filter",
+        "filter: plant/+/x",
+    ),
     (
         "B-389",
         "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: a/#\n        direction: in\n",

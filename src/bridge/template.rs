@@ -27,10 +27,14 @@ impl std::fmt::Display for Unmappable {
     }
 }
 
+/// A filter's `+` levels and its `#` tail, as [`captures`] finds them.
+type Captured<'t> = (Vec<&'t str>, Option<&'t str>);
+
 /// What `filter` captures of `topic`: its `+` levels in order and its `#` tail
-/// (empty when `#` matched zero levels); `None` when the filter does not match.
-/// A filter starting with a wildcard matches no `$` topic (MQTT-4.7.2-1).
-pub fn captures<'t>(filter: &str, topic: &'t str) -> Option<(Vec<&'t str>, &'t str)> {
+/// (`None` when `#` matched zero levels, `Some("")` when it matched one empty
+/// level); `None` when the filter does not match. A filter starting with a
+/// wildcard matches no `$` topic (MQTT-4.7.2-1).
+pub fn captures<'t>(filter: &str, topic: &'t str) -> Option<Captured<'t>> {
     if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
         return None;
     }
@@ -38,7 +42,7 @@ pub fn captures<'t>(filter: &str, topic: &'t str) -> Option<(Vec<&'t str>, &'t s
     let mut rest = Some(topic);
     for level in filter.split('/') {
         if level == "#" {
-            return Some((plus, rest.unwrap_or("")));
+            return Some((plus, rest));
         }
         let current = rest?;
         let (head, tail) = match current.split_once('/') {
@@ -52,7 +56,7 @@ pub fn captures<'t>(filter: &str, topic: &'t str) -> Option<(Vec<&'t str>, &'t s
         }
         rest = tail;
     }
-    rest.is_none().then_some((plus, ""))
+    rest.is_none().then_some((plus, None))
 }
 
 /// The topic `template` makes of `topic`, which `filter` matched; `None` when the
@@ -71,19 +75,21 @@ pub fn map(
     Some(check(mapped))
 }
 
-/// Applies the substitutions; the `$#` level with its separator goes when the tail
-/// is empty.
-fn substitute(template: &str, plus: &[&str], tail: &str) -> String {
-    let mut out = String::with_capacity(template.len() + tail.len());
+/// Applies the substitutions; the `$#` level with its separator goes when the `#`
+/// matched no level (B-392). One empty level is a level: `fleet/` maps to
+/// `readings/`, not to what `fleet` maps to.
+fn substitute(template: &str, plus: &[&str], tail: Option<&str>) -> String {
+    let mut out = String::with_capacity(template.len() + tail.map_or(0, str::len));
     let mut levels = template.split('/').peekable();
     while let Some(level) = levels.next() {
         if level == "$#" {
-            if tail.is_empty() {
-                if out.ends_with('/') {
-                    out.pop();
+            match tail {
+                None => {
+                    if out.ends_with('/') {
+                        out.pop();
+                    }
                 }
-            } else {
-                out.push_str(tail);
+                Some(tail) => out.push_str(tail),
             }
         } else {
             expand_level(level, plus, &mut out);
@@ -196,6 +202,15 @@ mod tests {
         assert_eq!(
             mapped("fleet/#", Some("$#"), "fleet"),
             Some(Err(Unmappable::Empty))
+        );
+        // One empty level is a level, kept apart from none (B-392).
+        assert_eq!(
+            mapped("fleet/#", Some("readings/$#"), "fleet/"),
+            Some(Ok("readings/".into()))
+        );
+        assert_eq!(
+            mapped("fleet/#", Some("readings/$#"), "fleet"),
+            Some(Ok("readings".into()))
         );
     }
 

@@ -523,6 +523,26 @@ fn read_rules(ctx: &mut Ctx, node: &Node, path: &str, limits: &Limits) -> Vec<Br
                     );
                     continue;
                 }
+                // An out rule keeps its positions under its filter and topic joined
+                // by `/`: two rules joining to the same would share them, and each
+                // would pass over the records only the other's filter matches.
+                let key = |r: &BridgeRule| {
+                    format!("{}/{}", r.filter, r.topic.as_deref().unwrap_or(&r.filter))
+                };
+                if outbound(&rule)
+                    && let Some(prev) = out.iter().find(|r| outbound(r) && key(r) == key(&rule))
+                {
+                    ctx.bad(
+                        fnode,
+                        &fkey,
+                        format!(
+                            "would keep its place under the same name as the rule on line {} ({}), and the two would lose records to each other; change either rule's filter or topic",
+                            prev.line,
+                            key(&rule)
+                        ),
+                    );
+                    continue;
+                }
                 out.push(rule);
             }
         }
