@@ -172,11 +172,11 @@ fn b217_min_protocol_version_quoted_or_not() {
     );
 }
 
-/// B-516: no MQTT listener named is tcp :1883 on every interface.
+/// B-516: no MQTT listener named is tcp :1883 on every interface (IPv6 and IPv4).
 #[test]
 fn b486_no_listener_named_means_tcp_1883() {
     let c = ok("broker:\n  id: a\n");
-    let want: SocketAddr = "0.0.0.0:1883".parse().unwrap();
+    let want: SocketAddr = "[::]:1883".parse().unwrap();
     assert_eq!(c.broker.mqtt.plain_tcp_addrs(), vec![want]);
     assert!(c.broker.mqtt.listen.defaulted);
 }

@@ -469,3 +469,28 @@ fn a_start_refused_for_its_bridge_creates_no_provider_file() {
     assert_eq!(left, ["saguin.yaml"], "only the configuration is there");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// B-516: a door with no host is on every interface, IPv6 as well as IPv4, as
+/// `net.Listen` and mosquitto read it; an IPv4 peer is named as such, not as
+/// `::ffff:127.0.0.1`.
+#[test]
+fn a_door_with_no_host_takes_ipv4_and_ipv6_peers_b516() {
+    let yaml = common::config("    allow_anonymous: true\n").replace("127.0.0.1:0", ":0");
+    let broker = Broker::start_with(&yaml);
+    let port = broker.addr.port();
+    let v4 = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut raw = Raw::connected(v4, V5, "over-v4");
+    assert_eq!(raw.subscribe("x", opts(QoS::AtMostOnce)), [0]);
+    let line = broker.wait_log("over-v4 connected");
+    assert!(line.contains("] 127.0.0.1:"), "{line}");
+    // A machine whose loopback has no IPv6 address cannot show the other half.
+    let loopback_v6 = std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("00000000000000000000000000000001"))
+    });
+    if loopback_v6 {
+        let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+        let mut raw = Raw::connected(v6, V5, "over-v6");
+        assert_eq!(raw.subscribe("x", opts(QoS::AtMostOnce)), [0]);
+    }
+}

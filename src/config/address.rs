@@ -1,7 +1,7 @@
 //! Where a door listens: `host:port` as Go's net.Listen reads it, and the
 //! clash rules that compare doors across the MQTT and operations listeners.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use super::listen::{Bind, DoorLine};
 use super::node::Node;
@@ -20,13 +20,14 @@ pub struct ListenAddress {
 }
 
 impl ListenAddress {
-    /// The socket address to bind, when the host is empty (every IPv4
-    /// interface) or an IP literal; `None` for a host name, which
+    /// The socket address to bind, when the host is empty (`[::]`, which
+    /// `server::bind` opens to IPv4 and IPv6 alike, as `net.Listen` and
+    /// mosquitto do) or an IP literal; `None` for a host name, which
     /// [`ListenAddress::bind_string`] resolves at bind time.
     pub fn socket_addr(&self) -> Option<SocketAddr> {
         if self.host.is_empty() {
             return Some(SocketAddr::new(
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
                 self.port,
             ));
         }
@@ -36,10 +37,10 @@ impl ListenAddress {
             .map(|ip| SocketAddr::new(ip, self.port))
     }
 
-    /// `host:port` as `std::net::ToSocketAddrs` reads it (`0.0.0.0` for an empty host).
+    /// `host:port` as `std::net::ToSocketAddrs` reads it (`[::]` for an empty host).
     pub fn bind_string(&self) -> String {
         if self.host.is_empty() {
-            format!("0.0.0.0:{}", self.port)
+            format!("[::]:{}", self.port)
         } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -258,7 +259,7 @@ mod tests {
         assert!(parse_address("bad_host:1883").is_err());
         assert_eq!(
             parse_address(":1883").unwrap().socket_addr(),
-            Some("0.0.0.0:1883".parse().unwrap())
+            Some("[::]:1883".parse().unwrap())
         );
     }
 }

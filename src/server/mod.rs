@@ -163,10 +163,37 @@ pub fn bind(addrs: &[SocketAddr]) -> io::Result<Vec<std::net::TcpListener>> {
     addrs
         .iter()
         .map(|addr| {
-            std::net::TcpListener::bind(addr)
+            bind_one(*addr)
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
         })
         .collect()
+}
+
+/// Binds `addr`; `[::]` (an empty host) takes IPv4 connections too, whatever
+/// `net.ipv6.bindv6only` says, and falls back to `0.0.0.0` on a kernel built
+/// without IPv6, as Go's `net.Listen` does.
+fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
+    if addr != SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, addr.port())) {
+        return std::net::TcpListener::bind(addr);
+    }
+    let socket = match rustix::net::socket_with(
+        AddressFamily::INET6,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    ) {
+        Ok(socket) => socket,
+        Err(rustix::io::Errno::AFNOSUPPORT) => {
+            return std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    sockopt::set_socket_reuseaddr(&socket, true)?;
+    sockopt::set_ipv6_v6only(&socket, false)?;
+    rustix::net::bind(&socket, &addr)?;
+    rustix::net::listen(&socket, 128)?;
+    Ok(std::net::TcpListener::from(socket))
 }
 
 /// Serves MQTT on `listeners` until `stop` resolves, then disconnects every client

@@ -169,6 +169,8 @@ impl Door {
             Door::Tcp(listener, _) | Door::Ws(listener, _, _) => {
                 let (stream, peer) = listener.accept().await?;
                 let _ = stream.get_ref().set_nodelay(true);
+                // A dual-stack door sees IPv4 peers as ::ffff:a.b.c.d.
+                let peer = std::net::SocketAddr::new(peer.ip().to_canonical(), peer.port());
                 Ok((Socket::Tcp(stream), peer.to_string()))
             }
             Door::Unix(listener, door, _) => {
