@@ -112,10 +112,13 @@ impl LeaseClock {
         self.wall_at_start_ms.saturating_add(elapsed)
     }
 
-    /// A moment `at_ms` on this clock as the wall clock reads it now (`wall_ms`): as
-    /// long ago as it is on this one.
-    fn on_wall(&self, at_ms: u64, wall_ms: u64) -> u64 {
-        wall_ms.saturating_sub(self.now_ms().saturating_sub(at_ms))
+    /// Moments on this clock as the wall clock reads them now (`wall_ms`): each as
+    /// long ago as it is on this one. This clock is read once, beside the wall
+    /// clock, so a thread preempted while headers are written does not push every
+    /// moment back by the pause.
+    fn on_wall(&self, wall_ms: u64) -> impl Fn(u64) -> u64 + use<> {
+        let now_ms = self.now_ms();
+        move |at_ms| wall_ms.saturating_sub(now_ms.saturating_sub(at_ms))
     }
 }
 
@@ -822,6 +825,7 @@ impl Owner {
             },
         };
         let now = now_ms();
+        let on_wall = self.clock.on_wall(now);
         let mut headers = vec![
             ("saguin-dlq-channel".to_string(), self.name.to_string()),
             ("saguin-dlq-offset".into(), offset.to_string()),
@@ -829,12 +833,14 @@ impl Owner {
         ];
         // Left out when no delivery was ever received (gaps A-08); counted on the
         // lease clock, told on the wall clock as it reads now.
-        let on_wall = |at| self.clock.on_wall(at, now).to_string();
         headers.extend(
             job.first_ms
-                .map(|t| ("saguin-dlq-first".into(), on_wall(t))),
+                .map(|t| ("saguin-dlq-first".into(), on_wall(t).to_string())),
         );
-        headers.extend(job.last_ms.map(|t| ("saguin-dlq-last".into(), on_wall(t))));
+        headers.extend(
+            job.last_ms
+                .map(|t| ("saguin-dlq-last".into(), on_wall(t).to_string())),
+        );
         headers.push(("saguin-dlq-at".into(), now.to_string()));
         headers.push(("saguin-dlq-reason".into(), reason.as_str().into()));
         let dead_topic = dlq_topic(&self.policy.filter, &topic);
@@ -954,7 +960,7 @@ mod tests {
         };
         let lease_now = clock.now_ms();
         assert!((6_000..7_000).contains(&lease_now), "{lease_now}");
-        let told = clock.on_wall(lease_now - 2_000, 1_000_000_000);
+        let told = clock.on_wall(1_000_000_000)(lease_now - 2_000);
         assert!(
             (999_997_900..=999_998_000).contains(&told),
             "2 s ago on the wall clock: {told}"
