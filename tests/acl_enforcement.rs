@@ -520,6 +520,30 @@ fn a_denied_persistent_session_ends_with_the_connection_b309() {
     assert!(!Raw::handshake(broker.addr, c).1.session_present);
 }
 
+/// B-309, MQTT-3.14.2-2: a client denied `persistent` that asked for a lasting session
+/// may say so again on its DISCONNECT: its CONNECT's value was not 0, so that is no
+/// Protocol Error. The session still ends with the connection, and a DISCONNECT 0x00
+/// withdraws its Will.
+#[test]
+fn a_denied_persistent_session_may_name_its_expiry_on_disconnect_b309() {
+    let broker = start("deny-persistent-disconnect", &features_acl("persistent"));
+    let mut watcher = as_user(&broker, "watcher", "bob");
+    assert_eq!(watcher.subscribe("alerts/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut c = login(V5, "alice-d", "alice");
+    c.clean_start = false;
+    c.properties.edit().session_expiry_interval = Some(3600);
+    c.will = Some(will("alerts/gone"));
+    let (mut raw, ack) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(ack.properties.session_expiry_interval, Some(0));
+    let mut bye = saguin::codec::Disconnect::new(0);
+    bye.properties.edit().session_expiry_interval = Some(3600);
+    raw.send(&Packet::Disconnect(bye));
+    raw.expect_closed_silently();
+    watcher.expect_nothing(Duration::from_millis(300));
+    c.will = None;
+    assert!(!Raw::handshake(broker.addr, c).1.session_present);
+}
+
 /// B-311: share denied - Shared Subscription Available 0, and a $share/ filter
 /// anyway is DISCONNECT 0x9E.
 /// Shared Subscription Available 0, then DISCONNECT 0x9E.

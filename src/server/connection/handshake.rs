@@ -10,7 +10,8 @@ use futures_lite::future;
 use smol::io::AsyncWriteExt;
 
 use super::{
-    Conn, check_topic_name, is_control, linger, outbox, publish_packet, with_write_timeout,
+    Conn, ExpiryAtDisconnect, check_topic_name, is_control, linger, outbox, publish_packet,
+    with_write_timeout,
 };
 use crate::broker::session::Inflight;
 use crate::broker::{Accepted, ConnLink, TOPIC_ALIAS_MAXIMUM};
@@ -69,6 +70,7 @@ pub(super) async fn establish(
     let protocol = connect.protocol;
     // Mutable: a features denial may make the session end with the connection.
     let mut connect = connect;
+    let asked_expiry = connect.properties.session_expiry_interval.unwrap_or(0);
     let admitted = match check_connect(&connect, &shared) {
         Some(code) => Err(code),
         None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
@@ -126,7 +128,6 @@ pub(super) async fn establish(
     } else {
         Ok(())
     };
-    let asked_zero_expiry = connect.properties.session_expiry_interval.unwrap_or(0) == 0;
     let mut cut_for_room = false;
     let stored = match discarded {
         Err(e) => Err(e),
@@ -189,7 +190,10 @@ pub(super) async fn establish(
         aliases: None,
         problem_info: connect.properties.request_problem_information != Some(0),
         max_packet: max_packet_of(&connect),
-        connected_with_zero_expiry: asked_zero_expiry,
+        expiry_at_disconnect: ExpiryAtDisconnect::of(
+            asked_expiry,
+            connect.properties.session_expiry_interval.unwrap_or(0),
+        ),
         positions_stored_at: None,
         durable: false,
         positions_writing: None,

@@ -123,8 +123,8 @@ struct Conn {
     /// The client's Maximum Packet Size, which nothing sent to it exceeds
     /// (MQTT-3.1.2-24).
     max_packet: usize,
-    /// The Session Expiry Interval the CONNECT asked for was 0 (MQTT-3.14.2-2).
-    connected_with_zero_expiry: bool,
+    /// What a DISCONNECT's Session Expiry Interval may still do to the session.
+    expiry_at_disconnect: ExpiryAtDisconnect,
     /// When the positions of this consumer were last written.
     positions_stored_at: Option<Instant>,
     /// The session outlives this connection, so it has positions to write: its expiry
@@ -309,6 +309,31 @@ enum Event {
     KeepAliveExpired,
     /// The positions write begun beside the loop ended: when it began, if it wrote.
     PositionsStored(Option<Instant>),
+}
+
+/// What a DISCONNECT's Session Expiry Interval may do, from what the CONNECT asked
+/// and what the broker granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExpiryAtDisconnect {
+    /// The CONNECT asked for 0: another value is a Protocol Error (MQTT-3.14.2-2).
+    Refused,
+    /// The CONNECT asked for more and the broker granted 0 (a `persistent` denial,
+    /// B-309; no room in the session store, B-469): the session ends with the
+    /// connection whatever the DISCONNECT says, as a value above the grant is capped.
+    Pinned,
+    /// The DISCONNECT's value is taken, capped at `max_session_expiry`.
+    Free,
+}
+
+impl ExpiryAtDisconnect {
+    /// From the expiry the CONNECT asked for and the one the broker granted.
+    pub(super) fn of(asked: u32, granted: u32) -> ExpiryAtDisconnect {
+        match (asked, granted) {
+            (0, _) => ExpiryAtDisconnect::Refused,
+            (_, 0) => ExpiryAtDisconnect::Pinned,
+            _ => ExpiryAtDisconnect::Free,
+        }
+    }
 }
 
 impl Conn {
@@ -805,11 +830,16 @@ impl Conn {
 
     fn on_disconnect(&mut self, disconnect: Disconnect) -> End {
         if let Some(expiry) = disconnect.properties.session_expiry_interval {
-            if self.connected_with_zero_expiry && expiry != 0 {
-                return End::Broker(reason::PROTOCOL_ERROR); // MQTT-3.14.2-2
+            match self.expiry_at_disconnect {
+                ExpiryAtDisconnect::Refused if expiry != 0 => {
+                    return End::Broker(reason::PROTOCOL_ERROR); // MQTT-3.14.2-2
+                }
+                ExpiryAtDisconnect::Free => {
+                    let capped = expiry.min(self.shared.settings.max_session_expiry);
+                    self.with_session(|s| s.expiry = capped);
+                }
+                ExpiryAtDisconnect::Refused | ExpiryAtDisconnect::Pinned => {}
             }
-            let capped = expiry.min(self.shared.settings.max_session_expiry);
-            self.with_session(|s| s.expiry = capped);
         }
         End::Client(disconnect.code)
     }
