@@ -153,7 +153,7 @@ fn b443_held_publish_survives_a_graceful_stop_on_memory() {
     let dir = broker.stop();
     drop(p);
     assert!(
-        dir.join("snapshots/held.snap").exists(),
+        dir.join("snapshots/held.qos2").exists(),
         "B-443: in the snapshot"
     );
 
@@ -170,7 +170,7 @@ fn b443_held_publish_survives_a_graceful_stop_on_memory() {
     read_exactly(&broker, "reader", "memlog/#", &["kept"]);
     // Released: the next graceful stop keeps nothing held.
     let dir = broker.stop();
-    assert!(!dir.join("snapshots/held.snap").exists());
+    assert!(!dir.join("snapshots/held.qos2").exists());
 }
 
 /// B-443: an exchange whose session does not come back (it expired while the

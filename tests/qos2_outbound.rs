@@ -173,7 +173,7 @@ fn a254_released_exchanges_survive_a_graceful_stop_on_memory() {
     pubrec(&mut s, memlog);
     let dir = broker.stop();
     drop(s);
-    assert!(dir.join("snapshots/held.snap").exists(), "A-254: kept");
+    assert!(dir.join("snapshots/held.qos2").exists(), "A-254: kept");
 
     let broker = Broker::start_in(dir, &config("volatile"));
     let (mut s, present) = connected(&broker, persistent("sub", false, 300));
@@ -197,7 +197,7 @@ fn a254_released_exchanges_survive_a_graceful_stop_on_memory() {
     s.disconnect();
     broker.wait_log("sub disconnected");
     let dir = broker.stop();
-    assert!(!dir.join("snapshots/held.snap").exists(), "forgotten");
+    assert!(!dir.join("snapshots/held.qos2").exists(), "forgotten");
 }
 
 /// A-254 on MQTT 3.1.1, which has no DISCONNECT to send: a PUBREC the store cannot

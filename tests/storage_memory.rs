@@ -376,3 +376,75 @@ fn a_snapshot_over_a_smaller_bound_loads_whole_and_refuses_publishes() {
         assert_eq!(e.reason_code(), 0x97);
     });
 }
+
+/// B-443, B-491, B-505: a channel named `held` has a snapshot file of its own beside
+/// the held QoS 2 publishes; both come back. They once shared `held.snap`, and the
+/// next start refused the file as "not a held-publishes file".
+#[test]
+fn a_channel_named_held_and_the_held_publishes_both_survive_a_snapshot() {
+    let dir = temp_dir("snap-held");
+    {
+        let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+        smol::block_on(async {
+            p.open_channel("held", ChannelSettings::append())
+                .await
+                .unwrap();
+            p.append("held", rec("held/1", b"kept", 5)).await.unwrap();
+            let held = saguin::storage::Held {
+                client_id: "pub".into(),
+                packet_id: 7,
+                token: 1,
+                data: b"exchange".to_vec(),
+            };
+            p.put_held(held).await.unwrap();
+        });
+        p.write_snapshot(1234).unwrap();
+    }
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).expect("starts again");
+    smol::block_on(async {
+        p.open_channel("held", ChannelSettings::append())
+            .await
+            .unwrap();
+        let window = p.read_window("held", all()).await.unwrap();
+        assert_eq!(window.records.len(), 1, "{window:?}");
+        assert_eq!(&*window.records[0].payload, b"kept");
+        let held = p.held().await.unwrap();
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            (held[0].packet_id, &held[0].data[..]),
+            (7, &b"exchange"[..])
+        );
+    });
+}
+
+/// B-443: held publishes an earlier version wrote to `held.snap` are read at the
+/// next start, and the file is removed by the next snapshot so they never come back.
+#[test]
+fn held_publishes_where_an_earlier_version_wrote_them_are_read_once() {
+    let dir = temp_dir("snap-held-before");
+    {
+        let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+        let held = saguin::storage::Held {
+            client_id: "pub".into(),
+            packet_id: 9,
+            token: 1,
+            data: b"old".to_vec(),
+        };
+        smol::block_on(p.put_held(held)).unwrap();
+        p.write_snapshot(1).unwrap();
+    }
+    std::fs::rename(dir.join("held.qos2"), dir.join("held.snap")).unwrap();
+    {
+        let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+        let held = smol::block_on(p.held()).unwrap();
+        assert_eq!(held.len(), 1);
+        p.write_snapshot(2).unwrap();
+    }
+    assert!(!dir.join("held.snap").exists());
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+    assert_eq!(
+        smol::block_on(p.held()).unwrap().len(),
+        1,
+        "once, from held.qos2"
+    );
+}

@@ -30,8 +30,11 @@ const SESSIONS_MAX: u64 = 4 << 30;
 
 /// The held QoS 2 publishes (B-443): [`HELD_MAGIC`], a count, then each as client
 /// id, packet id, token and data. A snapshot from before they were kept has no such
-/// file, and holds none.
-const HELD: &str = "held.snap";
+/// file, and holds none. Not `.snap`, which every channel group's file ends in.
+const HELD: &str = "held.qos2";
+/// Where earlier versions wrote them: also the file of a channel group named
+/// `held`, so it is read as held publishes only when it starts as one.
+const HELD_BEFORE: &str = "held.snap";
 const HELD_MAGIC: &[u8; 16] = b"SAGUIN-HELD0001\n";
 
 /// What one snapshot wrote.
@@ -215,8 +218,13 @@ pub(crate) fn write_sessions(
 
 /// The held QoS 2 publishes the last graceful stop wrote; none when there is no file.
 pub(crate) fn read_held(provider: &str, dir: &Path) -> Result<Vec<Held>, StorageError> {
-    let path = dir.join(HELD);
-    let Some(file) = open_if_present(provider, &path)? else {
+    let mut path = dir.join(HELD);
+    let mut file = open_if_present(provider, &path)?;
+    if file.is_none() && held_before(dir) {
+        path = dir.join(HELD_BEFORE);
+        file = open_if_present(provider, &path)?;
+    }
+    let Some(file) = file else {
         return Ok(Vec::new());
     };
     let mut r = Bounded::open(
@@ -245,6 +253,14 @@ pub(crate) fn read_held(provider: &str, dir: &Path) -> Result<Vec<Held>, Storage
     Ok(held)
 }
 
+/// Whether `dir` holds held publishes where an earlier version wrote them.
+fn held_before(dir: &Path) -> bool {
+    let mut magic = [0u8; 16];
+    std::fs::File::open(dir.join(HELD_BEFORE))
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok_and(|()| &magic == HELD_MAGIC)
+}
+
 /// Writes the held QoS 2 publishes (before the manifest); with none, removes the
 /// file a previous snapshot left.
 pub(crate) fn write_held(
@@ -252,6 +268,9 @@ pub(crate) fn write_held(
     dir: &Path,
     held: &BTreeMap<(String, u16), (u64, Vec<u8>)>,
 ) -> Result<(), StorageError> {
+    if held_before(dir) {
+        remove_if_present(provider, &dir.join(HELD_BEFORE))?;
+    }
     let path = dir.join(HELD);
     if held.is_empty() {
         return remove_if_present(provider, &path);
