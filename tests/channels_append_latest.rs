@@ -1537,3 +1537,41 @@ fn one_channels_backlog_does_not_hold_up_another_channels_record() {
         "memlog's record came after all of events"
     );
 }
+
+/// MQTT-3.10.4-2, C-232: a latest channel's state still owed to a filter stops when
+/// the filter is unsubscribed: after the UNSUBACK only what was already queued for
+/// it arrives, not the rest of the channel's values.
+#[test]
+fn an_unsubscribed_filter_is_sent_no_more_of_its_state_pass() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..600u32 {
+        let topic = format!("state/{i}");
+        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
+    }
+    let mut reader = Raw::connected_with_receive_maximum(broker.addr, "leaver", Some(1));
+    assert_eq!(reader.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
+    let Packet::Publish(first) = reader.recv() else {
+        panic!("state/0's value first")
+    };
+    // Its window shut, the state/# pass fills the session's queue to half its bound
+    // (4 MiB: some 200 values) and waits.
+    assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    reader.send(&Packet::Unsubscribe(saguin::codec::Unsubscribe {
+        packet_id: 9,
+        properties: Default::default(),
+        filters: vec!["state/#".into()],
+    }));
+    let got = reader.recv();
+    assert!(matches!(got, Packet::UnsubAck(_)), "{got:?}");
+    reader.puback(&first);
+    let mut after = 0;
+    while let Ok(Packet::Publish(p)) = reader.expect_nothing_or_packet(Duration::from_millis(500)) {
+        reader.puback(&p);
+        after += 1;
+    }
+    assert!(
+        (1..=260).contains(&after),
+        "{after} values after the UNSUBACK"
+    );
+}

@@ -945,8 +945,13 @@ impl Broker {
         before: Subscription,
         in_cursors: Vec<(ChannelId, ChannelSub)>,
     ) {
+        let filter = before.filter.clone();
         self.subscribe(client_id, before);
         if let Some(session) = self.sessions.get_mut(client_id) {
+            // The refused SUBSCRIBE's state pass goes with it.
+            for cursor in session.cursors.values_mut() {
+                cursor.passes.retain(|p| p.sub.filter != filter);
+            }
             for (id, sub) in in_cursors {
                 if let Some(cursor) = session.cursors.get_mut(&id) {
                     cursor.add(sub);
@@ -968,6 +973,8 @@ impl Broker {
             let channels = &mut self.channels;
             session.cursors.retain(|channel, cursor| {
                 cursor.subs.retain(|s| s.filter != sub.filter);
+                // Nothing more is sent for it after the UNSUBACK (MQTT-3.10.4-2).
+                cursor.passes.retain(|p| p.sub.filter != sub.filter);
                 let keep = !cursor.subs.is_empty();
                 if !keep {
                     channels.get_mut(*channel).readers.remove(client_id);
