@@ -1575,3 +1575,47 @@ fn an_unsubscribed_filter_is_sent_no_more_of_its_state_pass() {
         "{after} values after the UNSUBACK"
     );
 }
+
+/// B-083, B-087, RFC 0002 "How much a session may hold" (a latest value stays
+/// pending): the current values a state pass shows a filter are kept as a channel's
+/// records are. Broadcasts pushing the session past its bound once gave them up
+/// first, the oldest in the queue, and the pass had already read past them.
+#[test]
+fn a_state_pass_is_not_given_up_for_broadcasts_at_the_session_bound() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..300u32 {
+        let topic = format!("state/{i}");
+        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
+    }
+    let mut reader = Raw::connected_with_receive_maximum(broker.addr, "pending", Some(1));
+    assert_eq!(reader.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
+    let Packet::Publish(first) = reader.recv() else {
+        panic!("state/0's value first")
+    };
+    // The window shut, the state/# pass queues half the 4 MiB bound and waits.
+    assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(reader.subscribe("news/#", opts(QoS::AtMostOnce)), [0]);
+    for i in 0..400u32 {
+        publisher.publish(
+            &format!("news/{i}"),
+            &[b'n'; 10 * 1024],
+            QoS::AtMostOnce,
+            false,
+        );
+    }
+    publisher.publish("news/last", b"x", QoS::AtLeastOnce, false);
+    reader.puback(&first);
+    let mut state = std::collections::BTreeSet::new();
+    while let Ok(Packet::Publish(p)) = reader.expect_nothing_or_packet(Duration::from_millis(1000))
+    {
+        if p.qos != QoS::AtMostOnce {
+            reader.puback(&p);
+        }
+        if p.topic.starts_with("state/") {
+            assert!(p.retain, "{}", p.topic);
+            state.insert(p.topic.to_string());
+        }
+    }
+    assert_eq!(state.len(), 300, "current values given up at the bound");
+}

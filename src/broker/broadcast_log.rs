@@ -127,6 +127,7 @@ impl Target {
                     })
                 }),
             resent: false,
+            current_value: false,
         })
     }
 }

@@ -14,10 +14,10 @@ use crate::codec::QoS;
 
 use super::session::Delivery;
 
-/// Whether `delivery` may be given up at the session's bound: a broadcast (no record
-/// tracks it) not at QoS 2.
+/// Whether `delivery` may be given up at the session's bound: a broadcast not at
+/// QoS 2.
 fn may_give_up(delivery: &Delivery) -> bool {
-    delivery.origin().is_none() && delivery.qos != QoS::ExactlyOnce
+    !delivery.is_channel_value() && delivery.qos != QoS::ExactlyOnce
 }
 
 /// Deliveries in the order they are to be written. Reads go through `Deref` to the
@@ -145,6 +145,7 @@ mod tests {
             record: channel_record.then_some((Some(0), 1)),
             held: None,
             resent: false,
+            current_value: false,
         }
     }
 

@@ -1285,6 +1285,7 @@ impl Broker {
                 record: None,
                 held,
                 resent: false,
+                current_value: false,
             };
             self.deliver_as(&client, delivery, true, !shared_only);
             self.handed += 1;

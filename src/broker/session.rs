@@ -145,6 +145,10 @@ pub struct Delivery {
     /// Read back from the log at startup and perhaps sent before the stop: it goes
     /// out with DUP set (B-459).
     pub resent: bool,
+    /// A latest channel's current value shown by a state pass. No record tracks it,
+    /// so settling it moves no position (A-065), but it is kept as a channel's record
+    /// is: see [`Delivery::is_channel_value`].
+    pub current_value: bool,
 }
 
 const _: () = assert!(size_of::<Delivery>() <= 56 && size_of::<Inflight>() <= 56);
@@ -179,6 +183,14 @@ impl Delivery {
             Some((Some(channel), offset)) => Some((channel, offset)),
             _ => None,
         }
+    }
+
+    /// Whether it is a channel's: a record or a current value. Such a delivery is
+    /// never given up or refused at the session's bound (B-083, B-087; "a latest
+    /// value stays pending"), goes out once expired without its countdown (gaps
+    /// G-16), and is not skipped when too large for the client (gaps G-17, A-266).
+    pub fn is_channel_value(&self) -> bool {
+        self.current_value || self.origin().is_some()
     }
 
     /// Its offset in the broadcast log, for a logged broadcast.
@@ -611,7 +623,7 @@ impl Session {
             dropped += 1;
         }
         let over = self.queued_bytes + charge > self.queue_bound;
-        if over && delivery.origin().is_none() && self.queued_bytes > 0 {
+        if over && !delivery.is_channel_value() && self.queued_bytes > 0 {
             // Nothing left to give up and the bound is still passed: what is held
             // cannot be lost, so the new broadcast is refused rather than over-run the
             // bound (B-086). A channel's record is never refused (B-087), nor is a
@@ -1061,6 +1073,7 @@ mod tests {
                 })
             }),
             resent: false,
+            current_value: false,
         }
     }
 

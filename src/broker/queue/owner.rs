@@ -765,6 +765,7 @@ impl Owner {
             record: Some((Some(self.id), offset)),
             held: None,
             resent: false,
+            current_value: false,
         };
         self.shared
             .broker

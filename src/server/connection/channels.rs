@@ -381,6 +381,7 @@ impl Reader<'_> {
                     record: kept,
                     held: None,
                     resent: false,
+                    current_value: false,
                 });
             }
             for delivery in deliveries {
@@ -692,6 +693,7 @@ fn current_state(
             record: None,
             held: None,
             resent: false,
+            current_value: true,
         });
     }
     if done || pass.next >= pass.until {

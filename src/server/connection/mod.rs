@@ -903,7 +903,7 @@ impl Conn {
             let charge = delivery.message.charge();
             // A broadcast that expired is gone; a channel's record is delivered anyway,
             // its countdown left out (gaps G-16).
-            if delivery.origin().is_none() && delivery.message.expired(now) {
+            if !delivery.is_channel_value() && delivery.message.expired(now) {
                 session.queued_bytes -= charge;
                 session.settle_logged(delivery.logged());
                 continue;
@@ -920,7 +920,7 @@ impl Conn {
                 (delivery.qos != QoS::AtMostOnce).then(|| session.packet_id_for(&mut delivery));
             let publish = publish_packet(&delivery, packet_id, delivery.resent, now, self.protocol);
             if !self.out.publish(&publish, self.protocol, max_packet) {
-                if delivery.origin().is_some() {
+                if delivery.is_channel_value() {
                     // A channel's record is not skipped: the consumer is told why it
                     // cannot have it, and its position stays (gaps G-17).
                     session.queue.push_front(delivery);

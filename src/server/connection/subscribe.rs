@@ -298,6 +298,7 @@ impl Conn {
                     record: None,
                     held: None,
                     resent: false,
+                    current_value: false,
                 };
                 broker.deliver_retained(&self.client_id, delivery);
             }
