@@ -442,6 +442,56 @@ fn sigusr1_rereads_the_acl_file_for_open_connections_b292() {
     );
 }
 
+/// B-293, B-294: what waited for a session while its client was away is asked of
+/// the acl_file again once it is re-read: broadcasts it may no longer read are
+/// dropped, and its channel stalls on the records rather than skipping them, to go
+/// on when the grant comes back.
+#[test]
+fn what_waits_for_a_session_is_asked_again_after_a_reread_b293_b294() {
+    let broker = start("reread-owed", ACL);
+    let mut c = login(V5, "bob-away", "bob");
+    c.clean_start = false;
+    c.properties.edit().session_expiry_interval = Some(300);
+    let (mut bob, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(bob.subscribe("alerts/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(bob.subscribe("iot/+/events/#", opts(QoS::AtLeastOnce)), [1]);
+    bob.disconnect();
+    let mut alice = as_user(&broker, "alice-1", "alice");
+    for i in 0..5 {
+        let q1 = QoS::AtLeastOnce;
+        assert_eq!(
+            alice.publish(&format!("alerts/alice/{i}"), b"a", q1, false),
+            Some(0)
+        );
+        let topic = format!("iot/alice/events/{i}");
+        assert_eq!(alice.publish(&topic, b"e", q1, false), Some(0));
+    }
+    let path: PathBuf = broker.dir.join("acl.yaml");
+    let narrowed = ACL.replace(
+        "    - channel: events\n      allow: [read, seek]\n    - topic: \"#\"\n",
+        "    - topic: \"elsewhere/#\"\n",
+    );
+    assert_ne!(narrowed, ACL);
+    std::fs::write(&path, narrowed).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let (mut bob, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    bob.expect_nothing(Duration::from_millis(500));
+    std::fs::write(&path, ACL).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    for i in 0..5 {
+        let p = bob.recv_publish();
+        assert_eq!(
+            &*p.topic,
+            format!("iot/alice/events/{i}"),
+            "stalled, not skipped"
+        );
+    }
+    bob.expect_nothing(Duration::from_millis(300));
+}
+
 /// B-247 and a finding of the acl_file (B-117) stop the broker at startup.
 #[test]
 fn a_contradiction_or_a_bad_acl_file_stops_the_broker() {

@@ -370,6 +370,8 @@ pub struct Session {
     /// The connected client under the acl_file, when one is held: whose entry's
     /// `limits:` its publish budget refills at (B-115, B-116).
     pub principal: Option<std::rc::Rc<crate::acl::Principal>>,
+    /// The grants its queue was last asked under ([`Session::drop_unreadable`]).
+    read_checked: Option<Rc<crate::acl::Grants>>,
     /// Outbound exchanges on the wire, by packet identifier, in the order sent.
     pub inflight: InflightTable,
     /// Inbound QoS 2 publishes received and not yet released, by packet identifier.
@@ -492,6 +494,7 @@ impl Session {
             subscriptions: Subscriptions::default(),
             queue: DeliveryQueue::default(),
             principal: None,
+            read_checked: None,
             inflight: InflightTable::default(),
             incoming: BTreeMap::new(),
             queued_bytes: 0,
@@ -657,6 +660,63 @@ impl Session {
     /// already granted (B-293). True where no acl_file is held.
     pub fn may_read(&self, topic: &str) -> bool {
         self.principal.as_ref().is_none_or(|p| p.may_read(topic))
+    }
+
+    /// Asks the acl_file again about what waits in the queue, once per policy (a
+    /// re-read, or a restart under an edited file): a delivery is asked at fan-out
+    /// and at the channel read, and what was queued before the re-read must not
+    /// go out past it (B-293). A broadcast no longer readable is dropped. A
+    /// channel's records go back from the first refused on, so the cursor reads
+    /// them again and stalls there rather than skip it (B-294). A queue's offer
+    /// stays (`consume` governs it, B-295), as does a shared group's backlog.
+    pub fn drop_unreadable(&mut self) {
+        let Some(principal) = &self.principal else {
+            return;
+        };
+        let grants = principal.grants();
+        if self
+            .read_checked
+            .as_ref()
+            .is_some_and(|g| Rc::ptr_eq(g, &grants))
+        {
+            return;
+        }
+        self.read_checked = Some(grants);
+        let cursors = &self.cursors;
+        let unreadable = |d: &Delivery| {
+            d.held.is_none()
+                && d.origin().is_none_or(|(c, _)| cursors.contains_key(&c))
+                && !principal.may_read(&d.message.topic)
+        };
+        let mut rewind: BTreeMap<ChannelId, u64> = BTreeMap::new();
+        for (channel, offset) in self
+            .queue
+            .iter()
+            .filter(|d| unreadable(d))
+            .filter_map(Delivery::origin)
+        {
+            let at = rewind.entry(channel).or_insert(offset);
+            *at = (*at).min(offset);
+        }
+        let gone = self.queue.take_where(|d| {
+            d.origin().map_or_else(
+                || unreadable(d),
+                |(c, o)| rewind.get(&c).is_some_and(|&at| o >= at),
+            )
+        });
+        for delivery in gone {
+            self.queued_bytes -= delivery.message.charge();
+            match delivery.origin() {
+                Some((channel, offset)) => {
+                    if let Some(cursor) = self.cursors.get_mut(&channel) {
+                        cursor.unsettled.remove(&offset);
+                        cursor.next = cursor.next.min(offset);
+                        cursor.wake();
+                    }
+                }
+                None => self.settle_logged(delivery.logged()),
+            }
+        }
     }
 
     /// Whether the acl_file lets this session's client take jobs from `queue`

@@ -875,6 +875,7 @@ impl Conn {
         } else {
             Reading::Channels
         };
+        session.drop_unreadable();
         let now = Instant::now();
         let max_packet = session.max_packet_size as usize;
         while let Some(front) = session.queue.front() {
