@@ -421,8 +421,12 @@ async fn stop_signal(
                 log::warn!("SIGHUP ignored: restart the broker to apply a changed configuration");
             }
             Ok(async_signal::Signal::Usr1) => {
-                level = reload_configuration(&config, level, &gates);
-                gates.reloader.reload();
+                // A configuration that does not load changes nothing, the files it
+                // names included: an edit is likelier under way than done (RFC 0002).
+                if let Some(new) = reload_configuration(&config, level, &gates) {
+                    level = new;
+                    gates.reloader.reload();
+                }
             }
             Ok(signal) => {
                 log::info!("{signal:?} received");
@@ -433,26 +437,35 @@ async fn stop_signal(
     }
 }
 
-/// SIGUSR1: re-reads `broker.log_level` and each ws door's `same_origin` and
-/// `allowed_origins` (B-168). A file that does not load changes nothing, because the
-/// likeliest reason is somebody still typing (RFC 0002).
+/// SIGUSR1: re-reads `broker.log_level` (unless `SAGUIN_LOG` set the level for this
+/// run) and each ws door's `same_origin` and `allowed_origins` (B-168). `None`: the
+/// file does not load, and nothing changed, because the likeliest reason is
+/// somebody still typing (RFC 0002).
 fn reload_configuration(
     path: &std::path::Path,
     old: saguin::config::LogLevel,
     gates: &saguin::auth::Gates,
-) -> saguin::config::LogLevel {
+) -> Option<saguin::config::LogLevel> {
     match saguin::config::load(path) {
         Ok(config) => {
             let new = config.broker.log_level;
-            // Said at the more talkative of the two levels: moving to `error` it
-            // would not be said at all, moving from it neither.
-            log::set_max_level(old.to_level_filter().max(new.to_level_filter()));
-            log::warn!(
-                "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
-                old.as_str(),
-                new.as_str()
-            );
-            log::set_max_level(new.to_level_filter());
+            if std::env::var_os("SAGUIN_LOG").is_some() {
+                log::warn!(
+                    "SIGUSR1: log_level {} left alone: SAGUIN_LOG sets the level for this run; \
+                     addresses and storage are read at startup only",
+                    new.as_str()
+                );
+            } else {
+                // Said at the more talkative of the two levels: moving to `error` it
+                // would not be said at all, moving from it neither.
+                log::set_max_level(old.to_level_filter().max(new.to_level_filter()));
+                log::warn!(
+                    "SIGUSR1: log_level {} -> {}; addresses and storage are read at startup only",
+                    old.as_str(),
+                    new.as_str()
+                );
+                log::set_max_level(new.to_level_filter());
+            }
             for door in &config.broker.mqtt.listen.ws {
                 let policy = gates
                     .ws
@@ -463,14 +476,15 @@ fn reload_configuration(
                     policy.replace(door.same_origin, &door.allowed_origins);
                 }
             }
-            new
+            Some(new)
         }
         Err(e) => {
             log::warn!(
-                "SIGUSR1: {} does not load, nothing changed:\n{e}",
+                "SIGUSR1: {} does not load, so nothing changed (password files, \
+                 certificates and the acl_file included):\n{e}",
                 path.display()
             );
-            old
+            None
         }
     }
 }
@@ -484,7 +498,13 @@ fn init_logging(level: saguin::config::LogLevel, broker_id: &str) {
     let overridden = std::env::var_os("SAGUIN_LOG").is_some();
     let id = broker_id.to_owned();
     env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Trace)
+        // `log::max_level` filters, so SIGUSR1 can move it; a SAGUIN_LOG naming
+        // modules only leaves the rest at the configured level, not at trace.
+        .filter_level(if overridden {
+            level.to_level_filter()
+        } else {
+            log::LevelFilter::Trace
+        })
         .parse_env(env_logger::Env::default().filter("SAGUIN_LOG"))
         .format(move |buf, record| {
             writeln!(

@@ -395,6 +395,37 @@ fn sigusr1_re_reads_the_file_b227_b229() {
     assert_eq!(code(broker.addr, V5, Some("alice"), Some("secret")), 0);
 }
 
+/// B-030, RFC 0002 "Who may connect": a SIGUSR1 that finds the configuration file
+/// half-edited changes nothing, the password file it names included; the next one,
+/// after the edit, applies both.
+#[test]
+fn a_configuration_that_does_not_load_holds_back_the_password_file_too_b030() {
+    let (dir, file) = dir_with_file("reload-held");
+    let yaml = common::config("    password_file: {dir}/clients.passwd\n");
+    let broker = Broker::start_in(dir.clone(), &yaml);
+    let written = std::fs::read_to_string(dir.join("saguin.yaml")).expect("the configuration");
+    let mut text = std::fs::read_to_string(&file).expect("read");
+    let carol = text
+        .lines()
+        .nth(1)
+        .expect("bob's line")
+        .replacen("bob", "carol", 1);
+    text.push_str(&carol);
+    text.push('\n');
+    std::fs::write(&file, &text).expect("add carol");
+    std::fs::write(dir.join("saguin.yaml"), "broker: [unfinished").expect("edit");
+    broker.signal("USR1");
+    broker.wait_log("nothing changed");
+    assert_eq!(
+        code(broker.addr, V5, Some("carol"), Some("hunter2")),
+        BAD_USER_NAME_OR_PASSWORD
+    );
+    std::fs::write(dir.join("saguin.yaml"), written).expect("finish the edit");
+    broker.signal("USR1");
+    broker.wait_log("password files re-read");
+    assert_eq!(code(broker.addr, V5, Some("carol"), Some("hunter2")), 0);
+}
+
 /// B-230 against the tool itself, when Debian's mosquitto_passwd is installed: both
 /// hash kinds it writes, made now.
 #[test]
