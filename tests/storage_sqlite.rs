@@ -339,6 +339,43 @@ fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
     });
 }
 
+/// C-115, B-419: a record's Correlation Data, Content Type and Response Topic take
+/// pages though its counted size leaves them out; publishes carrying them still
+/// stop short of the reserve, which stays for what frees room.
+#[test]
+fn records_with_large_properties_stop_short_of_the_reserve() {
+    let dir = temp_dir("provmax-props");
+    let mut s = settings(&dir);
+    s.max_bytes = 600 * 1024;
+    s.reserve_bytes = 200 * 1024;
+    let p = SqliteProvider::open(&s).unwrap();
+    smol::block_on(async {
+        p.open_channel("log", ChannelSettings::append())
+            .await
+            .unwrap();
+        let mut stored = 0u64;
+        let err = loop {
+            let mut r = rec("log/x", b"", stored);
+            r.properties.correlation_data = Some(vec![7; 30_000]);
+            r.properties.content_type = Some("c".repeat(20_000));
+            match p.append("log", r).await {
+                Ok(_) => stored += 1,
+                Err(e) => break e,
+            }
+            assert!(stored < 1000, "never refused");
+        };
+        assert!(matches!(err, StorageError::ProviderFull { .. }), "{err}");
+        let used = p.writer_stats().used_bytes;
+        assert!(
+            used <= s.max_bytes - s.reserve_bytes,
+            "{used} of {}",
+            s.max_bytes
+        );
+        // The reserve is there for what relieves the store.
+        p.set_position("client", "log", 1).await.unwrap();
+    });
+}
+
 /// C-115, B-471: session records are refused 0x97 at the provider's bound less its
 /// reserve, as publishes and held QoS 2 publishes are, rather than growing the file
 /// into the room kept for what frees it.

@@ -23,6 +23,27 @@ use crate::storage::settings::ChannelSettings;
 /// What the pages of a record cost beyond its counted size, for the reserve check.
 const ROW_OVERHEAD: u64 = 80;
 
+/// What a record's row takes in the file, for the page check: its counted `size`
+/// (B-417), the properties that count leaves out (Content Type, Response Topic and
+/// Correlation Data, up to 64 KiB each) and the User Properties' JSON framing. A
+/// batch of records each counted at a page that wrote a hundred grew the file past
+/// SQLite's page limit, and SQLITE_FULL failed every write in the batch, the acks
+/// and positions that relieve the store among them.
+fn row_bytes(size: u64, p: &crate::storage::RecordProperties) -> u64 {
+    let len = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let counted: usize = p
+        .user_properties
+        .iter()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    let json = schema::encode_user_properties(&p.user_properties).map_or(0, |j| j.len());
+    let extra = len(&p.content_type)
+        + len(&p.response_topic)
+        + p.correlation_data.as_ref().map_or(0, Vec::len)
+        + json.saturating_sub(counted);
+    size + extra as u64 + ROW_OVERHEAD
+}
+
 /// A channel's counters, as stored in the `channels` table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Counts {
@@ -348,7 +369,7 @@ impl<'a> Batch<'a> {
         } else {
             None
         };
-        let replaced_size = replaced.map_or(0, |(_, size)| size + ROW_OVERHEAD);
+        let replaced_size = replaced.as_ref().map_or(0, |(_, size, _)| *size);
         if let Some(max) = ch.settings.max_bytes
             && (n.bytes + size).saturating_sub(replaced_size) > max
         {
@@ -361,7 +382,8 @@ impl<'a> Batch<'a> {
         }
         let used = self.used_pages(c, name)?;
         let b = self.bounds;
-        let adds = (size + ROW_OVERHEAD).saturating_sub(replaced_size);
+        let replaced_row = replaced.as_ref().map_or(0, |(_, _, row)| *row);
+        let adds = row_bytes(size, &record.properties).saturating_sub(replaced_row);
         let grown = (self.added_bytes + adds).div_ceil(b.page_size);
         let reserve = if may_use_reserve { 0 } else { b.reserve_pages };
         if adds > 0 && used + grown > b.max_pages.saturating_sub(reserve) {
@@ -374,7 +396,7 @@ impl<'a> Batch<'a> {
         } else {
             STATE_STORED
         };
-        if let Some((old, _)) = replaced {
+        if let Some((old, _, _)) = replaced {
             self.take_record(c, name, old)?;
             n = self.counts(name, ch);
         }
@@ -396,14 +418,15 @@ impl<'a> Batch<'a> {
         Ok(offset)
     }
 
-    /// The offset and size of `topic`'s current value on latest channel `name`.
+    /// The offset, counted size and row size of `topic`'s current value on latest
+    /// channel `name`.
     fn latest_of(
         &self,
         c: &Connection,
         name: &str,
         channel_id: i64,
         topic: &str,
-    ) -> Result<Option<(u64, u64)>, StorageError> {
+    ) -> Result<Option<(u64, u64, u64)>, StorageError> {
         let sql = format!(
             "SELECT {RECORD_COLUMNS} FROM records WHERE channel_id = ?1 AND record_offset = \
              (SELECT record_offset FROM latest WHERE channel_id = ?1 AND topic = ?2)"
@@ -413,7 +436,12 @@ impl<'a> Batch<'a> {
                 s.query_row(params![channel_id, topic], schema::record_from_row)
                     .optional()
             })
-            .map(|found| found.map(|r| (r.offset, r.size())))
+            .map(|found| {
+                found.map(|r| {
+                    let size = r.size();
+                    (r.offset, size, row_bytes(size, &r.properties))
+                })
+            })
             .map_err(|e| self.sql(c, name, e))
     }
 
