@@ -619,3 +619,53 @@ fn a_publish_is_taken_before_queued_position_writes() {
         "the publish completed after {at} position writes"
     );
 }
+
+/// B-457, gaps "Group commit" (the rest in turns): position writes are taken while
+/// publishers keep the urgent lane from ever emptying. They once waited until the
+/// publishers stopped, and so did a Clean Start's CONNACK on its positions' deletion.
+/// Another connection holds the write lock until 3000 publishers have each queued an
+/// append and the position write has queued behind them.
+#[test]
+fn position_writes_are_taken_while_publishers_keep_the_writer_busy() {
+    type Task<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+    let dir = temp_dir("lanes-share");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    smol::block_on(p.open_channel("c", ChannelSettings::append())).unwrap();
+    let blocker = rusqlite::Connection::open(dir.join("saguin.db")).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let stop = std::cell::Cell::new(false);
+    let written = std::cell::Cell::new(None);
+    let (p, stop, written) = (&p, &stop, &written);
+    let mut tasks: Vec<Task<'_>> = (0..3000u64)
+        .map(|n| -> Task<'_> {
+            Box::pin(async move {
+                while !stop.get() {
+                    p.append("c", rec("c/x", b"x", n)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tasks.push(Box::pin(async move {
+        smol::Timer::after(Duration::from_millis(100)).await;
+        let wrote = p.set_position("reader", "c", 1);
+        let timeout = async {
+            smol::Timer::after(Duration::from_secs(10)).await;
+            Err(StorageError::Closed {
+                provider: "timeout".into(),
+            })
+        };
+        let got = futures_lite::FutureExt::or(wrote, timeout).await;
+        written.set(Some(got.is_ok()));
+        stop.set(true);
+    }));
+    tasks.push(Box::pin(async {
+        smol::Timer::after(Duration::from_millis(300)).await;
+        blocker.execute_batch("ROLLBACK").unwrap();
+    }));
+    smol::block_on(join_all(tasks));
+    assert_eq!(
+        written.get(),
+        Some(true),
+        "the position was not written within 10 s of busy publishing"
+    );
+}

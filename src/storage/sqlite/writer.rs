@@ -25,6 +25,10 @@ use crate::storage::error::StorageError;
 use crate::storage::record::SweepReport;
 use crate::storage::settings::{COLLECT_MAX_RECORDS, ChannelSettings, CommitMode, SqliteSettings};
 
+/// Background writes (positions) taken into every batch, however busy the urgent
+/// lane is.
+const BACKGROUND_SHARE: usize = 16;
+
 /// Counters the writer keeps, read by metrics and by tests of group commit.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -129,6 +133,21 @@ impl Writer {
             .map(|op| *op)
     }
 
+    /// Takes a share of the background lane into `batch` however busy the urgent
+    /// one is ("the rest in turns"): publishers that never let the urgent lane empty
+    /// held every position write back, and the CONNACK of a Clean Start waiting on
+    /// its positions' deletion, for as long as they published (B-457).
+    fn add_background(&mut self, batch: &mut Vec<WriteOp>) {
+        for _ in 0..BACKGROUND_SHARE {
+            let Ok(op) = self.bg.try_recv() else {
+                break;
+            };
+            if let Some(op) = self.take_standalone(*op) {
+                batch.push(op);
+            }
+        }
+    }
+
     /// Waits for the next request, or until `deadline`.
     fn next(&self, deadline: Option<Instant>) -> Next {
         loop {
@@ -171,6 +190,7 @@ impl Writer {
             if let Some(first) = self.take_standalone(first) {
                 let mut batch = vec![first];
                 self.collect(&mut batch);
+                self.add_background(&mut batch);
                 self.commit_batch(batch);
             }
             self.flush_if_due();
