@@ -492,6 +492,19 @@ fn what_waits_for_a_session_is_asked_again_after_a_reread_b293_b294() {
     bob.expect_nothing(Duration::from_millis(300));
 }
 
+/// B-279, MQTT-4.7.2-1: a `topic: "#"` read grants no filter on a `$` topic, which
+/// it can never deliver: the SUBSCRIBE is refused 0x87 rather than granted and silent.
+#[test]
+fn a_wildcard_read_grants_no_dollar_filter_b279() {
+    let broker = start("dollar-filter", ACL);
+    let mut bob = as_user(&broker, "bob", "bob");
+    assert_eq!(
+        bob.subscribe("$foo/#", opts(QoS::AtMostOnce)),
+        [NOT_AUTHORIZED]
+    );
+    assert_eq!(bob.subscribe("foo/#", opts(QoS::AtMostOnce)), [0]);
+}
+
 /// B-247 and a finding of the acl_file (B-117) stop the broker at startup.
 #[test]
 fn a_contradiction_or_a_bad_acl_file_stops_the_broker() {

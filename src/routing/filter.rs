@@ -188,10 +188,14 @@ pub fn intersection(a: &str, b: &str) -> Option<String> {
     Some(out.join("/"))
 }
 
-/// Whether every topic `inner` matches, `outer` matches too.
+/// Whether every topic `inner` matches, `outer` matches too. A wildcard first level
+/// matches no topic starting with `$` (MQTT-4.7.2-1), so `#` does not hold `$x/#`.
 pub fn contains(outer: &str, inner: &str) -> bool {
     let o: Vec<&str> = levels(outer).collect();
     let n: Vec<&str> = levels(inner).collect();
+    if matches!(o.first(), Some(&("#" | "+"))) && n.first().is_some_and(|l| l.starts_with('$')) {
+        return false;
+    }
     for i in 0.. {
         match (o.get(i).copied(), n.get(i).copied()) {
             (Some("#"), _) => return true,
@@ -255,6 +259,11 @@ mod tests {
         assert!(contains("iot/water/+/inspect", "iot/water/w-7/inspect"));
         assert!(!contains("iot/water/+/inspect", "iot/#"));
         assert!(contains("jobs/#", "jobs/__dlq/#"));
+        // MQTT-4.7.2-1: a wildcard first level matches no `$` topic.
+        assert!(!contains("#", "$foo/#"));
+        assert!(!contains("+/x", "$foo/x"));
+        assert!(contains("$foo/#", "$foo/x"));
+        assert!(contains("#", "+/x"));
     }
 
     #[test]
