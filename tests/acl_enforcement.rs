@@ -857,6 +857,38 @@ fn a_worker_without_consume_is_offered_nothing_b295() {
     assert_eq!(common::user_property(&offer, "saguin-attempt"), Some("1"));
 }
 
+/// B-295: a worker whose consume goes between the offer and its PUBACK gives the
+/// job back with its attempt unspent; it went to the lease, an attempt spent and the
+/// job held until its visibility timeout.
+#[test]
+fn an_offer_acknowledged_after_consume_is_taken_gives_the_job_back_unspent_b295() {
+    let broker = start("offer-withdrawn", ACL);
+    let q1 = QoS::AtLeastOnce;
+    let mut alice = as_user(&broker, "alice-w", "alice");
+    assert_eq!(alice.subscribe("$saguin/queue/jobs", opts(q1)), vec![1]);
+    let mut submitter = as_user(&broker, "alice-submit", "alice");
+    assert_eq!(submitter.publish("jobs/a", b"work", q1, false), Some(0));
+    let Packet::Publish(offer) = alice.recv() else {
+        panic!("an offer")
+    };
+    let path = broker.dir.join("acl.yaml");
+    std::fs::write(
+        &path,
+        ACL.replace("  alice: [device, worker]\n", "  alice: [device]\n"),
+    )
+    .unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    alice.puback(&offer);
+    broker.wait_log("may no longer consume it");
+    std::fs::write(&path, ACL).unwrap();
+    broker.signal("USR1");
+    broker.wait_log("acl_file");
+    let again = alice.recv_offer();
+    assert_eq!(&*again.payload, b"work");
+    assert_eq!(common::user_property(&again, "saguin-attempt"), Some("1"));
+}
+
 /// B-248: a door beside the acl_file that identifies nobody (here a plain ws door
 /// with no password file) is warned about when the broker starts.
 #[test]

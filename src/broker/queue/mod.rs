@@ -175,6 +175,9 @@ pub enum Event {
     Answer(Worker, Option<Vec<u8>>, Option<Verdict>),
     /// A connection ended: every job it held comes back at once.
     Ended(Worker),
+    /// A worker acknowledged an offer it may no longer take (its `consume` gone with
+    /// an acl_file re-read): the job comes back with its attempt unspent (B-295).
+    Withdrawn(Worker),
 }
 
 /// Events past which a stored job's body is left in storage (see [`Queues::stored`]).

@@ -365,7 +365,14 @@ impl Owner {
                 self.on_answer(&worker, correlation.as_deref(), verdict)
                     .await;
             }
-            Event::Ended(worker) => self.on_ended(&worker).await,
+            Event::Ended(worker) => {
+                self.take_back(&worker, "its worker's connection ended")
+                    .await;
+            }
+            Event::Withdrawn(worker) => {
+                self.take_back(&worker, "its worker may no longer consume it")
+                    .await;
+            }
         }
     }
 
@@ -455,13 +462,14 @@ impl Owner {
     }
 
     /// Every job the ended connection held comes back at once (C-090, gaps A-03).
-    async fn on_ended(&mut self, worker: &Worker) {
+    /// The job `worker` holds comes back, for `why`.
+    async fn take_back(&mut self, worker: &Worker, why: &str) {
         // A worker holds one job from this queue at most: no need to look further.
         let Some(&offset) = self.held.get(&worker.client) else {
             return;
         };
         if self.jobs.get(&offset).and_then(Job::holder) == Some(worker) {
-            self.release(offset, "its worker's connection ended").await;
+            self.release(offset, why).await;
         }
     }
 

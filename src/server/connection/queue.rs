@@ -253,7 +253,8 @@ impl Conn {
             Some(Inflight::Published(delivery)) if answer == Answer::PubAck => {
                 delivery.origin().map(|(channel, _)| {
                     let correlation = delivery.message.properties.correlation_data.clone();
-                    (channel, correlation.unwrap_or_default())
+                    let topic = delivery.message.topic.clone();
+                    (channel, correlation.unwrap_or_default(), topic)
                 })
             }
             _ => None,
@@ -265,6 +266,7 @@ impl Conn {
             .stored
             .then(|| session.stored_release(packet_id))
             .flatten();
+        let principal = offer.as_ref().and_then(|_| session.principal.clone());
         let was_full = !session.can_take(QoS::AtLeastOnce, 0);
         session.settle(packet_id);
         let reopened = was_full && session.can_take(QoS::AtLeastOnce, 0);
@@ -281,12 +283,18 @@ impl Conn {
         if let Some(token) = kept {
             broker.forget_released(&self.client_id, packet_id, token);
         }
-        if let Some((channel, correlation)) = offer
+        if let Some((channel, correlation, topic)) = offer
             && broker.channels.get(channel).kind == Kind::Queue
         {
-            broker
-                .queues
-                .tell(channel, Event::Puback(self.worker(), correlation));
+            // A worker that lost `consume` since the offer was written gives the job
+            // back with its attempt unspent (B-295).
+            let name = &broker.channels.get(channel).name;
+            let event = if principal.is_some_and(|p| !p.may_consume_job(name, &topic)) {
+                Event::Withdrawn(self.worker())
+            } else {
+                Event::Puback(self.worker(), correlation)
+            };
+            broker.queues.tell(channel, event);
         }
         for form in forms {
             let queue = form
