@@ -580,7 +580,7 @@ fn a_database_from_a_newer_version_is_refused() {
 /// positions already queued, so acknowledgements never hold a publisher up. Another
 /// connection holds the write lock while 3000 position writes and then one publish
 /// queue up; once it lets go, the publish goes in the next transaction, ahead of all
-/// but the positions already taken into the first.
+/// but the positions already taken into the first and the background share.
 #[test]
 fn a_publish_is_taken_before_queued_position_writes() {
     type Task<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
@@ -614,8 +614,11 @@ fn a_publish_is_taken_before_queued_position_writes() {
     let order = done.borrow();
     assert_eq!(order.len(), 3001);
     let at = order.iter().position(|s| *s == "publish").unwrap();
+    // The first batch (up to 1024 writes) was taken before the publish came; each
+    // batch after it also takes a share of 16 position writes (B-457), so a few may
+    // go ahead - but never the 3000 queued.
     assert!(
-        at <= 1024,
+        at <= 1280,
         "the publish completed after {at} position writes"
     );
 }
@@ -668,4 +671,33 @@ fn position_writes_are_taken_while_publishers_keep_the_writer_busy() {
         Some(true),
         "the position was not written within 10 s of busy publishing"
     );
+}
+
+/// A file_path naming another program's database is refused, naming its tables, and
+/// left as it was found: not switched to WAL, not given Sagüin's tables or version.
+#[test]
+fn another_programs_database_is_refused_and_left_as_it_was() {
+    let dir = temp_dir("foreign");
+    let path = dir.join("saguin.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch("CREATE TABLE sessions(id INTEGER); CREATE TABLE invoices(n INTEGER);")
+        .unwrap();
+    drop(c);
+    let e = SqliteProvider::open(&settings(&dir)).unwrap_err();
+    assert!(e.to_string().contains("invoices"), "{e}");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    let tables: i64 = c
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!((version, mode.as_str(), tables), (0, "delete", 2));
 }

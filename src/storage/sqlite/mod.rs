@@ -78,22 +78,10 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
     let io = |op: &str, e: rusqlite::Error| StorageError::io(&s.name, op, e);
     let conn = Connection::open(&s.file_path)
         .map_err(|e| io(&format!("open {}", s.file_path.display()), e))?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        .map_err(|e| io("enable WAL", e))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StorageError::io(
-            &s.name,
-            "enable WAL",
-            format!(
-                "journal_mode is {mode}; is the file on a filesystem that supports shared memory?"
-            ),
-        ));
-    }
-    conn.execute_batch("PRAGMA synchronous = NORMAL;")
-        .map_err(|e| io("set synchronous", e))?;
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(|e| io("set busy_timeout", e))?;
+    // Asked before anything is changed: a file this version must not take is left
+    // as it was found.
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| io("read the schema version", e))?;
@@ -108,6 +96,42 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
             ),
         ));
     }
+    if version == 0 {
+        let mut foreign = conn
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+                 AND name NOT IN ('channels', 'records', 'latest', 'positions', 'sessions', 'held')",
+            )
+            .and_then(|mut q| q.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| io("read the schema", e))?;
+        if !foreign.is_empty() {
+            foreign.truncate(3);
+            return Err(StorageError::io(
+                &s.name,
+                "open the database",
+                format!(
+                    "{} holds tables Sagüin did not write ({}); it belongs to another program: \
+                     name a file of the provider's own in file_path",
+                    s.file_path.display(),
+                    foreign.join(", ")
+                ),
+            ));
+        }
+    }
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .map_err(|e| io("enable WAL", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StorageError::io(
+            &s.name,
+            "enable WAL",
+            format!(
+                "journal_mode is {mode}; is the file on a filesystem that supports shared memory?"
+            ),
+        ));
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
+        .map_err(|e| io("set synchronous", e))?;
     conn.execute_batch(schema::SCHEMA)
         .and_then(|()| conn.execute_batch(&format!("PRAGMA user_version = {}", schema::VERSION)))
         .map_err(|e| io("create tables", e))?;

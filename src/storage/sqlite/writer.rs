@@ -138,7 +138,8 @@ impl Writer {
     /// held every position write back, and the CONNACK of a Clean Start waiting on
     /// its positions' deletion, for as long as they published (B-457).
     fn add_background(&mut self, batch: &mut Vec<WriteOp>) {
-        for _ in 0..BACKGROUND_SHARE {
+        let room = (4 * COLLECT_MAX_RECORDS).saturating_sub(batch.len());
+        for _ in 0..BACKGROUND_SHARE.min(room) {
             let Ok(op) = self.bg.try_recv() else {
                 break;
             };
