@@ -172,6 +172,11 @@ pub(super) async fn establish(
         return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
     }
     let mut accepted = shared.broker.borrow_mut().connect(&connect, link.clone());
+    // A stop that told every connection to end while this CONNECT was being stored
+    // never saw this one: it is told now, after its CONNACK (0x8B).
+    if shared.stopping() {
+        link.kick(reason::SERVER_SHUTTING_DOWN);
+    }
     accepted.assigned = assigned;
     accepted.cut_for_room = cut_for_room;
     // A Clean Start ended the session it replaces: its held QoS 2 publishes leave
