@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::auth::Gate;
-use crate::broker::channels::{Channel, Channels, Kind};
+use crate::broker::channels::{Channel, Channels, Kind, MaxAge};
 use crate::config::{self, ChannelType, Config};
 use crate::ops::OpsDoors;
 use crate::routing::Router;
@@ -107,6 +107,12 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
             provider,
             readers: Default::default(),
             queue: queue_policy(channel),
+            max_age: MaxAge(
+                (kind == Kind::Latest)
+                    .then_some(channel.retention_period)
+                    .flatten()
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ),
         });
     }
     let memory_total = config.broker.storage.memory_total();

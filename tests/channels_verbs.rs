@@ -795,3 +795,29 @@ fn a_seek_before_subscribing_sets_where_the_subscription_starts_g18() {
         "{first:?}"
     );
 }
+
+/// Gaps G-19 ("a value older than retention_period is never served, even before the
+/// sweep removes it"), RFC 0002 "Retention is stated once": with the age sweep held
+/// off (another connection holds the sqlite write lock), a latest value past its
+/// period is shown neither to a SUBSCRIBE nor to a point read.
+#[test]
+fn a_latest_value_past_its_period_is_not_served_before_the_sweep() {
+    let yaml = common::CHANNELS.to_string()
+        + "  fresh:\n    type: latest\n    filter: fresh/#\n    retention_period: 1s\n";
+    let broker = Broker::start_with(&yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("fresh/a", b"stale", QoS::AtLeastOnce, false);
+    let lock = common::WriteLock::take(&broker);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut reader = Raw::connected(broker.addr, V5, "late");
+    assert_eq!(reader.subscribe("fresh/#", opts(QoS::AtLeastOnce)), [1]);
+    reader.expect_nothing(Duration::from_millis(500));
+    assert_eq!(
+        reader.publish_packet(get("fresh/a", Some("replies/late"))),
+        Some(0)
+    );
+    let reply = reader.recv_publish();
+    assert_eq!(&*reply.topic, "replies/late");
+    assert!(reply.payload.is_empty(), "the stale value was read");
+    drop(lock);
+}

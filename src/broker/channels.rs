@@ -57,6 +57,23 @@ pub struct Channel {
     pub readers: HashSet<Arc<str>>,
     /// A queue's settings; `None` on other kinds.
     pub queue: Option<super::queue::Policy>,
+    /// How old a value may be and still be served.
+    pub max_age: MaxAge,
+}
+
+/// A latest channel's `retention_period`: a value older is never served, not on a
+/// SUBSCRIBE, not to a resuming reader, not to a point read, even before the sweep
+/// removes it (gaps G-19: "a stale reading is worse than none"). No bound on the
+/// other kinds, whose readers are told of the floor instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaxAge(pub Option<u64>);
+
+impl MaxAge {
+    /// Whether `record` is too old to serve at `now_ms`.
+    pub fn passed(self, record: &crate::storage::Record, now_ms: u64) -> bool {
+        self.0
+            .is_some_and(|age| record.timestamp_ms.saturating_add(age) <= now_ms)
+    }
 }
 
 /// Every channel and the routing table over their filters.

@@ -273,10 +273,10 @@ impl Reader<'_> {
             else {
                 return read_any;
             };
-            let (provider, name, kind) = {
+            let (provider, name, kind, max_age) = {
                 let broker = self.shared.broker.borrow();
-                let channel = broker.channels.get(id);
-                (channel.provider.clone(), channel.name.clone(), channel.kind)
+                let c = broker.channels.get(id);
+                (c.provider.clone(), c.name.clone(), c.kind, c.max_age)
             };
             let request = WindowRequest {
                 from,
@@ -314,10 +314,11 @@ impl Reader<'_> {
             // Asked on every delivery, so a re-read acl_file applies (B-293).
             let grants = session.principal.as_ref().map(|p| p.grants());
             if pass {
-                let deliveries = current_state(cursor, window.records, &client, now, |topic| {
-                    grants
-                        .as_ref()
-                        .is_none_or(|g| g.channel_allows(&name, topic, Verb::Read))
+                let deliveries = current_state(cursor, window.records, &client, now, |record| {
+                    !max_age.passed(record, now)
+                        && grants
+                            .as_ref()
+                            .is_none_or(|g| g.channel_allows(&name, &record.topic, Verb::Read))
                 });
                 for delivery in deliveries {
                     session.enqueue_counted(metrics, delivery);
@@ -350,6 +351,7 @@ impl Reader<'_> {
                 };
                 if !matches!(record.state, RecordState::Stored | RecordState::Deleted)
                     || (deletion && record.offset < cursor.pass_until)
+                    || max_age.passed(&record, now)
                 {
                     continue;
                 }
@@ -655,7 +657,7 @@ pub(crate) struct NextRead {
 }
 
 /// Moves the cursor's first current-state pass over `window`: each current value its
-/// filter takes (and `readable` allows) goes out with RETAIN set and no origin, so
+/// filter takes (and `servable` allows) goes out with RETAIN set and no origin, so
 /// settling it never moves the position. The pass ends at its `until`
 /// or at the end of what is stored.
 fn current_state(
@@ -663,7 +665,7 @@ fn current_state(
     window: Vec<crate::storage::Record>,
     client: &str,
     now: u64,
-    readable: impl Fn(&str) -> bool,
+    servable: impl Fn(&crate::storage::Record) -> bool,
 ) -> Vec<Delivery> {
     let Some(pass) = cursor.passes.first_mut() else {
         return Vec::new();
@@ -676,7 +678,7 @@ fn current_state(
             break;
         }
         pass.next = record.offset + 1;
-        if !matches!(record.state, RecordState::Stored) || !readable(&record.topic) {
+        if !matches!(record.state, RecordState::Stored) || !servable(&record) {
             continue;
         }
         let own = records::origin(&record) == client;

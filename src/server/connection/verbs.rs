@@ -200,8 +200,12 @@ impl Conn {
         if !self.may_read_key(key) {
             return (reason::NOT_AUTHORIZED, None); // read on the latest channel (B-282)
         }
+        let max_age = self.shared.broker.borrow().channels.get(id).max_age;
+        let now = now_ms();
         let found = match self.find(id, |r| r.topic == key).await {
-            Ok(found) => found.filter(|r| matches!(r.state, RecordState::Stored)),
+            Ok(found) => {
+                found.filter(|r| matches!(r.state, RecordState::Stored) && !max_age.passed(r, now))
+            }
             Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
         };
         // The reply names its request: its Correlation Data, or else the key (C-007).
@@ -214,7 +218,7 @@ impl Conn {
         );
         let reply = match found {
             Some(record) => {
-                let message = records::from_record(record, QoS::AtMostOnce, now_ms());
+                let message = records::from_record(record, QoS::AtMostOnce, now);
                 let mut properties = message.properties.clone();
                 properties.edit().correlation_data = correlation;
                 if let Some(p) = properties.present_mut() {
