@@ -1619,3 +1619,45 @@ fn a_state_pass_is_not_given_up_for_broadcasts_at_the_session_bound() {
     }
     assert_eq!(state.len(), 300, "current values given up at the bound");
 }
+
+/// RFC 0002 "Changing a filter" (reachable by nothing), A-053: a latest channel's
+/// value whose topic its edited filter no longer matches is not served. It came
+/// with RETAIN after the topic's real current value, a retained broadcast now.
+#[test]
+fn a_value_left_behind_by_a_filter_edit_is_not_served_a053() {
+    let yaml = CHANNELS.replace(
+        "  state:\n    type: latest\n    storage: volatile\n",
+        "  state:\n    type: latest\n    filter: state/#\n",
+    );
+    assert_ne!(yaml, CHANNELS);
+    let dir = common::temp_dir("filter-edit");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/room/1", b"old", QoS::AtLeastOnce, false);
+    drop(publisher);
+    let dir = broker.stop();
+    let edited = yaml.replace("    filter: state/#\n", "    filter: state/device/#\n");
+    let broker = Broker::start_in(dir, &edited);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/room/1", b"new", QoS::AtLeastOnce, true);
+    publisher.publish("state/device/1", b"dev", QoS::AtLeastOnce, false);
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut got = Vec::new();
+    while let Ok(Packet::Publish(p)) = reader.expect_nothing_or_packet(Duration::from_millis(500)) {
+        reader.puback(&p);
+        got.push((
+            p.topic.to_string(),
+            String::from_utf8_lossy(&p.payload).into_owned(),
+        ));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("state/device/1".to_string(), "dev".to_string()),
+            ("state/room/1".to_string(), "new".to_string())
+        ]
+    );
+}

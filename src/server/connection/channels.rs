@@ -113,6 +113,23 @@ pub(crate) enum Opening {
 }
 
 impl Reader<'_> {
+    /// The offsets, in order, of a latest channel's values in `records` whose topic
+    /// no longer reaches the channel: its filter was edited, or another channel
+    /// claims the topic now. What is stored behind such a topic is reachable by
+    /// nothing (RFC 0002 "Changing a filter"), where served it could arrive after
+    /// the topic's real current value.
+    fn strays(&self, id: ChannelId, kind: Kind, records: &[crate::storage::Record]) -> Vec<u64> {
+        if kind != Kind::Latest {
+            return Vec::new();
+        }
+        let broker = self.shared.broker.borrow();
+        records
+            .iter()
+            .filter(|r| broker.channels.resolve(&r.topic) != Some(id))
+            .map(|r| r.offset)
+            .collect()
+    }
+
     /// Opens (or joins) a cursor on every channel `sub`'s filter touches (see
     /// [`Conn::open_cursors`]).
     ///
@@ -301,6 +318,7 @@ impl Reader<'_> {
                 }
             };
             read_any |= !window.records.is_empty();
+            let stray = self.strays(id, kind, &window.records);
             let now = now_ms();
             let client = self.client_id.clone();
             let mut broker = self.shared.broker.borrow_mut();
@@ -316,6 +334,7 @@ impl Reader<'_> {
             if pass {
                 let deliveries = current_state(cursor, window.records, &client, now, |record| {
                     !max_age.passed(record, now)
+                        && stray.binary_search(&record.offset).is_err()
                         && grants
                             .as_ref()
                             .is_none_or(|g| g.channel_allows(&name, &record.topic, Verb::Read))
@@ -352,6 +371,7 @@ impl Reader<'_> {
                 if !matches!(record.state, RecordState::Stored | RecordState::Deleted)
                     || (deletion && record.offset < cursor.pass_until)
                     || max_age.passed(&record, now)
+                    || stray.binary_search(&record.offset).is_ok()
                 {
                     continue;
                 }
