@@ -505,6 +505,29 @@ fn a_wildcard_read_grants_no_dollar_filter_b279() {
     assert_eq!(bob.subscribe("foo/#", opts(QoS::AtMostOnce)), [0]);
 }
 
+/// B-282, MQTT-3.1.3-6: `%c` names the client id the broker assigned to a CONNECT
+/// that brought none; the empty id granted nothing for the whole connection.
+#[test]
+fn percent_c_names_an_assigned_client_id() {
+    let acl = "roles:\n  own:\n    - topic: t/%c/#\n      allow: [write]\nusers:\n  alice: [own]\n";
+    let broker = start("assigned-id", acl);
+    let (mut alice, ack) = Raw::handshake(broker.addr, login(V5, "", "alice"));
+    let id = ack
+        .properties
+        .assigned_client_identifier
+        .clone()
+        .expect("an assigned id");
+    let q1 = QoS::AtLeastOnce;
+    assert_eq!(
+        alice.publish(&format!("t/{id}/x"), b"1", q1, false),
+        Some(0)
+    );
+    assert_eq!(
+        alice.publish("t/other/x", b"1", q1, false),
+        Some(NOT_AUTHORIZED)
+    );
+}
+
 /// B-247 and a finding of the acl_file (B-117) stop the broker at startup.
 #[test]
 fn a_contradiction_or_a_bad_acl_file_stops_the_broker() {

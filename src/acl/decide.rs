@@ -176,6 +176,14 @@ impl Acl {
     }
 }
 
+impl Principal {
+    /// The same client under the id the broker assigned it: `%c` names that id
+    /// (MQTT-3.1.3-6), where the empty id of its CONNECT granted nothing.
+    pub fn assigned(&self, client_id: &str) -> Principal {
+        self.acl.principal(&self.user, client_id)
+    }
+}
+
 /// One connection's identity under the acl_file: the proved name and the client
 /// id, with the grants worked out for the policy held now (re-worked when a
 /// SIGUSR1 swapped it, so a re-read applies at the next question).

@@ -75,7 +75,7 @@ pub(super) async fn establish(
         Some(code) => Err(code),
         None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
     };
-    let admitted = match admitted {
+    let mut admitted = match admitted {
         Ok(admitted) => admitted,
         Err(code) => {
             // Refusals given to clients are warnings (B-021).
@@ -113,6 +113,8 @@ pub(super) async fn establish(
     let assigned = connect.client_id.is_empty();
     if assigned {
         connect.client_id = shared.broker.borrow_mut().assign_client_id().to_string();
+        admitted.principal =
+            (admitted.principal.as_deref()).map(|p| Rc::new(p.assigned(&connect.client_id)));
     }
     take_over(&shared, &connect.client_id).await;
     // What a Clean Start replaces ends before the CONNACK, once the connection that
