@@ -949,3 +949,45 @@ fn a_slow_broadcast_subscribers_losses_are_counted_dropped_or_refused_b043() {
     assert_eq!(got_one + dropped, 30, "QoS 1: every loss counted dropped");
     assert_eq!(got_two + refused, 30, "QoS 2: every loss counted refused");
 }
+
+/// MQTT-4.3.3-10, gaps G-13, B-120: a QoS 2 publish re-sent after a reconnect while the
+/// broker holds it gets its PUBREC 0x00 again though the client's publish budget is
+/// spent: it is no new work. Refused 0x97, the exchange ended at the client while the
+/// broker held its message, to route it at the PUBREL of the next under its id.
+#[test]
+fn a_held_qos2_publish_resent_over_the_rate_gets_its_pubrec_again() {
+    let broker = Broker::start("  limits:\n    publish_rate: 1\n");
+    let mut listener = Raw::connected(broker.addr, V5, "listener");
+    assert_eq!(listener.subscribe("t", opts(QoS::ExactlyOnce)), [2]);
+    let mut c = connect(V5, "resender", false);
+    c.properties.edit().session_expiry_interval = Some(300);
+    let (mut p, _) = Raw::handshake(broker.addr, c.clone());
+    let mut m1 = common::publish("t", b"M1", QoS::ExactlyOnce, false);
+    m1.packet_id = Some(7);
+    p.send(&Packet::Publish(m1.clone()));
+    let Packet::PubRec(rec) = p.recv() else {
+        panic!("expected PUBREC")
+    };
+    assert_eq!(rec.code, 0);
+    // Spend the budget.
+    while p.publish("r", b"x", QoS::AtLeastOnce, false) != Some(0x97) {}
+    drop(p);
+    let (mut p, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    m1.dup = true;
+    p.send(&Packet::Publish(m1));
+    let Packet::PubRec(rec) = p.recv() else {
+        panic!("expected PUBREC")
+    };
+    assert_eq!(
+        rec.code, 0,
+        "the held exchange is answered again, not refused"
+    );
+    p.send(&Packet::PubRel(saguin::codec::Ack::new(7, 0)));
+    let Packet::PubComp(comp) = p.recv() else {
+        panic!("expected PUBCOMP")
+    };
+    assert_eq!(comp.code, 0);
+    assert_eq!(&*listener.recv_publish().payload, b"M1");
+    listener.expect_nothing(Duration::from_millis(300));
+}

@@ -139,6 +139,14 @@ impl Conn {
             return Err(self.refuse(reason::PROTOCOL_ERROR));
         }
         self.resolve_alias(publish)?;
+        // A re-send of an exchange held already gets its PUBREC again before anything
+        // is asked of it: it is no new work, and a refusal now (the rate, an acl_file
+        // re-read, a full queue mailbox) would end an exchange whose message stays
+        // held, to be routed at the PUBREL of the next message under its identifier
+        // (MQTT-4.3.3-10, gaps G-13).
+        if self.holds_exchange(publish) {
+            return self.answer_publish(publish, reason::SUCCESS).map(|()| None);
+        }
         if let Some(end) = self.features_refuse_publish(publish) {
             return Err(end);
         }
@@ -327,6 +335,18 @@ impl Conn {
     /// Answers a publish with `code`: PUBACK or PUBREC, and on 3.1.1 a refusal closes
     /// the connection, since its acknowledgements carry no code. At QoS 0 nothing is
     /// sent and nothing closes, on 3.1.1 as on MQTT 5 (A-183, B-122, B-287).
+    /// Whether `publish` is a QoS 2 exchange this session holds already.
+    fn holds_exchange(&self, publish: &Publish) -> bool {
+        let Some(id) = publish
+            .packet_id
+            .filter(|_| publish.qos == QoS::ExactlyOnce)
+        else {
+            return false;
+        };
+        self.with_session(|s| s.incoming.contains_key(&id))
+            .unwrap_or(false)
+    }
+
     pub(super) fn answer_publish(&mut self, publish: &Publish, code: u8) -> Result<(), End> {
         let Some(packet_id) = publish.packet_id else {
             self.puback_reason = None;
