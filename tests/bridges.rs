@@ -1931,3 +1931,52 @@ bridges:
         "a value retention removed crossed",
     );
 }
+
+/// C-225, gaps G-19: a deletion crosses to the peer however long the link was down,
+/// while the channel keeps it (deletion_retention_period): a latest value's
+/// retention_period ages values, not deletions. One older than the period was
+/// skipped, and the peer kept the value for ever.
+#[test]
+fn a_deletion_older_than_the_values_period_still_crosses_c225() {
+    let peer = Mosquitto::start(free_port(), temp_dir("mosq-old-deletion"));
+    let mut far = persistent(peer.addr, "far-reader");
+    far.subscribe("site/#", common::opts(QoS::AtLeastOnce));
+    let yaml = format!(
+        "{SQLITE}channels:
+  state:
+    type: latest
+    filter: state/#
+    retention_period: 2s
+bridges:
+  hub:
+    peer: tcp://{}
+    client_id: edge-old-deletion
+    topics:
+      - filter: state/#
+        topic: site/state/$#
+        direction: out
+",
+        peer.addr
+    );
+    let broker = Broker::start_in(temp_dir("bridge-old-deletion"), &yaml);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.publish("state/gone", b"soon", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    assert_eq!(lines_of(&mut far, 1), ["site/state/gone soon"]);
+    drop(far);
+    std::thread::sleep(Duration::from_millis(300));
+    let (port, mosq_dir) = peer.stop();
+    broker.wait_log("bridge hub: link to");
+    assert_eq!(
+        local.publish("state/gone", b"", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let peer = Mosquitto::start(port, mosq_dir);
+    broker.wait_log("up again after");
+    let mut far = persistent(peer.addr, "far-reader");
+    assert_eq!(lines_of(&mut far, 1), ["site/state/gone "]);
+}

@@ -348,3 +348,77 @@ fn a_broadcast_the_log_cannot_keep_is_puback_0x83_and_kept_in_memory_only_a169()
     }
     s.expect_nothing(Duration::from_millis(300));
 }
+
+/// B-470, A-083: a re-SUBSCRIBE the store refuses leaves the filter it would have
+/// replaced owed what its own SUBSCRIBE was: the rest of a latest channel's state
+/// still comes. The refusal took the pending state pass with it.
+#[test]
+fn a_refused_resubscribe_leaves_the_state_pass_it_would_replace() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..300u32 {
+        let topic = format!("state/{i}");
+        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
+    }
+    let mut c = persistent(V5, "pending");
+    c.properties.edit().receive_maximum = Some(1);
+    let mut s = connected(&broker, c);
+    assert_eq!(s.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
+    let Packet::Publish(first) = s.recv() else {
+        panic!("state/0's value first")
+    };
+    // The window shut, the state/# pass queues half the session's bound and waits.
+    assert_eq!(s.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    let lock = WriteLock::take(&broker);
+    s.send(&Packet::Subscribe(codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![("state/#".into(), opts(QoS::AtLeastOnce))],
+    }));
+    match s.recv() {
+        Packet::SubAck(ack) => assert_eq!(ack.codes, [STORAGE_ERROR]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    drop(lock);
+    s.puback(&first);
+    s.set_timeout(Duration::from_secs(2));
+    let mut state = std::collections::BTreeSet::new();
+    while let Ok(Packet::Publish(p)) = s.expect_nothing_or_packet(Duration::from_secs(2)) {
+        s.puback(&p);
+        state.insert(p.topic.to_string());
+    }
+    assert_eq!(state.len(), 300, "the rest of the state pass was dropped");
+}
+
+/// Gaps G-17, B-087: a current value of a state pass left unacknowledged, resent to a
+/// client that now takes smaller packets, is refused 0x95 as a queued one is; it was
+/// dropped without a word, the pass having read past it.
+#[test]
+fn a_current_value_too_large_to_resend_is_0x95_not_dropped() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("state/a", b"x", QoS::AtLeastOnce, false);
+    publisher.publish("state/big", &[b'b'; 2048], QoS::AtLeastOnce, false);
+    let c = persistent(V5, "shrinks");
+    let mut s = connected(&broker, c.clone());
+    assert_eq!(s.subscribe("state/a", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(&*s.recv_publish().payload, b"x");
+    // Joining the cursor, state/# is shown the channel's state by a pass.
+    assert_eq!(s.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    loop {
+        let Packet::Publish(p) = s.recv() else {
+            panic!("a PUBLISH")
+        };
+        if &*p.topic == "state/big" {
+            assert!(p.retain);
+            break;
+        }
+        s.puback(&p);
+    }
+    drop(s);
+    let mut smaller = c;
+    smaller.properties.edit().maximum_packet_size = Some(1024);
+    let (mut s, ack) = Raw::handshake(broker.addr, smaller);
+    assert!(ack.session_present);
+    assert_eq!(s.expect_disconnect(), 0x95);
+}

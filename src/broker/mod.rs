@@ -119,6 +119,10 @@ pub enum RecordWrite {
     Nothing,
 }
 
+/// A subscription's place in one channel cursor, and its pending state pass, kept to
+/// put back if the SUBSCRIBE replacing it is refused.
+pub type CursorSub = (ChannelId, ChannelSub, Option<cursor::Pass>);
+
 /// The broker's state.
 #[derive(Debug)]
 pub struct Broker {
@@ -926,12 +930,14 @@ impl Broker {
     }
 
     /// What the channel cursors of `client_id` hold for `filter`, by channel.
-    pub fn cursor_subs(&self, client_id: &str, filter: &str) -> Vec<(ChannelId, ChannelSub)> {
+    pub fn cursor_subs(&self, client_id: &str, filter: &str) -> Vec<CursorSub> {
         self.sessions.get(client_id).map_or_else(Vec::new, |s| {
             s.cursors
                 .iter()
                 .filter_map(|(id, c)| {
-                    Some((*id, c.subs.iter().find(|x| x.filter == filter)?.clone()))
+                    let sub = c.subs.iter().find(|x| x.filter == filter)?.clone();
+                    let pass = c.passes.iter().find(|p| p.sub.filter == filter).cloned();
+                    Some((*id, sub, pass))
                 })
                 .collect()
         })
@@ -943,18 +949,20 @@ impl Broker {
         &mut self,
         client_id: &Arc<str>,
         before: Subscription,
-        in_cursors: Vec<(ChannelId, ChannelSub)>,
+        in_cursors: Vec<CursorSub>,
     ) {
         let filter = before.filter.clone();
         self.subscribe(client_id, before);
         if let Some(session) = self.sessions.get_mut(client_id) {
-            // The refused SUBSCRIBE's state pass goes with it.
+            // The refused SUBSCRIBE's state pass goes with it; what the one it
+            // replaced was still owed comes back.
             for cursor in session.cursors.values_mut() {
                 cursor.passes.retain(|p| p.sub.filter != filter);
             }
-            for (id, sub) in in_cursors {
+            for (id, sub, pass) in in_cursors {
                 if let Some(cursor) = session.cursors.get_mut(&id) {
                     cursor.add(sub);
+                    cursor.passes.extend(pass);
                 }
             }
         }

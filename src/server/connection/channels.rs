@@ -370,7 +370,7 @@ impl Reader<'_> {
                 };
                 if !matches!(record.state, RecordState::Stored | RecordState::Deleted)
                     || (deletion && record.offset < cursor.pass_until)
-                    || max_age.passed(&record, now)
+                    || (!deletion && max_age.passed(&record, now))
                     || stray.binary_search(&record.offset).is_ok()
                 {
                     continue;

@@ -758,7 +758,7 @@ impl Conn {
         self.with_session(|s| {
             for id in too_large.into_iter().rev() {
                 match s.inflight.get(&id) {
-                    Some(Inflight::Published(d)) if d.origin().is_some() => {
+                    Some(Inflight::Published(d)) if d.is_channel_value() => {
                         if let Some(Inflight::Published(d)) = s.inflight.remove(&id) {
                             s.queue.push_front(d);
                         }
