@@ -701,3 +701,22 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         .unwrap();
     assert_eq!((version, mode.as_str(), tables), (0, "delete", 2));
 }
+
+/// The same for another program's database that numbers its own schema with
+/// user_version, as migration tools do.
+#[test]
+fn another_programs_versioned_database_is_refused_and_left_as_it_was() {
+    let dir = temp_dir("foreign-versioned");
+    let path = dir.join("saguin.db");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute_batch("CREATE TABLE users(x INTEGER); PRAGMA user_version = 1;")
+        .unwrap();
+    drop(c);
+    let e = SqliteProvider::open(&settings(&dir)).unwrap_err();
+    assert!(e.to_string().contains("users"), "{e}");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+}

@@ -96,27 +96,40 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
             ),
         ));
     }
-    if version == 0 {
-        let mut foreign = conn
-            .prepare(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
-                 AND name NOT IN ('channels', 'records', 'latest', 'positions', 'sessions', 'held')",
-            )
-            .and_then(|mut q| q.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| io("read the schema", e))?;
-        if !foreign.is_empty() {
-            foreign.truncate(3);
-            return Err(StorageError::io(
-                &s.name,
-                "open the database",
-                format!(
-                    "{} holds tables Sagüin did not write ({}); it belongs to another program: \
-                     name a file of the provider's own in file_path",
-                    s.file_path.display(),
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .and_then(|mut q| q.query_map([], |r| r.get(0))?.collect())
+        .map_err(|e| io("read the schema", e))?;
+    // A new file holds no table; one of ours holds only ours, and `channels` once
+    // versioned. Anything else is another program's, whatever its user_version.
+    let ours = [
+        "channels",
+        "records",
+        "latest",
+        "positions",
+        "sessions",
+        "held",
+    ];
+    let mut foreign: Vec<&str> = (tables.iter().map(String::as_str))
+        .filter(|t| !ours.contains(t))
+        .collect();
+    let unversioned_or_ours = version == 0 || tables.iter().any(|t| t == "channels");
+    if !foreign.is_empty() || !unversioned_or_ours {
+        foreign.truncate(3);
+        return Err(StorageError::io(
+            &s.name,
+            "open the database",
+            format!(
+                "{} holds tables Sagüin did not write ({}; user_version {version}); it belongs to \
+                 another program: name a file of the provider's own in file_path",
+                s.file_path.display(),
+                if foreign.is_empty() {
+                    "no channels table".to_string()
+                } else {
                     foreign.join(", ")
-                ),
-            ));
-        }
+                }
+            ),
+        ));
     }
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
