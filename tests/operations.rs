@@ -44,6 +44,24 @@ fn health_and_metrics_answer_over_tcp_and_the_unix_socket() {
     assert_eq!((status, body.contains("ok")), (200, true));
 }
 
+/// B-528: at a stop the operations Unix socket is removed and its lock file kept,
+/// as the MQTT doors' are; it was left behind.
+#[test]
+fn the_operations_socket_is_removed_at_a_stop_and_its_lock_kept_b528() {
+    let dir = temp_dir("ops-stop");
+    let sock = dir.join("ops.sock");
+    let yaml = common::config(&format!(
+        "  operations:\n    listen:\n      unix:\n        path: {}\n",
+        sock.display()
+    ));
+    let broker = Broker::start_in(dir, &yaml);
+    broker.wait_log("operations listening on");
+    assert!(sock.exists());
+    let dir = broker.stop();
+    assert!(!sock.exists(), "the socket is left behind");
+    assert!(dir.join("ops.sock.lock").exists(), "the lock file stays");
+}
+
 /// Sockets holding every place of one operations door (32, each sending nothing for
 /// up to 5 s) do not starve another door: the local socket still answers /health.
 #[test]

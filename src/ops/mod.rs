@@ -165,20 +165,22 @@ struct Scrape {
     body: Rc<str>,
 }
 
-/// Starts serving every door, on `executor`.
+/// Starts serving every door, on `executor`, until the tasks it returns are
+/// dropped: a door dropped removes its Unix socket (B-528). They answer through
+/// the stop, `/health` saying 503.
 pub(crate) fn spawn(
     executor: &Rc<LocalExecutor>,
     shared: &Rc<Shared>,
     ops: OpsDoors,
-) -> io::Result<()> {
+) -> Vec<smol::Task<()>> {
     let scrape = Rc::new(RefCell::new(Scrape::default()));
     let interval = ops.min_scrape_interval;
+    let mut serving = Vec::with_capacity(ops.doors.len());
     for door in ops.doors {
         log_door(&door);
         let (ex, shared, scrape) = (executor.clone(), shared.clone(), scrape.clone());
         let in_flight = Rc::new(Cell::new(0));
-        executor
-            .spawn(async move {
+        serving.push(executor.spawn(async move {
                 loop {
                     let (stream, peer) = match door.accept().await {
                         Ok(accepted) => accepted,
@@ -203,10 +205,9 @@ pub(crate) fn spawn(
                     })
                     .detach();
                 }
-            })
-            .detach();
+        }));
     }
-    Ok(())
+    serving
 }
 
 /// One request being answered, counted against [`MAX_IN_FLIGHT`] while it lives.

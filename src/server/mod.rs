@@ -226,9 +226,7 @@ pub fn serve(
             log::info!("listening on {}", door.describe());
             accepting.push(executor.spawn(accept_loop(door, shared.clone(), executor.clone())));
         }
-        if let Some(ops) = operations {
-            crate::ops::spawn(&executor, &shared, ops)?;
-        }
+        let answering = operations.map(|ops| crate::ops::spawn(&executor, &shared, ops));
         executor.spawn(housekeeping(shared.clone())).detach();
         let watching = shared.clone();
         executor
@@ -274,6 +272,12 @@ pub fn serve(
             if let Err(e) = provider.close(crate::broker::records::now_ms()) {
                 log::error!("storage provider {}: {e}", provider.name());
             }
+        }
+        // The operations doors last: `/health` says 503 through the stop. Cancelled
+        // and waited for, so each door is dropped (its Unix socket removed) before
+        // the executor stops running anything.
+        for door in answering.into_iter().flatten() {
+            door.cancel().await;
         }
         Ok(())
     }))
