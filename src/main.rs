@@ -167,19 +167,19 @@ fn main() -> ExitCode {
         }
     };
     saguin::auth::warn_closed_doors(&gates);
+    // From here a start that fails closes the providers it opened.
+    let failed = |e: &dyn std::fmt::Display| {
+        log::error!("{e}");
+        saguin::startup::close_providers(&channels.providers());
+        ExitCode::FAILURE
+    };
     let listeners = match saguin::startup::mqtt_doors(&config, &gates) {
         Ok(doors) => doors,
-        Err(e) => {
-            log::error!("{e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failed(&e),
     };
     let operations = match saguin::startup::operations(&config, &gates) {
         Ok(operations) => operations,
-        Err(e) => {
-            log::error!("{e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failed(&e),
     };
     let signals = match async_signal::Signals::new([
         async_signal::Signal::Term,
@@ -188,21 +188,17 @@ fn main() -> ExitCode {
         async_signal::Signal::Usr1,
     ]) {
         Ok(signals) => signals,
-        Err(e) => {
-            log::error!("cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failed(&format_args!("cannot install signal handlers: {e}")),
     };
     // Written after the handlers, so a supervisor that signals at once finds them.
     let pid_file = config.broker.pid_file.clone();
     if let Some(pid_file) = &pid_file
         && let Err(e) = std::fs::write(pid_file, format!("{}\n", std::process::id()))
     {
-        log::error!(
+        return failed(&format_args!(
             "broker.pid_file {}: {e}; not running unmanaged",
             pid_file.display()
-        );
-        return ExitCode::FAILURE;
+        ));
     }
     log::info!(
         "saguin {} starting as {}",

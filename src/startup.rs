@@ -81,10 +81,32 @@ fn channel_settings(channel: &config::Channel) -> ChannelSettings {
 /// it refuses, named.
 pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedule), String> {
     let mut providers: HashMap<&str, Arc<Provider>> = HashMap::new();
+    let opened = open_all(config, &mut providers).await;
+    if opened.is_err() {
+        close_providers(providers.values());
+    }
+    opened
+}
+
+/// Closes `providers` on a start that fails once they are open: a memory provider
+/// writes its snapshot, so retained values moved into its channels are not
+/// lost with the process, and a sqlite provider forces its log to disk.
+pub fn close_providers<'a>(providers: impl IntoIterator<Item = &'a Arc<Provider>>) {
+    for provider in providers {
+        if let Err(e) = provider.close(crate::broker::records::now_ms()) {
+            log::error!("storage provider {}: {e}", provider.name());
+        }
+    }
+}
+
+async fn open_all<'a>(
+    config: &'a Config,
+    providers: &mut HashMap<&'a str, Arc<Provider>>,
+) -> Result<(Channels, RetentionSchedule), String> {
     let mut list = Vec::new();
     let mut all_settings = Vec::new();
     for channel in &config.channels {
-        let provider = provider_named(config, &mut providers, &channel.storage)
+        let provider = provider_named(config, providers, &channel.storage)
             .map_err(|e| format!("channel {}: {e}", channel.name))?;
         let settings = channel_settings(channel);
         all_settings.push(settings.clone());
@@ -128,14 +150,14 @@ pub async fn open_channels(config: &Config) -> Result<(Channels, RetentionSchedu
     let mut channels = Channels::new(Router::new(config), list);
     count_values_left_behind(&channels).await;
     let retained = &config.broker.retained;
-    let provider = provider_named(config, &mut providers, &retained.storage)
+    let provider = provider_named(config, providers, &retained.storage)
         .map_err(|e| format!("broker.retained.storage: {e}"))?;
     let durable =
         crate::broker::retained::Durable::open(provider, retained.retention_period, &channels)
             .await?;
     channels.retained = Some(durable);
     let session = &config.broker.session;
-    let provider = provider_named(config, &mut providers, &session.storage)
+    let provider = provider_named(config, providers, &session.storage)
         .map_err(|e| format!("broker.session.storage: {e}"))?;
     let mut store = crate::broker::channels::SessionStore::open(provider).await?;
     // Every provider a channel or the broadcast log is on may hold some (B-441).

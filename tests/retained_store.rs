@@ -395,3 +395,34 @@ fn a_full_sqlite_store_still_takes_updates_and_deletions() {
     let values = retained_values(&broker, "reader", "full/#");
     assert_eq!(values.len(), kept.len() - 1);
 }
+
+/// A-052 ("never in neither"): a start that moves retained values into a latest
+/// channel on a memory provider and then fails (its port taken) writes the memory
+/// snapshot on its way out. The moved values were gone with the process: deleted
+/// from the retained store, never written to the snapshot.
+#[test]
+fn a_start_that_fails_after_moving_retained_values_keeps_them_a052() {
+    let dir = temp_dir("retained-failed-start");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, &config("", ""));
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    assert_eq!(retain(&mut publisher, "dev/1/state", b"v1"), Some(0));
+    drop(publisher);
+    let dir = broker.stop();
+    let claiming = config("", "channels:\n  state:\n    type: latest\n    filter: dev/+/state\n    storage: volatile\n")
+        .replace(
+            "        file_path: {dir}/saguin.db\n",
+            "        file_path: {dir}/saguin.db\n      volatile:\n        type: memory\n        max_bytes: 16MiB\n        snapshot_dir: {dir}/snapshots\n",
+        )
+        .replace("{dir}", &dir.display().to_string());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("its address").port();
+    let busy = claiming.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let said = common::refused_at_startup(&dir, &busy);
+    assert!(said.contains("1 moved into latest channel state"), "{said}");
+    drop(taken);
+    let broker = Broker::start_in(dir, &claiming);
+    let state = retained_values(&broker, "reader", "dev/+/state");
+    assert_eq!(state.len(), 1, "the moved value is kept: {state:?}");
+    assert_eq!(&*state[0].payload, b"v1");
+}
