@@ -321,3 +321,24 @@ fn a_point_read_of_a_topic_no_latest_channel_claims_now_is_0x90_a055() {
     assert_eq!(asker.publish_packet(get("state/a")), Some(0));
     assert_eq!(&*asker.recv_publish().payload, b"kept");
 }
+
+/// A memory provider whose snapshot cannot be written at a stop (its directory gone,
+/// a file in its place) says so with the exit status, not only in the log: the
+/// supervisor learns the records are lost. It exited 0.
+#[test]
+fn a_snapshot_that_cannot_be_written_at_a_stop_exits_non_zero() {
+    let dir = temp_dir("snapshot-unwritable");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let mut broker = Broker::start_in(dir.clone(), CHANNELS);
+    let mut producer = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        producer.publish("memlog/a", b"kept?", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    std::fs::remove_dir_all(dir.join("snapshots")).expect("remove the directory");
+    std::fs::write(dir.join("snapshots"), b"not a directory").expect("a file in its place");
+    broker.signal("TERM");
+    let status = broker.wait_exit();
+    assert!(!status.success(), "{status:?}");
+    broker.wait_log("storage provider volatile");
+}

@@ -268,9 +268,10 @@ pub fn serve(
         keep_published(&shared).await;
         settle_queues(&shared, owners).await;
         let providers = shared.broker.borrow().channels.providers();
+        let mut unclosed = Vec::new();
         for provider in providers {
             if let Err(e) = provider.close(crate::broker::records::now_ms()) {
-                log::error!("storage provider {}: {e}", provider.name());
+                unclosed.push(format!("storage provider {}: {e}", provider.name()));
             }
         }
         // The operations doors last: `/health` says 503 through the stop. Cancelled
@@ -279,7 +280,13 @@ pub fn serve(
         for door in answering.into_iter().flatten() {
             door.cancel().await;
         }
-        Ok(())
+        // A snapshot not written is the memory providers' records lost: the exit
+        // says so to the supervisor, not only the log.
+        if unclosed.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::other(unclosed.join("; ")))
+        }
     }))
 }
 
