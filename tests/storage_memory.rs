@@ -448,3 +448,45 @@ fn held_publishes_where_an_earlier_version_wrote_them_are_read_once() {
         "once, from held.qos2"
     );
 }
+
+/// C-113, gaps A-02: the moves into the dead-letter channel may use the reserve but
+/// not pass `max_bytes` itself: past it a move is refused and leaves the job as it
+/// was. Each move grows the record (a longer topic, the headers), and with nothing
+/// refusing them `used` ran past the bound without limit.
+#[test]
+fn dead_letter_moves_use_the_reserve_but_never_pass_max_bytes() {
+    let p = MemoryProvider::open(&settings(None, 2000, 500)).unwrap();
+    smol::block_on(async {
+        p.open_channel("jobs", queue()).await.unwrap();
+        p.open_channel("jobs__dlq", dlq()).await.unwrap();
+        let mut jobs = 0;
+        while p
+            .append("jobs", rec("jobs/x", &[0; 20], jobs))
+            .await
+            .is_ok()
+        {
+            jobs += 1;
+        }
+        let headers = || {
+            (0..4)
+                .map(|n| (format!("saguin-dlq-h{n}"), "0123456789".to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let mut refused = None;
+        for offset in 0..jobs {
+            let to = to_dlq("jobs__dlq", "jobs/x", 1, headers());
+            match p.dead_letter("jobs", offset, to).await {
+                Ok(_) => assert!(p.used_bytes() <= 2000, "{}", p.used_bytes()),
+                Err(e) => {
+                    assert_eq!(e.reason_code(), 0x97, "{e}");
+                    refused = Some(offset);
+                    break;
+                }
+            }
+        }
+        let refused = refused.expect("a move past max_bytes was refused");
+        assert!(refused > 0, "the reserve is used first");
+        let left = p.read_window("jobs", all()).await.unwrap();
+        assert_eq!(left.records[0].offset, refused, "the job is left as it was");
+    });
+}

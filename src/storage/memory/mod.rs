@@ -599,8 +599,10 @@ impl MemoryProvider {
         Ok(())
     }
 
-    /// Moves a job into the dead-letter channel at once (under one lock). Never refused
-    /// for want of room (C-113).
+    /// Moves a job into the dead-letter channel at once (under one lock). Not a
+    /// publish: it may use the reserve (C-113), and is refused, the job left as it
+    /// was, only past `max_bytes` itself (gaps A-02), which the dead letter's longer
+    /// topic and its headers would otherwise push `used` past without bound.
     pub async fn dead_letter(
         &self,
         queue: &str,
@@ -615,17 +617,23 @@ impl MemoryProvider {
         if !st.channels.contains_key(dlq) {
             return Err(self.unknown(dlq));
         }
-        let rec = st
-            .channels
-            .get_mut(queue)
-            .and_then(|o| o.data.take(offset))
-            .ok_or(StorageError::NoSuchRecord {
-                channel: queue.to_owned(),
-                offset,
-            })?;
-        st.used = st.used.saturating_sub(rec.size());
-        let new = to.apply(rec);
+        let missing = || StorageError::NoSuchRecord {
+            channel: queue.to_owned(),
+            offset,
+        };
+        let rec = (st.channels.get(queue))
+            .and_then(|o| o.data.records.get(&offset))
+            .ok_or_else(missing)?;
+        let taken = rec.size();
+        let new = to.apply(rec.clone());
         let grown = new.size();
+        if st.used.saturating_sub(taken) + grown > self.settings.max_bytes {
+            return Err(self.full());
+        }
+        (st.channels.get_mut(queue))
+            .and_then(|o| o.data.take(offset))
+            .ok_or_else(missing)?;
+        st.used = st.used.saturating_sub(taken);
         let d = st.channels.get_mut(dlq).ok_or_else(|| self.unknown(dlq))?;
         let at = d.data.insert(new, RecordState::Stored);
         st.used += grown;
