@@ -213,3 +213,39 @@ fn an_expired_session_leaves_its_shared_groups_a130() {
     assert_eq!(receive(&mut other, 2), expected("job", 0..2));
     nothing_more(&mut again, Duration::from_millis(300));
 }
+
+/// A-127, B-449: a member granted QoS 0 does not hold the group's QoS 1 backlog,
+/// which it would keep at QoS 0, that is not at all: the next lasting member holds it,
+/// and collects it when it comes back.
+#[test]
+fn a_qos0_member_is_passed_over_as_the_holder_of_a_qos1_backlog() {
+    let broker = common::Broker::start_in(fresh_dir(), &config("local"));
+    subscribe_and_leave(&broker, "a-qos0", GROUP, QoS::AtMostOnce);
+    subscribe_and_leave(&broker, "b-qos1", GROUP, QoS::AtLeastOnce);
+    publish_n(&broker, "jobs/1", "job", 2, QoS::AtLeastOnce);
+    let (mut b, present) = connected(&broker, persistent("b-qos1", false, 300));
+    assert!(present);
+    assert_eq!(receive(&mut b, 2), expected("job", 0..2));
+}
+
+/// a member whose Maximum Packet Size a message passes does not hold it
+/// for the group, where it was discarded on the spot: the next lasting member does.
+#[test]
+fn a_member_the_message_is_too_large_for_does_not_hold_it() {
+    let broker = common::Broker::start_in(fresh_dir(), &config("local"));
+    let mut small = persistent("a-small", true, 300);
+    small.properties.edit().maximum_packet_size = Some(200);
+    let (mut a, _) = connected(&broker, small);
+    join(&mut a);
+    subscribe_and_leave(&broker, "b-away", GROUP, QoS::AtLeastOnce);
+    let mut p = Raw::connected(broker.addr, saguin::codec::ProtocolVersion::V5, "big");
+    assert_eq!(
+        p.publish("jobs/big", &[b'x'; 5000], QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    nothing_more(&mut a, Duration::from_millis(300));
+    let (mut b, present) = connected(&broker, persistent("b-away", false, 300));
+    assert!(present);
+    let got = b.recv_publish();
+    assert_eq!((&*got.topic, got.payload.len()), ("jobs/big", 5000));
+}

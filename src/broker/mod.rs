@@ -1224,10 +1224,16 @@ impl Broker {
                     // No member can take it: the group's backlog is kept in one member's
                     // queue, the first in client-id order whose session outlives its
                     // connection, so that it is collected in the order it came (B-447).
-                    let holder = group.members.iter().find(|(c, _)| {
-                        sessions
-                            .get(*c)
-                            .is_some_and(|s| s.outlives_connection() && s.may_read(topic))
+                    // Not one granted QoS 0, which would hold it at QoS 0, that is not
+                    // at all, nor one whose Maximum Packet Size it passes, which would
+                    // discard it: either passes it over for the next.
+                    let holder = group.members.iter().find(|(c, e)| {
+                        e.options.qos.min(qos) != QoS::AtMostOnce
+                            && sessions.get(*c).is_some_and(|s| {
+                                s.outlives_connection()
+                                    && size <= s.max_packet_size as usize
+                                    && s.may_read(topic)
+                            })
                     });
                     match holder {
                         Some((client, entry)) => {
