@@ -1980,3 +1980,67 @@ bridges:
     let mut far = persistent(peer.addr, "far-reader");
     assert_eq!(lines_of(&mut far, 1), ["site/state/gone "]);
 }
+
+/// B-402, B-405: a retained record from the peer that the retained store refuses
+/// (its provider full) reached nobody, so it stays unacknowledged, to be offered
+/// again, as a channel's refused record does. It was acknowledged and lost: taken
+/// for a broadcast handed out before a refusal.
+#[test]
+fn a_retained_record_the_retained_store_refuses_stays_unacknowledged() {
+    let (listener, port) = peer_listener();
+    let dir = temp_dir("bridge-retained-full");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let yaml = format!(
+        "broker:
+  id: bridge-retained-full
+  log_level: debug
+  mqtt:
+    listen:
+      tcp:
+        address: 127.0.0.1:0
+  limits:
+    max_message_size: 64KiB
+  storage:
+    default: small
+    default_retention_period: none
+    default_retention_bytes: none
+    providers:
+      small:
+        type: memory
+        max_bytes: 1MiB
+        snapshot_dir: {{dir}}/snapshots
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-retained-full
+    topics:
+      - filter: r/#
+        topic: r/$#
+        direction: in
+"
+    );
+    let broker = Broker::start_in(dir, &yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(
+        watcher.subscribe("r/from-peer", common::opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut local = Raw::connected(broker.addr, V5, "filler");
+    let payload = vec![b'x'; 50 << 10];
+    let full = (0..40)
+        .any(|i| local.publish(&format!("r/{i}"), &payload, QoS::AtLeastOnce, true) == Some(0x97));
+    assert!(full, "the retained store never filled");
+    let mut record = common::publish("r/from-peer", &payload, QoS::AtLeastOnce, true);
+    record.packet_id = Some(5);
+    peer.send(&Packet::Publish(record));
+    loop {
+        match peer.expect_nothing_or_packet(Duration::from_millis(1500)) {
+            Err(e) if e.contains("read:") => break,
+            Ok(Packet::PingReq) => peer.send(&Packet::PingResp),
+            other => panic!("no PUBACK while the retained store refuses: {other:?}"),
+        }
+    }
+    watcher.expect_nothing(Duration::from_millis(200));
+}

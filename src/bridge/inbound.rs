@@ -282,19 +282,15 @@ async fn store(
     message: Arc<Message>,
 ) -> Stored {
     let mut wait = RETRY_FIRST;
-    // A broadcast is handed out before anything can refuse it (its log write, a
-    // session's bound): routed again, it would reach every subscriber again.
-    let broadcast = shared
-        .broker
-        .borrow()
-        .channels
-        .resolve(&message.topic)
-        .is_none();
     loop {
-        let code = crate::server::connection::routing::route(shared, message.clone()).await;
+        let routed = crate::server::connection::routing::route(shared, message.clone()).await;
+        let code = routed.code;
         match code {
             reason::SUCCESS => return Stored::Taken,
-            _ if broadcast => {
+            // A broadcast is handed out before its log write can refuse it: routed
+            // again, it would reach every subscriber again. A retained value the
+            // retained store refused reached nobody, and is offered again (B-402).
+            _ if routed.handed_out => {
                 return Stored::Never(format!(
                     "the broadcast to {:?} was handed out but refused 0x{code:02X}; it is not sent again",
                     message.topic

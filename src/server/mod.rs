@@ -549,7 +549,7 @@ pub(crate) async fn store_unstored(shared: &Shared) {
     let (unstored, owners) = shared.broker.borrow_mut().take_unstored();
     for message in unstored {
         let topic = message.topic.clone();
-        let code = connection::route(shared, message).await;
+        let code = connection::route(shared, message).await.code;
         if code != 0 {
             log::warn!("a Will to {topic:?} was refused 0x{code:02X}");
         }

@@ -19,10 +19,31 @@ use crate::codec::reason;
 use crate::server::Shared;
 use crate::storage::{HeldKey, Provider, RecordState, StorageError};
 
-/// Routes a publish: broadcast at once, or into its channel's provider, returning the
-/// reason code for the publisher once the record is stored or refused.
-pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> u8 {
-    route_rest(shared, route_now(shared, message)).await
+/// Routes a publish: broadcast at once, or into its channel's provider, saying once
+/// the record is stored or refused what its publisher is answered, and whether it
+/// reached anybody first.
+pub(crate) async fn route(shared: &Shared, message: Arc<Message>) -> Routed {
+    match route_now(shared, message) {
+        Routing::Waits(destination, message) => {
+            route_to(shared, destination, message, &mut None).await
+        }
+        // A plain broadcast is handed out as it is routed.
+        handed => Routed {
+            code: route_rest(shared, handed).await,
+            handed_out: true,
+        },
+    }
+}
+
+/// What became of a routed publish.
+pub(crate) struct Routed {
+    /// The reason code for its publisher.
+    pub(crate) code: u8,
+    /// It reached its subscribers, or its channel, whatever the code says: a
+    /// broadcast is handed out before its log write can fail, and one routed again
+    /// would reach every subscriber again. A retained value the retained store
+    /// refuses, or a channel's record refused, reached nobody.
+    pub(crate) handed_out: bool,
 }
 
 /// What routing a publish still waits for once [`route_now`] has done what it could.
@@ -58,7 +79,7 @@ pub(crate) async fn route_rest(shared: &Shared, routing: Routing) -> u8 {
         Routing::Done(code) => code,
         Routing::LogOwed => log_owed_releasing(shared, None, &mut None).await,
         Routing::Waits(destination, message) => {
-            route_to(shared, destination, message, &mut None).await
+            route_to(shared, destination, message, &mut None).await.code
         }
     }
 }
@@ -76,7 +97,7 @@ pub(crate) async fn route_releasing(
     release: &mut Option<HeldRef>,
 ) -> u8 {
     let destination = shared.broker.borrow().destination(&message.topic);
-    route_to(shared, destination, message, release).await
+    route_to(shared, destination, message, release).await.code
 }
 
 /// [`route_releasing`] once the publish's destination is known.
@@ -85,13 +106,18 @@ async fn route_to(
     destination: Destination,
     message: Arc<Message>,
     release: &mut Option<HeldRef>,
-) -> u8 {
+) -> Routed {
     let code = match destination {
         Destination::Broadcast => {
             let written = if message.retain {
                 match write_retained(shared, &message).await {
                     Ok(offset) => offset,
-                    Err(code) => return code,
+                    Err(code) => {
+                        return Routed {
+                            code,
+                            handed_out: false,
+                        };
+                    }
                 }
             } else {
                 None
@@ -119,11 +145,15 @@ async fn route_to(
         }
         Destination::Channel(id) => store(shared, id, message, release).await,
     };
+    let routed = Routed {
+        code,
+        handed_out: code < 0x80 || destination == Destination::Broadcast,
+    };
     if code >= 0x80 {
-        return code;
+        return routed;
     }
     let Some(rest) = release.take() else {
-        return code;
+        return routed;
     };
     log::debug!(
         "the held QoS 2 publish {} of {:?} wrote no record of provider {}: released on \
@@ -141,7 +171,7 @@ async fn route_to(
             rest.key.client_id
         );
     }
-    code
+    routed
 }
 
 /// Writes the broadcasts owed to sessions that outlive their connection to the
