@@ -12,7 +12,7 @@ use std::io;
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_lite::future;
 use rustls::ClientConfig;
@@ -315,21 +315,24 @@ impl Link {
     ///
     /// # Errors
     /// As [`Link::send`].
+    /// The wait is for progress, not for the whole: a large record on a slow uplink
+    /// (a satellite's few hundred kbit/s) takes longer than the connect wait to
+    /// drain, and given that long in all it never crossed, the link dropped and the
+    /// same record first again every time.
     pub async fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let deadline = Instant::now() + CONNECT_WAIT;
-        let write = async {
-            self.socket.write_all(bytes).await?;
-            self.socket.flush().await
-        };
-        match future::or(async { Some(write.await) }, async {
-            smol::Timer::at(deadline).await;
-            None
-        })
-        .await
-        {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            match within_connect_wait(self.socket.write(rest)).await {
+                Some(Ok(0)) => return Err("write failed: the socket took nothing".into()),
+                Some(Ok(n)) => rest = rest.get(n..).unwrap_or_default(),
+                Some(Err(e)) => return Err(format!("write failed: {e}")),
+                None => return Err("a write made no progress in time".into()),
+            }
+        }
+        match within_connect_wait(self.socket.flush()).await {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(format!("write failed: {e}")),
-            None => Err("a write did not finish in time".into()),
+            None => Err("a write made no progress in time".into()),
         }
     }
 
@@ -340,6 +343,15 @@ impl Link {
             .await;
         self.socket.close_write();
     }
+}
+
+/// `step`, unless it takes longer than the connect wait.
+async fn within_connect_wait<T>(step: impl std::future::Future<Output = T>) -> Option<T> {
+    future::or(async { Some(step.await) }, async {
+        smol::Timer::after(CONNECT_WAIT).await;
+        None
+    })
+    .await
 }
 
 /// The address a ws:// or wss:// peer is upgraded at: its path, `/mqtt` when none
