@@ -476,6 +476,15 @@ fn b468_a_snapshot_over_the_bound_says_how_much_the_sessions_hold() {
         sessions == total && total > 3 * 1000,
         "1000-byte messages owed: {line}"
     );
-    let (_, present) = connected(&broker, persistent("away", false, 300));
+    let (mut away, present) = connected(&broker, persistent("away", false, 300));
     assert!(present, "restored whole");
+    // B-467: loaded whole, nothing in it dropped. The start's rewrite of the session
+    // record, charged its text until then, was refused for room: the broadcast log
+    // was given up to make some, and the resume was cut to end with its connection.
+    // The log kept the newest three of the first run (B-472).
+    assert_eq!(receive(&mut away, 3), expected("m", 2..5));
+    assert_eq!(dropped_storage_full(&broker), 0);
+    away.disconnect();
+    let (_, present) = connected(&broker, persistent("away", false, 300));
+    assert!(present, "the session still lasts");
 }

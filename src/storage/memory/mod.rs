@@ -81,6 +81,12 @@ struct State {
     /// Session records by client id (`broker::stored`), kept by the snapshot, each
     /// with what it is charged.
     sessions: BTreeMap<String, (String, u64)>,
+    /// Sessions read back from the snapshot and charged their text's length only:
+    /// the broker's first write of each, at startup, brings its real charge, and is
+    /// never refused for room, for the snapshot is loaded whole and nothing in it
+    /// dropped (B-467). Refused, it drained the broadcast log for room and cut the
+    /// session short at its resume (B-469).
+    charged_as_text: std::collections::HashSet<String>,
     /// Held QoS 2 publishes by (client id, packet id), as (token, data), counted in
     /// `used` (B-441) and kept by the snapshot (B-443).
     held: BTreeMap<(String, u16), (u64, Vec<u8>)>,
@@ -193,6 +199,7 @@ impl MemoryProvider {
         let provider = MemoryProvider {
             settings: settings.clone(),
             state: Mutex::new(State {
+                charged_as_text: sessions.keys().cloned().collect(),
                 sessions,
                 held,
                 used,
@@ -684,7 +691,8 @@ impl MemoryProvider {
         let mut st = self.state();
         let old = st.sessions.get(client_id).map_or(0, |(_, c)| *c);
         let limit = self.limit();
-        if charge > old && st.used.saturating_sub(old) + charge > limit {
+        let loaded = st.charged_as_text.remove(client_id);
+        if !loaded && charge > old && st.used.saturating_sub(old) + charge > limit {
             return Err(self.full());
         }
         st.used = st.used.saturating_sub(old) + charge;
@@ -695,6 +703,7 @@ impl MemoryProvider {
     /// Forgets a session's record, and its charge.
     pub async fn delete_session(&self, client_id: &str) -> Result<(), StorageError> {
         let mut st = self.state();
+        st.charged_as_text.remove(client_id);
         if let Some((_, charge)) = st.sessions.remove(client_id) {
             st.used = st.used.saturating_sub(charge);
         }
