@@ -490,3 +490,37 @@ fn dead_letter_moves_use_the_reserve_but_never_pass_max_bytes() {
         assert_eq!(left.records[0].offset, refused, "the job is left as it was");
     });
 }
+
+/// A snapshot holding one offset twice (damaged, or written by hand) is refused
+/// naming the file: loaded, the record was counted twice and held once, and the
+/// channel's bytes never came back down.
+#[test]
+fn a_snapshot_repeating_an_offset_is_refused() {
+    let dir = temp_dir("snap-repeat");
+    {
+        let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+        smol::block_on(async {
+            p.open_channel("c", ChannelSettings::append())
+                .await
+                .unwrap();
+            p.append("c", rec("c/x", b"a", 7)).await.unwrap();
+            p.append("c", rec("c/x", b"b", 8)).await.unwrap();
+        });
+        p.write_snapshot(1).unwrap();
+    }
+    let file = dir.join("c.snap");
+    let mut bytes = std::fs::read(&file).unwrap();
+    // The second record: offset 1, then its message id "id-8-1".
+    let mut second = 1u64.to_be_bytes().to_vec();
+    second.extend(6u64.to_be_bytes());
+    second.extend(b"id-8-1");
+    let at = bytes
+        .windows(second.len())
+        .position(|w| w == second.as_slice())
+        .expect("the second record");
+    bytes[at..at + 8].copy_from_slice(&0u64.to_be_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+    let e = smol::block_on(p.open_channel("c", ChannelSettings::append())).unwrap_err();
+    assert!(e.to_string().contains("out of order"), "{e}");
+}

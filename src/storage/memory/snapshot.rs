@@ -584,6 +584,15 @@ pub(crate) fn read_group(
             next_offset: r.u64("next offset")?,
             ..MemChannel::default()
         };
+        // Offsets only grow: a head at the end of their range would wrap to 0, and
+        // a record written twice would be counted twice and held once.
+        if ch.next_offset == u64::MAX {
+            return Err(snap_err(
+                path,
+                "channel head at the end of the offset range",
+            ));
+        }
+        let mut last = None;
         for _ in 0..r.count("record count", 40)? {
             let rec = read_record(&mut r)?;
             if rec.offset >= ch.next_offset {
@@ -592,6 +601,13 @@ pub(crate) fn read_group(
                     format!("record offset {} at or above the channel head", rec.offset),
                 ));
             }
+            if last.is_some_and(|last| rec.offset <= last) {
+                return Err(snap_err(
+                    path,
+                    format!("record offset {} out of order", rec.offset),
+                ));
+            }
+            last = Some(rec.offset);
             ch.bytes += rec.size();
             ch.records.insert(rec.offset, rec);
         }
