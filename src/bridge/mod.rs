@@ -148,9 +148,16 @@ async fn keep_linked(
                         }
                     }
                 }
-                if ever_connected && !link.granted.session_present {
+                // Also at the first link after a start: an edge box down for longer
+                // than session_expiry comes back to no session (B-377).
+                if !link.granted.session_present {
+                    let first = if ever_connected {
+                        ""
+                    } else {
+                        " (as expected the very first time this bridge connects)"
+                    };
                     log::warn!(
-                        "bridge {name}: {peer} kept no session for {} (Session Present 0): whatever it held while the link was down is lost, and its retained values come again",
+                        "bridge {name}: {peer} kept no session for {} (Session Present 0){first}: whatever it held while the link was down is lost, and its retained values come again",
                         bridge.client_id
                     );
                 }
