@@ -2049,3 +2049,31 @@ bridges:
     }
     watcher.expect_nothing(Duration::from_millis(200));
 }
+
+/// MQTT 5 3.1.2.11.4, 4.13.1: a peer that sends a packet over the Maximum Packet
+/// Size the bridge told it is told DISCONNECT 0x95 before the link drops; it was
+/// dropped without a word.
+#[test]
+fn a_peer_over_the_maximum_packet_size_is_told_0x95() {
+    let (listener, port) = peer_listener();
+    let yaml = format!(
+        "{SQLITE}  limits:\n    max_message_size: 16KiB\nbridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-too-large
+    topics:
+      - filter: r/#
+        topic: r/$#
+        direction: in
+"
+    );
+    let broker = Broker::start_in(temp_dir("bridge-too-large"), &yaml);
+    let (mut peer, connect) = accept_bridge(&listener, false);
+    assert_eq!(connect.properties.maximum_packet_size, Some(16 << 10));
+    expect_subscribe(&mut peer);
+    let mut record = common::publish("r/big", &[b'x'; 32 << 10], QoS::AtLeastOnce, false);
+    record.packet_id = Some(3);
+    peer.send(&Packet::Publish(record));
+    assert_eq!(peer.expect_disconnect(), 0x95);
+    broker.wait_log("over max_message_size");
+}

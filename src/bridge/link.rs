@@ -270,7 +270,7 @@ impl Link {
     /// # Errors
     /// The link ended, or the peer sent something the codec refuses or larger than
     /// `max_message_size` (a malformed packet ends the link, never a panic).
-    pub async fn next_packet(&mut self) -> Result<Packet, String> {
+    pub async fn next_packet(&mut self) -> Result<Packet, PeerFault> {
         loop {
             match self.reader.next_frame(self.max_packet) {
                 Ok(Some(frame)) => {
@@ -280,23 +280,30 @@ impl Link {
                         ProtocolVersion::V5,
                     );
                     self.reader.consume(frame);
-                    return decoded
-                        .map_err(|e| format!("sent a packet that does not decode: {e:?}"));
+                    return decoded.map_err(|e| PeerFault {
+                        code: e.reason_code(),
+                        why: format!("sent a packet that does not decode: {e:?}"),
+                    });
                 }
                 Ok(None) => {}
                 Err(FrameError::Decode(e)) => {
-                    return Err(format!("sent a fixed header that does not decode: {e:?}"));
+                    return Err(PeerFault {
+                        code: Some(codec::reason::MALFORMED_PACKET),
+                        why: format!("sent a fixed header that does not decode: {e:?}"),
+                    });
                 }
                 Err(FrameError::TooLarge { declared, .. }) => {
-                    return Err(format!(
-                        "sent a packet of {declared} bytes, over max_message_size"
-                    ));
+                    return Err(PeerFault {
+                        code: Some(codec::reason::PACKET_TOO_LARGE),
+                        why: format!("sent a packet of {declared} bytes, over max_message_size"),
+                    });
                 }
             }
+            let gone = |why: String| PeerFault { code: None, why };
             match self.reader.fill(&mut self.socket).await {
-                Ok(0) => return Err("closed the connection".into()),
+                Ok(0) => return Err(gone("closed the connection".into())),
                 Ok(_) => {}
-                Err(e) => return Err(format!("read failed: {e}")),
+                Err(e) => return Err(gone(format!("read failed: {e}"))),
             }
         }
     }
@@ -342,6 +349,24 @@ impl Link {
             .send(&Packet::Disconnect(codec::Disconnect::new(code)))
             .await;
         self.socket.close_write();
+    }
+}
+
+/// Why the peer's side of a link ended, and the DISCONNECT a client owes a peer
+/// that sent what it may not: 0x95 past the Maximum Packet Size it was told
+/// (MQTT-3.1.2-24's other half, 3.1.2.11.4), 0x81 or 0x82 for what does not decode
+/// (4.13.1). `None` when there is no one left to tell.
+#[derive(Debug)]
+pub struct PeerFault {
+    /// The DISCONNECT reason code owed, if any.
+    pub code: Option<u8>,
+    /// What happened, for the log.
+    pub why: String,
+}
+
+impl From<PeerFault> for String {
+    fn from(fault: PeerFault) -> String {
+        fault.why
     }
 }
 

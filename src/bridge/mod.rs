@@ -245,7 +245,7 @@ fn jittered(base: Duration) -> Duration {
 
 /// What woke a connected link.
 enum Event {
-    Packet(Box<Result<Packet, String>>),
+    Packet(Box<Result<Packet, link::PeerFault>>),
     Woken,
     Timer,
 }
@@ -364,7 +364,12 @@ async fn serve(
                     last_heard = Instant::now();
                     packet
                 }
-                Err(why) => return Ended::Lost(format!("the peer {why}")),
+                Err(fault) => {
+                    if let Some(code) = fault.code {
+                        link.close(code).await;
+                    }
+                    return Ended::Lost(format!("the peer {}", fault.why));
+                }
             },
             Event::Woken | Event::Timer => continue,
         };
