@@ -422,3 +422,47 @@ fn a_current_value_too_large_to_resend_is_0x95_not_dropped() {
     assert!(ack.session_present);
     assert_eq!(s.expect_disconnect(), 0x95);
 }
+
+/// B-470: a refused re-SUBSCRIBE of a shared filter leaves the state pass of the
+/// client's own subscription to the same inner filter alone: a shared subscription
+/// owns no pass. Its undo took that pass with it.
+#[test]
+fn a_refused_shared_resubscribe_leaves_the_own_state_pass() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..300u32 {
+        let topic = format!("state/{i}");
+        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
+    }
+    let mut c = persistent(V5, "pending-shared");
+    c.properties.edit().receive_maximum = Some(1);
+    let mut s = connected(&broker, c);
+    assert_eq!(s.subscribe("$share/g/state/#", opts(QoS::AtLeastOnce)), [1]);
+    assert_eq!(s.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
+    let Packet::Publish(first) = s.recv() else {
+        panic!("state/0's value first")
+    };
+    assert_eq!(s.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
+    let lock = WriteLock::take(&broker);
+    s.send(&Packet::Subscribe(codec::Subscribe {
+        packet_id: 2,
+        properties: Default::default(),
+        filters: vec![("$share/g/state/#".into(), opts(QoS::AtMostOnce))],
+    }));
+    match s.recv() {
+        Packet::SubAck(ack) => assert_eq!(ack.codes, [STORAGE_ERROR]),
+        other => panic!("expected SUBACK, got {other:?}"),
+    }
+    drop(lock);
+    s.puback(&first);
+    let mut state = std::collections::BTreeSet::new();
+    while let Ok(Packet::Publish(p)) = s.expect_nothing_or_packet(Duration::from_secs(2)) {
+        s.puback(&p);
+        state.insert(p.topic.to_string());
+    }
+    assert_eq!(
+        state.len(),
+        300,
+        "the own subscription's state pass was dropped"
+    );
+}

@@ -951,13 +951,17 @@ impl Broker {
         before: Subscription,
         in_cursors: Vec<CursorSub>,
     ) {
-        let filter = before.filter.clone();
+        // A shared subscription owns no cursor, nor any pass: the one its inner
+        // filter names is the client's own subscription's.
+        let filter = before.share.is_none().then(|| before.filter.clone());
         self.subscribe(client_id, before);
         if let Some(session) = self.sessions.get_mut(client_id) {
             // The refused SUBSCRIBE's state pass goes with it; what the one it
             // replaced was still owed comes back.
             for cursor in session.cursors.values_mut() {
-                cursor.passes.retain(|p| p.sub.filter != filter);
+                cursor
+                    .passes
+                    .retain(|p| filter.as_ref().is_none_or(|f| p.sub.filter != *f));
             }
             for (id, sub, pass) in in_cursors {
                 if let Some(cursor) = session.cursors.get_mut(&id) {
