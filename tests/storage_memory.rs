@@ -524,3 +524,35 @@ fn a_snapshot_repeating_an_offset_is_refused() {
     let e = smol::block_on(p.open_channel("c", ChannelSettings::append())).unwrap_err();
     assert!(e.to_string().contains("out of order"), "{e}");
 }
+
+/// The same for a head no channel reaches but close to the end of the range: its
+/// next appends would wrap the offsets to 0.
+#[test]
+fn a_snapshot_whose_head_nears_the_end_of_the_offsets_is_refused() {
+    let dir = temp_dir("snap-head");
+    {
+        let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+        smol::block_on(async {
+            p.open_channel("c", ChannelSettings::append())
+                .await
+                .unwrap();
+            p.append("c", rec("c/x", b"a", 7)).await.unwrap();
+        });
+        p.write_snapshot(1).unwrap();
+    }
+    let file = dir.join("c.snap");
+    let mut bytes = std::fs::read(&file).unwrap();
+    // The channel's head (1) after its name "c", then one record.
+    let mut head = 1u64.to_be_bytes().to_vec();
+    head.insert(0, b'c');
+    let at = bytes
+        .windows(head.len())
+        .position(|w| w == head.as_slice())
+        .expect("the channel's head")
+        + 1;
+    bytes[at..at + 8].copy_from_slice(&(u64::MAX - 1).to_be_bytes());
+    std::fs::write(&file, &bytes).unwrap();
+    let p = MemoryProvider::open(&settings(Some(&dir), 1 << 20, 1000)).unwrap();
+    let e = smol::block_on(p.open_channel("c", ChannelSettings::append())).unwrap_err();
+    assert!(e.to_string().contains("end of the offset range"), "{e}");
+}

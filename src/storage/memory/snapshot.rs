@@ -584,12 +584,13 @@ pub(crate) fn read_group(
             next_offset: r.u64("next offset")?,
             ..MemChannel::default()
         };
-        // Offsets only grow: a head at the end of their range would wrap to 0, and
-        // a record written twice would be counted twice and held once.
-        if ch.next_offset == u64::MAX {
+        // Offsets only grow: a head near the end of their range (no channel reaches
+        // half of it) would wrap to 0, and a record written twice would be counted
+        // twice and held once.
+        if ch.next_offset > u64::MAX / 2 {
             return Err(snap_err(
                 path,
-                "channel head at the end of the offset range",
+                "channel head near the end of the offset range",
             ));
         }
         let mut last = None;
