@@ -859,7 +859,11 @@ impl Owner {
             timestamp_ms: now,
             user_properties: headers,
         };
-        let moved = self.provider.dead_letter(&self.name, offset, to).await;
+        // A full provider gives up the broadcast log's oldest records first, as any
+        // write does (B-476).
+        let provider = self.provider.clone();
+        let write = || provider.dead_letter(&self.name, offset, to.clone());
+        let moved = crate::server::connection::with_room(&self.shared, &provider, write).await;
         match moved {
             Ok(at) => {
                 log::warn!(
