@@ -821,3 +821,30 @@ fn a_latest_value_past_its_period_is_not_served_before_the_sweep() {
     assert!(reply.payload.is_empty(), "the stale value was read");
     drop(lock);
 }
+
+/// A-208, INV-18: a seek whose position the store cannot write is refused 0x83 and
+/// moves nothing. It restarted delivery from the offset sought while the client was
+/// told it failed.
+#[test]
+fn a_seek_the_store_refuses_moves_nothing() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..3 {
+        publisher.publish(&format!("events/{i}"), b"e", QoS::AtLeastOnce, false);
+    }
+    let mut reader = Raw::connected(broker.addr, V5, "reader");
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    for _ in 0..3 {
+        reader.recv_publish();
+    }
+    let lock = common::WriteLock::take(&broker);
+    reader.set_timeout(Duration::from_secs(30));
+    let seek = request("$saguin/consumer/events/seek", b"0", "me/seek");
+    reader.send(&Packet::Publish(seek));
+    match reader.recv() {
+        Packet::PubAck(ack) => assert_eq!(ack.code, 0x83),
+        other => panic!("expected PUBACK 0x83, got {other:?}"),
+    }
+    drop(lock);
+    reader.expect_nothing(Duration::from_millis(500));
+}

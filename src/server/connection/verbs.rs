@@ -316,7 +316,9 @@ impl Conn {
         } else {
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
         };
-        self.move_cursor(id, position);
+        // Stored before it takes effect: a seek refused 0x83 moves nothing, where
+        // moved first it restarted delivery from the new offset while the client was
+        // told it failed, and the position it left in memory was never written.
         if let Err(e) = provider
             .set_position(&self.client_id, &name, position)
             .await
@@ -324,6 +326,7 @@ impl Conn {
             log::error!("channel {name}: seek of {} not stored: {e}", self.client_id);
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
         }
+        self.move_cursor(id, position);
         let response_topic = match (&publish.properties.response_topic, self.protocol) {
             (Some(topic), ProtocolVersion::V5) => topic.clone(),
             _ => format!("$saguin/consumer/{channel}/seek/reply"),
