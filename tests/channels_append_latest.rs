@@ -1661,3 +1661,32 @@ fn a_value_left_behind_by_a_filter_edit_is_not_served_a053() {
         ]
     );
 }
+
+/// G-12, A-077: where a durable consumer on a `start: tail` channel starts is stored
+/// before its SUBACK. A record published after the SUBACK and acknowledged reaches
+/// it after a SIGKILL; with the start not yet written the resumed cursor opened at
+/// the new head, past the record.
+#[test]
+fn a_tail_consumer_killed_right_after_its_suback_resumes_where_it_began() {
+    let dir = common::temp_dir("tail-start-stored");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let mut broker = Broker::start_in(dir, CHANNELS);
+    let mut c = connect(V5, "tail-device", false);
+    c.properties.edit().session_expiry_interval = Some(3600);
+    let (mut device, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(device.subscribe("recent/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut publisher = Raw::connected(broker.addr, V5, "commander");
+    assert_eq!(
+        publisher.publish("recent/cmd", b"reboot", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    // Delivered, not acknowledged, when the broker dies.
+    assert!(matches!(device.recv(), Packet::Publish(_)));
+    broker.signal("KILL");
+    broker.wait_exit();
+    let dir = broker.stop_killed();
+    let broker = Broker::start_in(dir, CHANNELS);
+    let (mut device, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    assert_eq!(&*device.recv_publish().payload, b"reboot");
+}
