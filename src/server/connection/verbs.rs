@@ -371,7 +371,9 @@ impl Conn {
             };
             cursor.next = position;
             cursor.unsettled.clear();
-            cursor.stored = Some(position);
+            // Written again with the next positions: a write of the old position
+            // already queued behind the seek's would otherwise stand (G-18).
+            cursor.stored = None;
             cursor.wake();
             let before = s.queue.len();
             let mut freed = 0;
