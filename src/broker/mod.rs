@@ -149,6 +149,10 @@ pub struct Broker {
     /// in a member's queue, for their other members to collect (B-447): one entry per
     /// group, forgotten when a look finds none.
     backlogged: BTreeSet<Arc<str>>,
+    /// Cursors whose last window read failed, by client id: read again at the next
+    /// tick rather than left waiting for a record that may never come (INV-16).
+    /// One entry per cursor at most.
+    read_failed: BTreeSet<(Arc<str>, ChannelId)>,
     /// Wills that fired and must be stored before they are handed out (bound for a
     /// channel, or retained on a broadcast topic), waiting for the server.
     unstored: Vec<Arc<Message>>,
@@ -236,6 +240,7 @@ impl Broker {
             expiring: HashMap::new(),
             next_backlog_sweep: Instant::now(),
             backlogged: BTreeSet::new(),
+            read_failed: BTreeSet::new(),
             wills: HashMap::new(),
             budgets,
             unstored: Vec::new(),
@@ -675,6 +680,14 @@ impl Broker {
 
     /// Publishes due Wills and ends expired sessions; called about once a second.
     pub fn tick(&mut self, now: Instant) {
+        for (client_id, channel) in std::mem::take(&mut self.read_failed) {
+            if let Some(session) = self.sessions.get_mut(&client_id)
+                && let Some(cursor) = session.cursors.get_mut(&channel)
+            {
+                cursor.wake();
+                session.wake();
+            }
+        }
         let due: Vec<Arc<str>> = self
             .wills
             .iter()
@@ -1410,6 +1423,12 @@ impl Broker {
                 messages
             }
         }
+    }
+
+    /// `client_id`'s cursor on `channel` could not read its window: it is tried
+    /// again at the next tick.
+    pub fn read_failed(&mut self, client_id: &Arc<str>, channel: ChannelId) {
+        self.read_failed.insert((client_id.clone(), channel));
     }
 
     /// Marks every cursor of every session unread and wakes its connection: what a

@@ -313,6 +313,7 @@ impl Reader<'_> {
                         .and_then(|s| s.cursors.get_mut(&id))
                     {
                         c.caught_up = true;
+                        broker.read_failed(self.client_id, id);
                     }
                     return read_any;
                 }
