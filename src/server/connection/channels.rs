@@ -460,7 +460,7 @@ impl Reader<'_> {
     /// Writes the positions of a durable session's cursors that moved; whether any
     /// had moved.
     pub(crate) async fn write_positions(&self) -> bool {
-        let moved: Vec<(ChannelId, u64)> = {
+        let moved: Vec<ChannelId> = {
             let mut broker = self.shared.broker.borrow_mut();
             let Some(session) = broker.session(self.client_id) else {
                 return false;
@@ -472,17 +472,28 @@ impl Reader<'_> {
                 .cursors
                 .iter()
                 .filter(|(_, c)| c.dirty())
-                .map(|(id, c)| (*id, c.position()))
+                .map(|(id, _)| *id)
                 .collect()
         };
         if moved.is_empty() {
             return false;
         }
-        for (id, position) in moved {
-            let (provider, name): (Arc<_>, Arc<str>) = {
-                let broker = self.shared.broker.borrow();
+        for id in moved {
+            // Each position is read as its write is sent, not with the list: a seek
+            // handled while an earlier channel's write waited stored its own, which
+            // one read before it would write over (G-18).
+            let (provider, name, position) = {
+                let mut broker = self.shared.broker.borrow_mut();
+                let Some(position) = broker
+                    .session(self.client_id)
+                    .and_then(|s| s.cursors.get(&id))
+                    .filter(|c| c.dirty())
+                    .map(crate::broker::cursor::Cursor::position)
+                else {
+                    continue;
+                };
                 let channel = broker.channels.get(id);
-                (channel.provider.clone(), channel.name.clone())
+                (channel.provider.clone(), channel.name.clone(), position)
             };
             match provider.set_position(self.client_id, &name, position).await {
                 Ok(()) => {
