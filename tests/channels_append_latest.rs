@@ -1544,18 +1544,10 @@ fn one_channels_backlog_does_not_hold_up_another_channels_record() {
 #[test]
 fn an_unsubscribed_filter_is_sent_no_more_of_its_state_pass() {
     let broker = start();
-    let mut publisher = Raw::connected(broker.addr, V5, "producer");
-    for i in 0..600u32 {
-        let topic = format!("state/{i}");
-        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
-    }
+    common::fill_state(broker.addr, 600);
     let mut reader = Raw::connected_with_receive_maximum(broker.addr, "leaver", Some(1));
-    assert_eq!(reader.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
-    let Packet::Publish(first) = reader.recv() else {
-        panic!("state/0's value first")
-    };
-    // Its window shut, the state/# pass fills the session's queue to half its bound
-    // (4 MiB: some 200 values) and waits.
+    let first = common::shut_window_on_state(&mut reader);
+    // The state/# pass fills half the 4 MiB bound (some 200 values) and waits.
     assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
     reader.send(&Packet::Unsubscribe(saguin::codec::Unsubscribe {
         packet_id: 9,
@@ -1565,11 +1557,7 @@ fn an_unsubscribed_filter_is_sent_no_more_of_its_state_pass() {
     let got = reader.recv();
     assert!(matches!(got, Packet::UnsubAck(_)), "{got:?}");
     reader.puback(&first);
-    let mut after = 0;
-    while let Ok(Packet::Publish(p)) = reader.expect_nothing_or_packet(Duration::from_millis(500)) {
-        reader.puback(&p);
-        after += 1;
-    }
+    let after = common::drain(&mut reader, Duration::from_millis(500)).len();
     assert!(
         (1..=260).contains(&after),
         "{after} values after the UNSUBACK"
@@ -1583,17 +1571,10 @@ fn an_unsubscribed_filter_is_sent_no_more_of_its_state_pass() {
 #[test]
 fn a_state_pass_is_not_given_up_for_broadcasts_at_the_session_bound() {
     let broker = start();
+    common::fill_state(broker.addr, 300);
     let mut publisher = Raw::connected(broker.addr, V5, "producer");
-    for i in 0..300u32 {
-        let topic = format!("state/{i}");
-        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
-    }
     let mut reader = Raw::connected_with_receive_maximum(broker.addr, "pending", Some(1));
-    assert_eq!(reader.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
-    let Packet::Publish(first) = reader.recv() else {
-        panic!("state/0's value first")
-    };
-    // The window shut, the state/# pass queues half the 4 MiB bound and waits.
+    let first = common::shut_window_on_state(&mut reader);
     assert_eq!(reader.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
     assert_eq!(reader.subscribe("news/#", opts(QoS::AtMostOnce)), [0]);
     for i in 0..400u32 {
@@ -1607,11 +1588,7 @@ fn a_state_pass_is_not_given_up_for_broadcasts_at_the_session_bound() {
     publisher.publish("news/last", b"x", QoS::AtLeastOnce, false);
     reader.puback(&first);
     let mut state = std::collections::BTreeSet::new();
-    while let Ok(Packet::Publish(p)) = reader.expect_nothing_or_packet(Duration::from_millis(1000))
-    {
-        if p.qos != QoS::AtMostOnce {
-            reader.puback(&p);
-        }
+    for p in common::drain(&mut reader, Duration::from_millis(1000)) {
         if p.topic.starts_with("state/") {
             assert!(p.retain, "{}", p.topic);
             state.insert(p.topic.to_string());

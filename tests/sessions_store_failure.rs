@@ -355,39 +355,19 @@ fn a_broadcast_the_log_cannot_keep_is_puback_0x83_and_kept_in_memory_only_a169()
 #[test]
 fn a_refused_resubscribe_leaves_the_state_pass_it_would_replace() {
     let broker = start();
-    let mut publisher = Raw::connected(broker.addr, V5, "producer");
-    for i in 0..300u32 {
-        let topic = format!("state/{i}");
-        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
-    }
+    common::fill_state(broker.addr, 300);
     let mut c = persistent(V5, "pending");
     c.properties.edit().receive_maximum = Some(1);
     let mut s = connected(&broker, c);
-    assert_eq!(s.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
-    let Packet::Publish(first) = s.recv() else {
-        panic!("state/0's value first")
-    };
-    // The window shut, the state/# pass queues half the session's bound and waits.
+    let first = common::shut_window_on_state(&mut s);
     assert_eq!(s.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
-    let lock = WriteLock::take(&broker);
-    s.send(&Packet::Subscribe(codec::Subscribe {
-        packet_id: 2,
-        properties: Default::default(),
-        filters: vec![("state/#".into(), opts(QoS::AtLeastOnce))],
-    }));
-    match s.recv() {
-        Packet::SubAck(ack) => assert_eq!(ack.codes, [STORAGE_ERROR]),
-        other => panic!("expected SUBACK, got {other:?}"),
-    }
-    drop(lock);
+    refused_behind_the_lock(&broker, &mut s, "state/#", QoS::AtLeastOnce);
     s.puback(&first);
-    s.set_timeout(Duration::from_secs(2));
-    let mut state = std::collections::BTreeSet::new();
-    while let Ok(Packet::Publish(p)) = s.expect_nothing_or_packet(Duration::from_secs(2)) {
-        s.puback(&p);
-        state.insert(p.topic.to_string());
-    }
-    assert_eq!(state.len(), 300, "the rest of the state pass was dropped");
+    assert_eq!(
+        state_topics(&mut s),
+        300,
+        "the rest of the state pass was dropped"
+    );
 }
 
 /// Gaps G-17, B-087: a current value of a state pass left unacknowledged, resent to a
@@ -429,40 +409,41 @@ fn a_current_value_too_large_to_resend_is_0x95_not_dropped() {
 #[test]
 fn a_refused_shared_resubscribe_leaves_the_own_state_pass() {
     let broker = start();
-    let mut publisher = Raw::connected(broker.addr, V5, "producer");
-    for i in 0..300u32 {
-        let topic = format!("state/{i}");
-        publisher.publish(&topic, &[b's'; 10 * 1024], QoS::AtLeastOnce, false);
-    }
+    common::fill_state(broker.addr, 300);
     let mut c = persistent(V5, "pending-shared");
     c.properties.edit().receive_maximum = Some(1);
     let mut s = connected(&broker, c);
     assert_eq!(s.subscribe("$share/g/state/#", opts(QoS::AtLeastOnce)), [1]);
-    assert_eq!(s.subscribe("state/0", opts(QoS::AtLeastOnce)), [1]);
-    let Packet::Publish(first) = s.recv() else {
-        panic!("state/0's value first")
-    };
+    let first = common::shut_window_on_state(&mut s);
     assert_eq!(s.subscribe("state/#", opts(QoS::AtLeastOnce)), [1]);
-    let lock = WriteLock::take(&broker);
+    refused_behind_the_lock(&broker, &mut s, "$share/g/state/#", QoS::AtMostOnce);
+    s.puback(&first);
+    assert_eq!(
+        state_topics(&mut s),
+        300,
+        "the own subscription's state pass was dropped"
+    );
+}
+
+/// SUBSCRIBEs `filter` again at `qos` while another connection holds the store's
+/// write lock, and expects it refused 0x83.
+fn refused_behind_the_lock(broker: &Broker, s: &mut Raw, filter: &str, qos: QoS) {
+    let lock = WriteLock::take(broker);
     s.send(&Packet::Subscribe(codec::Subscribe {
         packet_id: 2,
         properties: Default::default(),
-        filters: vec![("$share/g/state/#".into(), opts(QoS::AtMostOnce))],
+        filters: vec![(filter.into(), opts(qos))],
     }));
     match s.recv() {
         Packet::SubAck(ack) => assert_eq!(ack.codes, [STORAGE_ERROR]),
         other => panic!("expected SUBACK, got {other:?}"),
     }
     drop(lock);
-    s.puback(&first);
-    let mut state = std::collections::BTreeSet::new();
-    while let Ok(Packet::Publish(p)) = s.expect_nothing_or_packet(Duration::from_secs(2)) {
-        s.puback(&p);
-        state.insert(p.topic.to_string());
-    }
-    assert_eq!(
-        state.len(),
-        300,
-        "the own subscription's state pass was dropped"
-    );
+}
+
+/// How many distinct `state/` topics arrive before none comes for 2 s.
+fn state_topics(s: &mut Raw) -> usize {
+    let drained = common::drain(s, Duration::from_secs(2));
+    let topics: std::collections::BTreeSet<_> = drained.iter().map(|p| p.topic.clone()).collect();
+    topics.len()
 }

@@ -778,3 +778,40 @@ pub fn tcp(addr: &str) -> TcpStream {
     stream.set_read_timeout(Some(WAIT)).expect("timeout");
     stream
 }
+
+/// Stores `count` current values of 10 KiB, `state/0` up, in the `state` latest
+/// channel of [`CHANNELS`].
+pub fn fill_state(addr: SocketAddr, count: u32) {
+    let mut publisher = Raw::connected(addr, ProtocolVersion::V5, "state-filler");
+    for i in 0..count {
+        let topic = format!("state/{i}");
+        publisher.publish(&topic, &[b's'; 10 * 1024], codec::QoS::AtLeastOnce, false);
+    }
+}
+
+/// Subscribes `reader`, whose Receive Maximum is 1, to `state/0` and returns that
+/// value unacknowledged: with its window shut, a `state/#` pass subscribed next
+/// fills half the session's bound and waits there.
+pub fn shut_window_on_state(reader: &mut Raw) -> codec::Publish {
+    assert_eq!(
+        reader.subscribe("state/0", opts(codec::QoS::AtLeastOnce)),
+        [1]
+    );
+    match reader.recv() {
+        Packet::Publish(first) => first,
+        other => panic!("state/0's value first, got {other:?}"),
+    }
+}
+
+/// Every PUBLISH that arrives until none comes for `quiet`, acknowledged as its QoS
+/// asks.
+pub fn drain(reader: &mut Raw, quiet: Duration) -> Vec<codec::Publish> {
+    let mut got = Vec::new();
+    while let Ok(Packet::Publish(p)) = reader.expect_nothing_or_packet(quiet) {
+        if p.qos != codec::QoS::AtMostOnce {
+            reader.puback(&p);
+        }
+        got.push(p);
+    }
+    got
+}
