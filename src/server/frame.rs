@@ -185,7 +185,17 @@ impl FrameReader {
             // Nothing buffered: wait with no buffer at all.
             ready!(stream.poll_readable(cx))?;
         }
-        let want = match self.expected {
+        let want = self.read_size();
+        self.grow(self.filled + want);
+        let n =
+            ready!(Pin::new(stream).poll_read(cx, &mut self.buf[self.filled..self.filled + want]))?;
+        self.filled += n;
+        Poll::Ready(Ok(n))
+    }
+
+    /// How many bytes the next read from the socket may take.
+    fn read_size(&self) -> usize {
+        match self.expected {
             // A large packet's rest and the head of the next one behind it, in one
             // read. Only for a packet larger than a chunk: reading ahead of small
             // ones let a publisher outrun its subscribers' acknowledgements (peak RSS
@@ -205,12 +215,7 @@ impl FrameReader {
             None => self
                 .last_large
                 .map_or(READ_CHUNK, |last| (last + READ_CHUNK).min(MAX_READ)),
-        };
-        self.grow(self.filled + want);
-        let n =
-            ready!(Pin::new(stream).poll_read(cx, &mut self.buf[self.filled..self.filled + want]))?;
-        self.filled += n;
-        Poll::Ready(Ok(n))
+        }
     }
 
     /// Makes the buffer at least `len` bytes long, keeping what is filled: a spare
@@ -229,6 +234,15 @@ impl FrameReader {
             self.buf = spare;
             return;
         }
+        // A packet arriving in many small reads doubles its buffer, up to the packet
+        // and a chunk behind it: growing it by each read copied all that was
+        // buffered once a read, quadratic in the packet (a 1 MiB publish in 1,448-byte
+        // segments cost some 700 copies of up to 1 MiB).
+        let most = self
+            .expected
+            .map_or(len, |total| total + READ_CHUNK)
+            .max(len);
+        let len = len.max(self.buf.len().saturating_mul(2)).min(most);
         let mut bigger = vec![0; len];
         bigger[..self.filled].copy_from_slice(&self.buf[..self.filled]);
         self.buf = bigger;
@@ -246,6 +260,36 @@ mod tests {
         reader.buf[..bytes.len()].copy_from_slice(bytes);
         reader.filled = bytes.len();
         reader
+    }
+
+    /// A large publish arriving a TCP segment at a time grows its buffer a few
+    /// times, not once a read: each growth copies all that is buffered.
+    #[test]
+    fn a_packet_read_in_small_pieces_grows_its_buffer_by_doubling() {
+        const TOTAL: usize = 1 << 20;
+        const SEGMENT: usize = 1448;
+        // A PUBLISH whose remaining length is TOTAL - 4 (a 4-byte fixed header).
+        let remaining = TOTAL - 4;
+        let header = [
+            0x30,
+            (remaining & 0x7F) as u8 | 0x80,
+            ((remaining >> 7) & 0x7F) as u8 | 0x80,
+            (remaining >> 14) as u8,
+        ];
+        let mut reader = holding(&header);
+        reader.connected();
+        assert!(matches!(reader.next_frame(u32::MAX), Ok(None)));
+        let mut growths = 0;
+        while reader.filled < TOTAL {
+            let want = reader.read_size();
+            let before = reader.buf.len();
+            reader.grow(reader.filled + want);
+            growths += usize::from(reader.buf.len() != before);
+            reader.filled += want.min(SEGMENT);
+        }
+        assert!(growths <= 10, "{growths} growths for one packet");
+        assert!(reader.buf.len() <= TOTAL + READ_CHUNK);
+        assert!(matches!(reader.next_frame(u32::MAX), Ok(Some(_))));
     }
 
     #[test]
