@@ -991,3 +991,41 @@ fn a_held_qos2_publish_resent_over_the_rate_gets_its_pubrec_again() {
     assert_eq!(&*listener.recv_publish().payload, b"M1");
     listener.expect_nothing(Duration::from_millis(300));
 }
+
+/// MQTT-3.1.2-22, B-046: with `write_timeout: none` a write may wait for ever, but a
+/// client silent past one and a half times its Keep Alive is still ended while it
+/// waits: its Will goes out within the grace, not once TCP gives up.
+#[test]
+fn a_silent_client_whose_write_waits_is_ended_at_its_keepalive_without_write_timeout() {
+    let broker = Broker::start(
+        "  limits:\n    write_timeout: none\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
+    );
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("gone/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut c = connect(V5, "deaf", true);
+    c.keep_alive = 1;
+    c.will = Some(saguin::codec::Will {
+        topic: "gone/deaf".into(),
+        payload: b"deaf".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Default::default(),
+    });
+    let (mut deaf, _) = Raw::handshake(broker.addr, c);
+    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+    // From here on `deaf` reads nothing and sends nothing: its socket buffers fill and
+    // the broker's write to it waits with no ceiling.
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let payload = vec![b'x'; 200 * 1024];
+    for _ in 0..100 {
+        assert_eq!(
+            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    watcher.set_timeout(Duration::from_secs(10));
+    let will = watcher.recv_publish();
+    assert_eq!((&*will.topic, &*will.payload), ("gone/deaf", &b"deaf"[..]));
+    broker.wait_log("missed its keepalive while a write to it waited");
+    drop(deaf);
+}

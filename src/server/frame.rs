@@ -116,6 +116,11 @@ impl FrameReader {
         self.filled == 0
     }
 
+    /// Bytes read and not yet consumed.
+    pub fn buffered(&self) -> usize {
+        self.filled
+    }
+
     /// The body of `frame`.
     pub fn body(&self, frame: &Frame) -> &[u8] {
         &self.buf[frame.start..frame.end]

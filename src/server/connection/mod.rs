@@ -302,6 +302,13 @@ async fn busy_turn(busy_turns: &mut u32) {
 /// its own acknowledgements (`Conn::serve`).
 const DELIVER_FIRST_UP_TO: u64 = 8;
 
+/// What a wait on a write that the socket did not take at once ended with.
+enum WriteWait {
+    Written(std::io::Result<()>),
+    Kicked,
+    Silent,
+}
+
 /// What one wait of the main loop ended with.
 enum Event {
     Read(std::io::Result<usize>),
@@ -385,42 +392,86 @@ impl Conn {
 
     /// [`Conn::flush_waiting`] for the serve loop: a connection told to end stops
     /// waiting for its reader at once, so its slot is free while its last write still
-    /// waits (B-058). What is left stays in the outbox, for `finish` to write.
+    /// waits (B-058). What is left stays in the outbox, for `finish` to write. The
+    /// keepalive is watched too: a client silent past its grace is told 0x8D however
+    /// long `write_timeout` lets a write wait (MQTT-3.1.2-22).
     async fn flush_waiting_unless_kicked(&mut self) -> Result<(), End> {
-        // Kicked already: its one wake-up was taken by an earlier wait.
-        if self.link.kicked().is_some() {
-            return Ok(());
-        }
-        let Conn {
-            out,
-            stream,
-            woken,
-            link,
-            shared,
-            ..
-        } = self;
-        let mut woken_meanwhile = false;
-        let write = with_write_timeout(out.write_to(stream), shared.settings.write_timeout);
-        let kicked = async {
-            loop {
-                woken.recv().await;
-                if link.kicked().is_some() {
-                    return None;
-                }
-                woken_meanwhile = true;
+        // One deadline for the whole write, however often the wait is woken.
+        let deadline = self
+            .shared
+            .settings
+            .write_timeout
+            .map(|t| Instant::now() + t);
+        loop {
+            // Kicked already: its one wake-up was taken by an earlier wait.
+            if self.link.kicked().is_some() {
+                return Ok(());
             }
-        };
-        let written = future::or(async { Some(write.await) }, kicked).await;
-        // A wake-up taken while the write waited is the next turn's.
-        if woken_meanwhile {
-            self.link.wake();
-        }
-        match written {
-            Some(result) => self.flushed(result),
-            // The kick's wake-up was taken here: given back, so the loop sees it.
-            None => {
+            let Conn {
+                out,
+                stream,
+                woken,
+                link,
+                keep_alive,
+                ..
+            } = self;
+            let mut woken_meanwhile = false;
+            let write = async {
+                let timeout = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+                WriteWait::Written(with_write_timeout(out.write_to(stream), timeout).await)
+            };
+            let kicked = async {
+                loop {
+                    woken.recv().await;
+                    if link.kicked().is_some() {
+                        return WriteWait::Kicked;
+                    }
+                    woken_meanwhile = true;
+                }
+            };
+            let silent = async {
+                match keep_alive {
+                    Some(watch) => std::future::poll_fn(|cx| watch.poll_expired(cx)).await,
+                    None => future::pending().await,
+                }
+                WriteWait::Silent
+            };
+            let waited = future::or(write, future::or(kicked, silent)).await;
+            // A wake-up taken while the write waited is the next turn's.
+            if woken_meanwhile {
                 self.link.wake();
-                Ok(())
+            }
+            match waited {
+                WriteWait::Written(result) => return self.flushed(result),
+                // The kick's wake-up was taken here: given back, so the loop sees it.
+                WriteWait::Kicked => {
+                    self.link.wake();
+                    return Ok(());
+                }
+                WriteWait::Silent => {
+                    // What it sent while the write waited has not been read: a client
+                    // heard is alive, and the write goes on. Read up to a packet's
+                    // worth ahead, so a client that sends and never reads cannot grow
+                    // the buffer by a chunk each grace.
+                    let room =
+                        self.reader.buffered() < self.shared.settings.max_message_size as usize;
+                    let heard = room
+                        && self
+                            .reader
+                            .try_fill(&mut self.stream)
+                            .await
+                            .is_ok_and(|n| n > 0);
+                    if heard && let Some(watch) = &self.keep_alive {
+                        watch.heard();
+                        continue;
+                    }
+                    log::info!(
+                        "{}: {} missed its keepalive while a write to it waited",
+                        self.peer,
+                        self.client_id
+                    );
+                    return Err(End::Broker(reason::KEEP_ALIVE_TIMEOUT));
+                }
             }
         }
     }
