@@ -1667,3 +1667,48 @@ fn a_tail_consumer_killed_right_after_its_suback_resumes_where_it_began() {
     assert!(ack.session_present);
     assert_eq!(&*device.recv_publish().payload, b"reboot");
 }
+
+/// MQTT-3.14.4-3, C-284: DISCONNECT 0x00 discards the Will as it is read. A client
+/// that says goodbye and connects again while its old connection still waits on
+/// storage (here the position write its last PUBACK made) is not reported dead.
+#[test]
+fn a_will_withdrawn_by_disconnect_is_not_published_by_a_takeover_while_the_old_connection_finishes()
+{
+    // Sessions on the memory provider, `events` on sqlite: the old connection's
+    // position write waits on the lock, the new CONNECT's record does not.
+    let yaml = CHANNELS
+        .replace("default: local", "default: volatile")
+        .replace(
+            "  events:\n    type: append\n",
+            "  events:\n    type: append\n    storage: local\n",
+        );
+    let dir = common::temp_dir("will-withdrawn");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, &yaml);
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(watcher.subscribe("gone/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("events/1", b"r", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut c = connect(V5, "leaver", false);
+    c.properties.edit().session_expiry_interval = Some(3600);
+    c.will = Some(saguin::codec::Will {
+        topic: "gone/leaver".into(),
+        payload: b"dead".to_vec(),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+        properties: Default::default(),
+    });
+    let (mut leaver, _) = Raw::handshake(broker.addr, c.clone());
+    assert_eq!(leaver.subscribe("events/#", opts(QoS::AtLeastOnce)), [1]);
+    let lock = common::WriteLock::take(&broker);
+    // Acknowledged: its position waits on the held write lock.
+    assert_eq!(&*leaver.recv_publish().payload, b"r");
+    leaver.send(&Packet::Disconnect(Disconnect::new(0)));
+    let (_again, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    watcher.expect_nothing(Duration::from_millis(1500));
+    drop(lock);
+}

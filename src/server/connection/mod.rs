@@ -892,6 +892,12 @@ impl Conn {
                 ExpiryAtDisconnect::Refused | ExpiryAtDisconnect::Pinned => {}
             }
         }
+        // Discarded as it is read (MQTT-3.14.4-3), not once the connection has
+        // finished: a CONNECT taking the session over while this one still waits on
+        // storage would otherwise find the Will armed and publish it.
+        if disconnect.code == reason::NORMAL_DISCONNECTION {
+            self.with_session(|s| s.will = None);
+        }
         End::Client(disconnect.code)
     }
 
