@@ -483,3 +483,50 @@ fn a_retained_will_is_accepted_on_channels_queues_and_broadcast_c261() {
         raw.disconnect();
     }
 }
+
+/// C-249, MQTT-3.1.3-11: a Will meets every bound a publish meets. One whose Payload
+/// Format Indicator says UTF-8 over bytes that are not is refused 0x99, one past
+/// max_header_count 0x97, each counted under its own label; nothing is published.
+#[test]
+fn a_will_a_publish_would_be_refused_for_is_refused_at_connect_c249() {
+    let broker = Broker::start(
+        "  limits:\n    max_header_count: 2\n  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n",
+    );
+    let mut watcher = Raw::connected(broker.addr, V5, "watcher");
+    assert_eq!(
+        watcher.subscribe("gone/#", common::opts(QoS::AtMostOnce)),
+        [0]
+    );
+    let will = |properties: Properties, payload: &[u8]| {
+        let mut c = connect(V5, "w", true);
+        c.will = Some(Will {
+            topic: "gone/w".into(),
+            payload: payload.to_vec(),
+            qos: QoS::AtMostOnce,
+            retain: false,
+            properties,
+        });
+        c
+    };
+    let mut utf8 = Properties::default();
+    utf8.edit().payload_format_indicator = Some(1);
+    assert_eq!(
+        Raw::handshake(broker.addr, will(utf8.clone(), &[0xFF, 0xFE]))
+            .1
+            .code,
+        0x99
+    );
+    let mut headers = Properties::default();
+    headers.edit().user_properties = (0..3).map(|i| (format!("k{i}"), "v".into())).collect();
+    assert_eq!(
+        Raw::handshake(broker.addr, will(headers, b"x")).1.code,
+        0x97
+    );
+    // Within the bounds, the same Will connects.
+    let (w, ack) = Raw::handshake(broker.addr, will(utf8, "é".as_bytes()));
+    assert_eq!(ack.code, 0);
+    drop(w);
+    assert_eq!(&*watcher.recv_publish().payload, "é".as_bytes());
+    broker.assert_metric("saguin_connections_refused_total{reason=\"payload format invalid\"} 1");
+    broker.assert_metric("saguin_connections_refused_total{reason=\"quota exceeded\"} 1");
+}

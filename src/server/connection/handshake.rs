@@ -71,19 +71,24 @@ pub(super) async fn establish(
     // Mutable: a features denial may make the session end with the connection.
     let mut connect = connect;
     let asked_expiry = connect.properties.session_expiry_interval.unwrap_or(0);
-    let admitted = match check_connect(&connect, &shared) {
-        Some(code) => Err(code),
-        None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer),
+    let refused = check_connect(&connect, &shared)
+        .map(|code| (code, connection_refusal_label(code)))
+        .or_else(|| will_refusal(&connect, &shared));
+    let admitted = match refused {
+        Some(refused) => Err(refused),
+        None => crate::auth::check_connect(&gate, &mut connect, certificate, &peer)
+            .map_err(|code| (code, connection_refusal_label(code))),
     };
     let mut admitted = match admitted {
         Ok(admitted) => admitted,
-        Err(code) => {
+        Err((code, label)) => {
             // Refusals given to clients are warnings (B-021).
             log::warn!(
                 "{peer}: CONNECT from {:?} refused with 0x{code:02X}",
                 connect.client_id
             );
-            refuse(stream, slot, &shared, &connect, code, Properties::default()).await;
+            let properties = Properties::default();
+            refuse(stream, slot, &shared, &connect, (code, label), properties).await;
             return None;
         }
     };
@@ -266,25 +271,22 @@ async fn refuse_unstored(
             .then(|| format!("the session store has no room for this Will: {e}")),
         ..PropertyValues::default()
     });
-    refuse(stream, slot, shared, connect, code, properties).await;
+    let label = connection_refusal_label(code);
+    refuse(stream, slot, shared, connect, (code, label), properties).await;
     None
 }
 
-/// Refuses a CONNECT that was read: counted, its slot given back, and the CONNACK
-/// carrying `code` written before the socket closes.
+/// Refuses a CONNECT that was read: counted under `label`, its slot given back, and
+/// the CONNACK carrying `code` written before the socket closes.
 async fn refuse(
     mut stream: Socket,
     slot: Slot,
     shared: &Shared,
     connect: &Connect,
-    code: u8,
+    (code, label): (u8, &'static str),
     properties: Properties,
 ) {
-    shared
-        .broker
-        .borrow()
-        .metrics
-        .refuse_connection(connection_refusal_label(code));
+    shared.broker.borrow().metrics.refuse_connection(label);
     let ack = connack(connect.protocol, false, code, properties);
     let mut bytes = Vec::new();
     let max_size = max_packet_of(connect);
@@ -535,6 +537,22 @@ fn connect_refusal(protocol: Option<ProtocolVersion>, error: &DecodeError) -> Op
 }
 
 /// The refusal a decoded CONNECT earns, if any (RFC 0002 "At CONNECT").
+/// What refuses a CONNECT's Will that every publish would be refused for (C-249):
+/// its code and the label it is counted under. Refused at CONNECT, since once
+/// published the Will is nobody's to be told.
+fn will_refusal(connect: &Connect, shared: &Shared) -> Option<(u8, &'static str)> {
+    let will = connect.will.as_ref()?;
+    if will.properties.payload_format_indicator == Some(1)
+        && std::str::from_utf8(&will.payload).is_err()
+    {
+        return Some((reason::PAYLOAD_FORMAT_INVALID, "payload format invalid"));
+    }
+    if super::over_header_limits(&will.properties, &shared.settings) {
+        return Some((reason::QUOTA_EXCEEDED, "quota exceeded"));
+    }
+    None
+}
+
 fn check_connect(connect: &Connect, shared: &Shared) -> Option<u8> {
     let settings = &shared.settings;
     if connect.protocol == ProtocolVersion::V311 && settings.min_protocol == ProtocolVersion::V5 {
