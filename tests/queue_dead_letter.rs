@@ -433,12 +433,24 @@ fn a_superseded_ack_and_a_dead_letter_are_logged_at_warn_b026() {
     let second = w.recv_offer();
     w.puback(&second);
     w.answer(&first, b"ack"); // the first delivery's id: superseded by the second
-    let superseded = broker.wait_log("ignored: it is not the current delivery");
+    let lines = broker.wait_log_lines("ignored: it is not the current delivery");
+    let superseded = lines.last().cloned().unwrap_or_default();
+    // B-022, B-023: a line per job offered, leased and returned, at debug only.
+    for needle in ["offered to w", "leased to w", "returned by w"] {
+        let line = lines.iter().find(|l| l.contains(needle));
+        assert!(
+            line.is_some_and(|l| l.contains(" DEBUG ")),
+            "{needle}: {line:?}"
+        );
+    }
     w.answer(&second, b"return");
     let dead = broker.wait_log("dead-lettered");
+    // Once the job is gone, a late answer for it is warned of too.
+    w.answer(&second, b"ack");
+    let gone = broker.wait_log("resolved or dead-lettered");
     assert!(
-        superseded.contains("WARN") && dead.contains("WARN"),
-        "{superseded}\n{dead}"
+        superseded.contains("WARN") && dead.contains("WARN") && gone.contains("WARN"),
+        "{superseded}\n{dead}\n{gone}"
     );
 }
 

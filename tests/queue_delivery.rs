@@ -514,8 +514,9 @@ fn answers_at_qos_2_count_against_the_qos2_allowance() {
 }
 
 /// Everything that accumulates is bounded (gaps INV-13): a queue's owner held up by
-/// its store is not handed answers past its mailbox's bound; the answer past it is
-/// refused 0x97, and the worker may answer again.
+/// its store is not handed answers past its mailbox's bound (4,096 events, and 1,024
+/// answers past that); the answer past it is refused 0x97, and the worker may answer
+/// again.
 #[test]
 fn answers_past_a_held_up_owners_mailbox_are_refused_0x97() {
     let broker = common::start_with_channels();
@@ -534,7 +535,7 @@ fn answers_past_a_held_up_owners_mailbox_are_refused_0x97() {
     let lock = common::WriteLock::take(&broker);
     // The ack's removal waits on the store, and the owner with it.
     w.answer(&offer, b"ack");
-    for n in 0..5000u32 {
+    for n in 0..6000u32 {
         let mut answer = publish(
             "$saguin/queue/jobs/response",
             b"ack",

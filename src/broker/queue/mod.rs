@@ -170,9 +170,11 @@ pub enum Event {
     /// A worker's full window (Receive Maximum) was reopened by an acknowledgement of
     /// any delivery: it may take an offer now (C-066).
     Reopened(Arc<str>),
-    /// A worker answered on the response topic: the Correlation Data (if any) and the
-    /// verdict (`None` for a payload that is neither `ack` nor `return`).
-    Answer(Worker, Option<Vec<u8>>, Option<Verdict>),
+    /// A worker answered on the response topic: the Delivery ID its Correlation Data
+    /// names, or why it names none, and the verdict (`None` for a payload that is
+    /// neither `ack` nor `return`). Read at the connection, so a mailbox of answers
+    /// holds 24 bytes each, whatever Correlation Data the worker sent.
+    Answer(Worker, Result<DeliveryId, &'static str>, Option<Verdict>),
     /// A connection ended: every job it held comes back at once.
     Ended(Worker),
     /// A worker acknowledged an offer it may no longer take (its `consume` gone with
@@ -185,6 +187,9 @@ const MAILBOX_BODIES: usize = 256;
 /// Events past which a stored job is not announced at all: the owner finds it in
 /// storage (see [`Missed`]).
 pub const MAILBOX_JOBS: usize = 4096;
+/// Answers a mailbox takes past what stored jobs may fill: a burst of publishes never
+/// leaves a worker's `ack` refused.
+const MAILBOX_ANSWERS: usize = 1024;
 
 /// Jobs stored while an owner's mailbox was full: the lowest offset and how many. The
 /// owner reads them back from storage, so a flood of publishes costs no memory here.
@@ -226,13 +231,14 @@ impl Queues {
         queues
     }
 
-    /// Whether the owner of `queue` has room for a worker's answer: its mailbox holds
-    /// fewer than `MAILBOX_JOBS` events. Answers are the one event a client sends at
-    /// will, so they are what the mailbox's bound refuses (0x97).
+    /// Whether the owner of `queue` has room for a worker's answer. Answers are the one
+    /// event a client sends at will, so they are what the mailbox's bound refuses
+    /// (0x97); stored jobs stop at `MAILBOX_JOBS`, and answers have room past that,
+    /// so only answers themselves fill it (C-111).
     pub fn takes_answers(&self, queue: ChannelId) -> bool {
         self.senders
             .get(&queue)
-            .is_some_and(|(tx, _)| tx.len() < MAILBOX_JOBS)
+            .is_some_and(|(tx, _)| tx.len() < MAILBOX_JOBS + MAILBOX_ANSWERS)
     }
 
     /// Tells the owner of `queue` about `event`.
@@ -311,6 +317,40 @@ mod tests {
         );
         assert_eq!(dlq_topic("#", "a/b"), "__dlq/a/b");
         assert_eq!(dlq_topic("jobs/#", "jobs"), "jobs/__dlq");
+    }
+
+    /// C-111: a burst of stored jobs fills the mailbox to its bound for jobs, and a
+    /// worker's answer still finds room: only answers fill the room left for them.
+    #[test]
+    fn stored_jobs_never_leave_an_answer_refused_c111() {
+        let mut queues = Queues::default();
+        let (tx, rx) = smol::channel::unbounded();
+        queues
+            .senders
+            .insert(7, (tx, std::rc::Rc::new(Missed::default())));
+        let job = |offset| Record {
+            offset,
+            message_id: String::new(),
+            timestamp_ms: 0,
+            topic: "jobs/j".into(),
+            payload: Vec::new(),
+            properties: Default::default(),
+            state: crate::storage::RecordState::Stored,
+        };
+        for offset in 0..2 * MAILBOX_JOBS as u64 {
+            queues.stored(7, job(offset));
+        }
+        assert_eq!(rx.len(), MAILBOX_JOBS);
+        let worker = lease::Worker {
+            client: "w".into(),
+            link: 1,
+        };
+        let mut answered = 0;
+        while queues.takes_answers(7) {
+            queues.tell(7, Event::Answer(worker.clone(), Err("is missing"), None));
+            answered += 1;
+        }
+        assert_eq!(answered, MAILBOX_ANSWERS);
     }
 
     /// C-096, C-097, C-099: linear and exponential gaps at a 2s base.

@@ -11,6 +11,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Why an answer names no job: the job it named is settled already, by another
+/// worker or by its retries running out (logged at warn, B-026).
+const JOB_GONE: &str = "names a job that is resolved or dead-lettered";
+
 use crate::server::executor::LocalExecutor;
 use futures_lite::future;
 use smol::Task;
@@ -361,9 +365,8 @@ impl Owner {
             Event::Reopened(client) => {
                 log::debug!("queue {}: {client}'s window reopened", self.name);
             }
-            Event::Answer(worker, correlation, verdict) => {
-                self.on_answer(&worker, correlation.as_deref(), verdict)
-                    .await;
+            Event::Answer(worker, named, verdict) => {
+                self.on_answer(&worker, named, verdict).await;
             }
             Event::Ended(worker) => {
                 self.take_back(&worker, "its worker's connection ended")
@@ -377,26 +380,33 @@ impl Owner {
     }
 
     /// The current job a Delivery ID names, or why there is none.
-    fn named(&self, correlation: &[u8]) -> Result<(DeliveryId, u64), &'static str> {
-        let delivery = DeliveryId::parse(correlation).ok_or("is not a Delivery ID")?;
+    ///
+    /// `JOB_GONE` when the job it named is settled already.
+    fn named(&self, delivery: DeliveryId) -> Result<(DeliveryId, u64), &'static str> {
         if delivery.nonce() != self.nonce {
             return Err("was not issued since the broker started");
         }
         let offset = delivery.offset();
         match self.jobs.get(&offset) {
             Some(_) => Ok((delivery, offset)),
-            None => Err("names a job that is resolved or dead-lettered"),
+            None => Err(JOB_GONE),
         }
     }
 
     async fn on_puback(&mut self, worker: &Worker, correlation: &[u8]) {
-        let Ok((delivery, offset)) = self.named(correlation) else {
+        let Some(Ok((delivery, offset))) = DeliveryId::parse(correlation).map(|d| self.named(d))
+        else {
             return; // a stale offer's PUBACK: nothing to do
         };
         let Some(job) = self.jobs.get_mut(&offset) else {
             return;
         };
         if job.puback(worker, &delivery, &self.policy, self.clock.now_ms()) == Outcome::Counted {
+            log::debug!(
+                "queue {}: job {offset} leased to {}",
+                self.name,
+                worker.client
+            );
             self.write_attempt(offset).await;
         }
     }
@@ -404,25 +414,32 @@ impl Owner {
     async fn on_answer(
         &mut self,
         worker: &Worker,
-        correlation: Option<&[u8]>,
+        named: Result<DeliveryId, &'static str>,
         verdict: Option<Verdict>,
     ) {
-        let ignore = |why: &str| {
-            log::info!(
+        // A client answers at will: a line per answer is debug (B-022), but one for a
+        // job that is gone - superseded, resolved by another worker or dead-lettered -
+        // is the warning B-026 asks for.
+        let ignore = |why: &str, level| {
+            log::log!(
+                level,
                 "queue {}: a response from {} ignored: {why}",
                 self.name,
                 worker.client
             );
         };
-        let Some(correlation) = correlation else {
-            return ignore("it carries no Correlation Data");
-        };
-        let (delivery, offset) = match self.named(correlation) {
+        let (delivery, offset) = match named.and_then(|d| self.named(d)) {
             Ok(named) => named,
-            Err(why) => return ignore(&format!("its Correlation Data {why}")),
+            Err(why) => {
+                let level = match why {
+                    JOB_GONE => log::Level::Warn,
+                    _ => log::Level::Debug,
+                };
+                return ignore(&format!("its Correlation Data {why}"), level);
+            }
         };
         let Some(verdict) = verdict else {
-            return ignore("its payload is neither ack nor return");
+            return ignore("its payload is neither ack nor return", log::Level::Debug);
         };
         let now = self.clock.now_ms();
         let Some(job) = self.jobs.get_mut(&offset) else {
@@ -439,6 +456,11 @@ impl Owner {
             ),
             Outcome::Resolve => match self.provider.resolve(&self.name, offset).await {
                 Ok(()) | Err(StorageError::NoSuchRecord { .. }) => {
+                    log::debug!(
+                        "queue {}: job {offset} acknowledged by {}",
+                        self.name,
+                        worker.client
+                    );
                     self.forget(offset);
                     self.count(|c| c.acknowledged += 1);
                 }
@@ -455,6 +477,11 @@ impl Owner {
             },
             _ => {
                 if self.settle_outcome(offset, outcome, worker, before).await {
+                    log::debug!(
+                        "queue {}: job {offset} returned by {}",
+                        self.name,
+                        worker.client
+                    );
                     self.count(|c| c.returned += 1);
                 }
             }
@@ -592,7 +619,8 @@ impl Owner {
             };
             let before = job.clone();
             let outcome = job.timed_out(&self.policy, now);
-            log::info!(
+            // One line per job: debug, never info (B-022, B-023).
+            log::debug!(
                 "queue {}: job {offset} timed out with {}",
                 self.name,
                 worker.client
@@ -764,6 +792,11 @@ impl Owner {
             .user_properties
             .push(("saguin-attempt".into(), attempt.to_string()));
         job.offer(worker.clone(), delivery);
+        log::debug!(
+            "queue {}: job {offset} offered to {} (attempt {attempt})",
+            self.name,
+            worker.client
+        );
         self.held.insert(worker.client.clone(), offset);
         let delivery = Delivery {
             message: Arc::new(message),
@@ -1064,7 +1097,7 @@ channels:
             let dlq = owner.dlq.clone();
             owner.dlq = dlq.clone().map(|(id, _)| (id, Arc::from("nowhere__dlq")));
             owner
-                .on_answer(&worker, Some(delivery.bytes()), Some(Verdict::Return))
+                .on_answer(&worker, Ok(delivery), Some(Verdict::Return))
                 .await;
             assert_eq!(owner.jobs.get(&offset), Some(&before));
             assert_eq!(owner.held.get(&worker.client), Some(&offset));
@@ -1139,7 +1172,7 @@ channels:
             owner.on_puback(&worker, delivery.bytes()).await;
             assert!(!owner.idle(), "a leased job");
             owner
-                .on_answer(&worker, Some(delivery.bytes()), Some(Verdict::Ack))
+                .on_answer(&worker, Ok(delivery), Some(Verdict::Ack))
                 .await;
             assert!(!owner.jobs.contains_key(&offset), "acknowledged");
             assert!(owner.idle(), "nothing left to tick for");

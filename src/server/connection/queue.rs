@@ -7,7 +7,7 @@ use super::{Conn, End, Shared};
 use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::inflight::Answer;
 use crate::broker::queue::lease::{Verdict, Worker};
-use crate::broker::queue::{Event, FORM_PREFIX};
+use crate::broker::queue::{DeliveryId, Event, FORM_PREFIX};
 use crate::broker::session::{Inflight, Subscription};
 use crate::broker::topic;
 use crate::codec::{Properties, ProtocolVersion, Publish, QoS, SubscriptionOptions, reason};
@@ -221,12 +221,15 @@ impl Conn {
             return Some(answered);
         }
         let verdict = Verdict::parse(&publish.payload);
-        let correlation = publish.properties.correlation_data.clone();
+        let named = match &publish.properties.correlation_data {
+            Some(data) => DeliveryId::parse(data).ok_or("is not a Delivery ID"),
+            None => Err("is missing"),
+        };
         self.shared
             .broker
             .borrow()
             .queues
-            .tell(queue, Event::Answer(self.worker(), correlation, verdict));
+            .tell(queue, Event::Answer(self.worker(), named, verdict));
         self.hold_acted_on(publish);
         Some(self.answer_publish(publish, reason::SUCCESS))
     }
