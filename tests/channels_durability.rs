@@ -316,7 +316,16 @@ fn a_point_read_of_a_topic_no_latest_channel_claims_now_is_0x90_a055() {
         p
     };
     let mut asker = Raw::connected(broker.addr, V5, "asker");
-    assert_eq!(asker.publish_packet(get("state/b/deep")), Some(0x90));
+    // The Reason String says so, not that the topic is malformed (gaps G-01).
+    asker.send(&Packet::Publish(get("state/b/deep")));
+    match asker.recv() {
+        Packet::PubAck(ack) => {
+            assert_eq!(ack.code, 0x90);
+            let why = ack.properties.reason_string.as_deref().unwrap_or("");
+            assert!(why.contains("names no latest channel"), "{why}");
+        }
+        other => panic!("expected PUBACK, got {other:?}"),
+    }
     asker.expect_nothing(Duration::from_millis(300));
     assert_eq!(asker.publish_packet(get("state/a")), Some(0));
     assert_eq!(&*asker.recv_publish().payload, b"kept");

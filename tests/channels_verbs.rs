@@ -354,6 +354,42 @@ fn a_seek_outside_the_channel_or_not_a_position_is_refused_0x83() {
     );
 }
 
+/// G-18: a time before 1970 is before every record, so the seek lands on the floor and
+/// replays the channel, as a seek to 0 does; only a time in the future is refused.
+#[test]
+fn a_seek_to_a_time_before_1970_replays_from_the_floor_g18() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    publisher.publish("events/a", b"a", QoS::AtLeastOnce, false);
+    let mut reader = Raw::connected(broker.addr, V5, "early-reader");
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    assert_eq!(&*reader.recv_publish().payload, b"a");
+    assert_eq!(
+        reader.publish(
+            "$saguin/consumer/events/seek",
+            b"1969-12-31T00:00:00Z",
+            QoS::AtLeastOnce,
+            false
+        ),
+        Some(0)
+    );
+    let mut got: Vec<(String, Vec<u8>)> = (0..2)
+        .map(|_| {
+            let p = reader.recv_publish();
+            (p.topic.to_string(), p.payload.to_vec())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("$saguin/consumer/events/seek/reply".into(), b"0".to_vec()),
+            ("events/a".into(), b"a".to_vec()),
+        ],
+        "the floor told, and replayed from it"
+    );
+}
+
 /// Now, in RFC 3339.
 fn jiff_now() -> String {
     jiff::Timestamp::now().to_string()

@@ -175,30 +175,51 @@ impl Conn {
         )
     }
 
+    /// A point read refused with `code`, its Reason String saying `why`.
+    fn read_refused(&mut self, code: u8, why: impl Into<Box<str>>) -> (u8, Option<Publish>) {
+        self.puback_reason = Some(why.into());
+        (code, None)
+    }
+
     /// `$saguin/kv/get`: the payload is the key; the value goes to the Response Topic.
+    /// Each refusal says why in its PUBACK's Reason String (A-055, gaps G-01).
     async fn point_read(&mut self, publish: &Publish) -> (u8, Option<Publish>) {
         let Some(response_topic) = publish.properties.response_topic.clone() else {
-            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+            return self.read_refused(
+                reason::IMPLEMENTATION_SPECIFIC_ERROR,
+                "no Response Topic to answer on",
+            );
         };
         let Ok(key) = std::str::from_utf8(&publish.payload) else {
-            return (reason::TOPIC_NAME_INVALID, None);
+            return self.read_refused(reason::TOPIC_NAME_INVALID, "the key is not UTF-8");
         };
         if key.is_empty() {
-            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+            return self.read_refused(reason::IMPLEMENTATION_SPECIFIC_ERROR, "the key is empty");
         }
         let settings = &self.shared.settings;
         if key.len() > settings.max_topic_length
             || topic::level_count(key) > settings.max_topic_levels
             || crate::codec::has_wildcard(key)
             || key.starts_with('$')
+            || key.contains('\0')
         {
-            return (reason::TOPIC_NAME_INVALID, None);
+            let why = format!(
+                "{key:?} is not a topic a latest channel can hold: a wildcard, a leading $, U+0000, or past max_topic_length or max_topic_levels"
+            );
+            return self.read_refused(reason::TOPIC_NAME_INVALID, why);
         }
         let Some(id) = self.latest_channel_of(key) else {
-            return (reason::TOPIC_NAME_INVALID, None);
+            return self.read_refused(
+                reason::TOPIC_NAME_INVALID,
+                format!("{key:?} names no latest channel"),
+            );
         };
         if !self.may_read_key(key) {
-            return (reason::NOT_AUTHORIZED, None); // read on the latest channel (B-282)
+            // read on the latest channel (B-282)
+            return self.read_refused(
+                reason::NOT_AUTHORIZED,
+                format!("not authorized: no read on {key:?}"),
+            );
         }
         let max_age = self.shared.broker.borrow().channels.get(id).max_age;
         let now = now_ms();
@@ -303,9 +324,8 @@ impl Conn {
                 _ => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
             }
         } else if let Ok(at) = text.parse::<jiff::Timestamp>() {
-            let Ok(at_ms) = u64::try_from(at.as_millisecond()) else {
-                return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
-            };
+            // A time before 1970 is before every record: the floor (G-18).
+            let at_ms = u64::try_from(at.as_millisecond()).unwrap_or(0);
             if at_ms > now_ms() {
                 return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
             }
