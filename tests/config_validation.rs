@@ -553,6 +553,24 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
         "[::ffff",
     ),
     (
+        "B-179",
+        "  operations:\n    listen:\n      tcp:\n        address: 127.0.0.1:1883\n",
+        "broker.operations.listen.tcp.address",
+        "address: 127.0.0.1:1883",
+    ),
+    (
+        "B-179",
+        "  mqtt:\n    listen:\n      tcp:\n        address: \"[::0]:1883\"\n      ws:\n        address: 127.0.0.1:1883\n",
+        "broker.mqtt.listen.ws.address",
+        "address: 127.0.0.1:1883",
+    ),
+    (
+        "B-176",
+        "  mqtt:\n    listen:\n      ws:\n        - name: \"\"\n          address: :8083\n        - name: \" \"\n          address: :8084\n",
+        "broker.mqtt.listen.ws[1].name",
+        "name: \" \"",
+    ),
+    (
         "B-180",
         "  mqtt:\n    listen:\n      unix:\n        path: /run/s/x.sock\n  operations:\n    listen:\n      unix:\n        path: /run/s/./x.sock\n",
         "broker.operations.listen.unix.path",

@@ -199,9 +199,14 @@ pub(crate) fn check_binds(ctx: &mut Ctx, doors: &[DoorLine]) {
                     }
                     _ => ("socket path".to_string(), format!("{}.path", b.path)),
                 };
+                // A door written nowhere (the default :1883) has no line to name.
+                let written = match a.bind_line {
+                    0 => String::new(),
+                    line => format!(" ({} line {line})", a.file),
+                };
                 let text = format!(
-                    "is on the same {what} as {} ({} line {}); give each door its own",
-                    a.path, a.file, a.bind_line
+                    "is on the same {what} as {}{written}; give each door its own",
+                    a.path
                 );
                 let saved = std::mem::replace(&mut ctx.file, b.file.clone());
                 ctx.say(b.bind_line, &key, None, text);
@@ -213,7 +218,16 @@ pub(crate) fn check_binds(ctx: &mut Ctx, doors: &[DoorLine]) {
 }
 
 fn hosts_overlap(a: &str, b: &str) -> bool {
-    let wildcard = |h: &str| matches!(h, "" | "0.0.0.0" | "::" | "0:0:0:0:0:0:0:0");
+    // Every spelling of "every interface": `::0`, `0::` and `::ffff:0.0.0.0` too.
+    let wildcard = |h: &str| {
+        h.is_empty()
+            || h.parse::<IpAddr>().is_ok_and(|ip| match ip {
+                IpAddr::V6(v6) => {
+                    v6.is_unspecified() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified())
+                }
+                ip => ip.is_unspecified(),
+            })
+    };
     if wildcard(a) || wildcard(b) {
         return true;
     }

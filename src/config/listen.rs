@@ -298,7 +298,15 @@ fn read_door(
     let mut f = Fields::open(ctx, node, path, known);
     let named = f.has("name") || !listed;
     let name = match f.take("name") {
-        Some(n) => walk::string(ctx, n, &f.path("name")).unwrap_or_default(),
+        Some(n) => {
+            let name = walk::string(ctx, n, &f.path("name")).unwrap_or_default();
+            // Doors are told apart by name (at a re-read too): a blank one names none.
+            if name.trim().is_empty() {
+                let text = "is empty; give the door a name unique across the listener's doors";
+                ctx.say(n.line, &f.path("name"), None, text);
+            }
+            name
+        }
         // Refused by the caller, which knows the other doors (B-176).
         None if listed => String::new(),
         None => kind.to_string(),

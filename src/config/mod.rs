@@ -520,6 +520,19 @@ fn read_mqtt(ctx: &mut Ctx, node: Option<&Node>, doors: &mut Vec<listen::DoorLin
             }
         } else {
             listen = Listeners::default_mqtt();
+            // Written nowhere, and bound all the same: another door on :1883 clashes.
+            doors.extend(listen.tcp.iter().map(|door| {
+                listen::DoorLine {
+                    name: door.name.clone(),
+                    bind: Some(listen::Bind::Tcp(door.address.clone())),
+                    bind_line: 0,
+                    path:
+                        "the default MQTT door (tcp on :1883, as broker.mqtt.listen is not written)"
+                            .into(),
+                    line: 0,
+                    file: ctx.file.clone(),
+                }
+            }));
         }
     }
     doors.extend(mqtt_doors.iter().cloned());
