@@ -442,3 +442,53 @@ fn a_stopping_broker_ends_a_silent_upgrade_at_once() {
     );
     drop(silent);
 }
+
+/// RFC 6455 5.5.1: the broker answers a Close frame with one, and ends a connection
+/// of its own accord (here DISCONNECT 0x81 for a malformed packet) with one too, so a
+/// browser sees a clean close rather than 1006.
+#[test]
+fn a_ws_connection_ends_with_a_close_frame_either_way() {
+    let broker = Broker::start(WS_DOOR);
+    let addr = ws_addr(&broker);
+    let closed_with_frame = |client: &mut WsClient| {
+        (0..10).any(|_| match client.ws.read() {
+            Ok(Message::Close(_)) => true,
+            Ok(_) => false,
+            Err(tungstenite::Error::ConnectionClosed) => false,
+            Err(e) => panic!("no Close frame before the end: {e}"),
+        })
+    };
+    let mut leaving = WsClient::connected(addr, "leaving");
+    leaving.ws.close(None).expect("send Close");
+    assert!(closed_with_frame(&mut leaving), "the Close is answered");
+
+    let mut malformed = WsClient::connected(addr, "malformed");
+    // A PUBLISH whose topic length runs past its remaining length.
+    malformed
+        .ws
+        .send(Message::binary(vec![0x30, 0x03, 0x00, 0x09, b'x']))
+        .expect("send");
+    match malformed.recv() {
+        Packet::Disconnect(d) => assert_eq!(d.code, 0x81),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+    assert!(closed_with_frame(&mut malformed), "DISCONNECT, then Close");
+}
+
+/// a packet past max_message_size in one WebSocket message is told 0x95, as
+/// over TCP, though the WebSocket layer refuses the message before the packet is read.
+#[test]
+fn an_oversize_packet_in_one_ws_message_is_told_0x95() {
+    let broker = Broker::start(&format!(
+        "{WS_DOOR}  limits:\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n"
+    ));
+    let mut client = WsClient::connected(ws_addr(&broker), "oversize");
+    let mut out = Vec::new();
+    let p = publish("big", &vec![0u8; 400 * 1024], QoS::AtMostOnce, false);
+    codec::encode(&Packet::Publish(p), ProtocolVersion::V5, &mut out);
+    client.ws.send(Message::binary(out)).expect("send");
+    match client.recv() {
+        Packet::Disconnect(d) => assert_eq!(d.code, 0x95),
+        other => panic!("expected DISCONNECT, got {other:?}"),
+    }
+}

@@ -385,6 +385,11 @@ impl WsSocket {
 fn ws_error(e: async_tungstenite::tungstenite::Error) -> io::Error {
     match e {
         async_tungstenite::tungstenite::Error::Io(e) => e,
+        // A message or frame past the bound holds a packet past max_message_size: the
+        // connection answers it as it answers one over TCP (0x95).
+        async_tungstenite::tungstenite::Error::Capacity(e) => {
+            io::Error::new(io::ErrorKind::FileTooLarge, e.to_string())
+        }
         other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
     }
 }

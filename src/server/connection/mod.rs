@@ -267,6 +267,17 @@ const LINGER: Duration = Duration::from_millis(500);
 /// [`linger`], ending at `until` however much is left to discard.
 async fn linger_until(stream: &mut Socket, until: Instant) {
     const MAX_DISCARD: usize = 1 << 20;
+    if let Socket::Ws(ws) = stream {
+        // A WebSocket ends with a Close frame, ours or the answer to the peer's
+        // (RFC 6455 5.5.1): a browser told nothing reports an unclean close (1006).
+        let close = async {
+            let _ = smol::io::AsyncWriteExt::close(&mut **ws).await;
+        };
+        future::or(close, async {
+            smol::Timer::at(until).await;
+        })
+        .await;
+    }
     stream.close_write();
     let drain = async {
         let mut scratch = vec![0u8; 1024];
@@ -655,6 +666,12 @@ impl Conn {
                 busy_turn(&mut busy_turns).await;
             }
             match event {
+                // A WebSocket message past its bound (`ws::ws_error`) carries a
+                // packet past max_message_size.
+                Event::Read(Err(e)) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                    log::info!("{}: {} sent {e}", self.peer, self.client_id);
+                    return self.refuse(reason::PACKET_TOO_LARGE);
+                }
                 Event::Read(Ok(0)) | Event::Read(Err(_)) => return End::Close,
                 Event::Read(Ok(_)) => {
                     if let Some(watch) = &self.keep_alive {
