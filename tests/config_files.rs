@@ -379,6 +379,27 @@ fn b556_b557_output_loads_again_unchanged() {
     }
 }
 
+/// B-556, B-557: what YAML reads as a boolean or null in any case is quoted, and two
+/// bridge rules written on one line are both printed: the output loads as the same
+/// configuration.
+#[test]
+fn b556_output_quotes_every_boolean_spelling_and_keeps_rules_sharing_a_line() {
+    let fixture = std::fs::read_to_string(fixture("bridges.yaml")).expect("fixture");
+    let (head, _) = fixture.split_once("    topics:\n").expect("a topics list");
+    let text = format!(
+        "{}    topics: [{{filter: a/#, topic: x/$#, direction: in}}, {{filter: b/#, topic: y/$#, direction: in}}]\n",
+        head.replace("id: vessel-07", "id: \"Yes\"")
+    );
+    let first =
+        config::from_str(&text, Path::new("saguin.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(first.bridges[0].topics.len(), 2, "{text}");
+    let rendered = config::render(&first);
+    let again = config::from_str(&rendered, Path::new("saguin.yaml"))
+        .unwrap_or_else(|e| panic!("{e}\n{rendered}"));
+    assert_eq!(again.broker.id, "Yes", "{rendered}");
+    assert_eq!(again.bridges[0].topics.len(), 2, "{rendered}");
+}
+
 /// B-557, B-175: a single door written as a named list keeps its name in the output.
 #[test]
 fn b557_output_keeps_the_name_of_a_single_named_door() {

@@ -15,12 +15,14 @@ fn q(s: &str) -> String {
     let plain = !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+        // What YAML 1.1 or 1.2 reads as a boolean or null, in any case (`Yes`, `N`,
+        // `NULL`), and what it reads as a number (`.inf`, `1e3`, `0x1F`).
         && !matches!(
-            s,
-            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "none" | "~"
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "y" | "n" | "on" | "off" | "none" | "~"
         )
         && s.parse::<f64>().is_err()
-        && !s.starts_with(|c: char| c.is_ascii_digit());
+        && !s.starts_with(|c: char| c.is_ascii_digit() || c == '.');
     if plain {
         s.to_string()
     } else {
@@ -334,13 +336,20 @@ fn bridge(o: &mut String, b: &Bridge) {
     let _ = writeln!(o, "    receive_maximum: {}", b.receive_maximum);
     let _ = writeln!(o, "    ack_interval: {}", format_duration(b.ack_interval));
     let _ = writeln!(o, "    topics:");
-    // One rule per written line: a braced rule expanded to several is printed once, as written.
-    let mut seen: Vec<u32> = Vec::new();
+    // One rule per written rule: a braced rule expanded to several is printed once,
+    // as written; two rules written on one line (a flow list) are two.
+    let mut seen: Vec<(u32, &str, Option<&str>, &str)> = Vec::new();
     for r in &b.topics {
-        if seen.contains(&r.line) {
+        let written = (
+            r.line,
+            r.written_filter.as_str(),
+            r.topic.as_deref(),
+            r.direction.as_str(),
+        );
+        if seen.contains(&written) {
             continue;
         }
-        seen.push(r.line);
+        seen.push(written);
         let _ = writeln!(o, "      - filter: {}", q(&r.written_filter));
         if let Some(t) = &r.topic {
             let _ = writeln!(o, "        topic: {}", q(t));
