@@ -2,6 +2,8 @@
 //! sections 22-28): each invalid case names the requirement it pins, the key the
 //! finding must name and its line in the acl_file; valid neighbours must load.
 
+mod common;
+
 use std::path::Path;
 
 #[path = "common/mutate.rs"]
@@ -473,11 +475,7 @@ fn check_config_names_the_acl_file_and_line() {
         .replace("/etc/saguin/acl.yaml", &acl.display().to_string());
     let cfg = dir.join("saguin.yaml");
     std::fs::write(&cfg, &yaml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = common::run_saguin(&["--check-config".as_ref(), cfg.as_os_str()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("{}:", acl.display())), "{err}");
@@ -488,11 +486,7 @@ fn check_config_names_the_acl_file_and_line() {
         "roles:\n  r:\n    - channel: jobs\n      allow: [consume]\nusers:\n  dev: [r]\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = common::run_saguin(&["--check-config".as_ref(), cfg.as_os_str()]);
     assert!(
         out.status.success(),
         "{}",

@@ -1,6 +1,8 @@
 //! Whole files: the spec's example, `!include` with every rule, and
 //! `--check-config --output` round trips (B-124 … B-138, B-556, B-557).
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -319,11 +321,7 @@ fn check_config_prints_the_report_shape_b019() {
         )],
     );
     let path = dir.join("saguin.yaml");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = common::run_saguin(&["--check-config".as_ref(), path.as_os_str()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err.lines().filter(|l| !l.is_empty()).collect();
@@ -456,11 +454,7 @@ fn b551_check_files_reports_every_unreadable_file_at_once() {
 #[test]
 fn b551_check_config_names_every_unreadable_file_and_a_directory() {
     let run = |path: &Path| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_saguin"))
-            .arg("--check-config")
-            .arg(path)
-            .output()
-            .unwrap();
+        let out = common::run_saguin(&["--check-config".as_ref(), path.as_os_str()]);
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{Broker, Raw, opts, temp_dir};
 use saguin::codec::{ProtocolVersion::V311, QoS};
 
@@ -13,10 +11,7 @@ const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/saguin.yaml
 
 #[test]
 fn the_example_configuration_validates() {
-    let out = Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .args(["--check-config", EXAMPLE])
-        .output()
-        .expect("saguin runs");
+    let out = common::run_saguin(&["--check-config", EXAMPLE]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

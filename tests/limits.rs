@@ -837,8 +837,7 @@ fn with_ops(name: &str, extra: &str) -> Broker {
 
 /// The value of the metrics line `name` (a full series name with its labels).
 fn metric(broker: &Broker, name: &str) -> u64 {
-    let ops =
-        std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock")).expect("ops socket");
+    let ops = broker.ops_socket();
     let (status, body) = common::http_get(ops, "/metrics");
     assert_eq!(status, 200);
     body.lines()

@@ -416,8 +416,7 @@ fn will_gauges_count_waiting_and_published_wills_c267_c277() {
     drop(raw);
     assert_eq!(&*watcher.recv_publish().topic, "wills/prompt");
     // One scrape: the answer is kept for min_scrape_interval.
-    let ops = std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock"))
-        .expect("the ops socket");
+    let ops = broker.ops_socket();
     let (status, body) = common::http_get(ops, "/metrics");
     assert_eq!(status, 200);
     for line in ["saguin_wills_waiting 2", "saguin_wills_published_total 1"] {

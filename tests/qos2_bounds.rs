@@ -99,8 +99,7 @@ fn qos2_state_is_exposed_as_metrics_b445() {
     raw.send(&Packet::PubRel(Ack::new(1, 0)));
     assert_eq!(pubcomp(&mut raw).code, 0);
     // One scrape: the answer is kept for min_scrape_interval.
-    let ops = std::os::unix::net::UnixStream::connect(broker.dir.join("ops.sock"))
-        .expect("the ops socket");
+    let ops = broker.ops_socket();
     let (status, body) = common::http_get(ops, "/metrics");
     assert_eq!(status, 200);
     for line in [

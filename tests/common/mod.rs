@@ -6,7 +6,7 @@ pub mod proxy;
 pub mod sessions;
 pub mod tls;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -198,11 +198,18 @@ impl Broker {
     /// Whether `/metrics` on the operations listener's Unix socket `ops.sock` in the
     /// broker's directory has the exact line `line`; panics showing the body if not.
     pub fn assert_metric(&self, line: &str) {
-        let ops = std::os::unix::net::UnixStream::connect(self.dir.join("ops.sock"))
-            .expect("the ops socket");
-        let (status, body) = http_get(ops, "/metrics");
+        let (status, body) = http_get(self.ops_socket(), "/metrics");
         assert_eq!(status, 200);
         assert!(body.lines().any(|l| l == line), "no {line:?} in {body}");
+    }
+
+    /// A connection to the operations listener's Unix socket `ops.sock` in the
+    /// broker's directory, its reads bounded by [`WAIT`].
+    pub fn ops_socket(&self) -> std::os::unix::net::UnixStream {
+        let ops = std::os::unix::net::UnixStream::connect(self.dir.join("ops.sock"))
+            .expect("the ops socket");
+        ops.set_read_timeout(Some(WAIT)).expect("read timeout");
+        ops
     }
 
     /// Sends a signal to the broker process.
@@ -270,11 +277,8 @@ impl Drop for Broker {
 pub fn refused_at_startup(dir: &std::path::Path, yaml: &str) -> String {
     let path = dir.join("saguin.yaml");
     std::fs::write(&path, yaml).expect("write the configuration");
-    let out = Command::new(env!("CARGO_BIN_EXE_saguin"))
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .expect("run saguin");
+    // Bounded: a broker that starts after all serves until it is killed.
+    let out = run_saguin(&["--config".as_ref(), path.as_os_str()]);
     assert!(
         !out.status.success(),
         "the broker started: {}",
@@ -390,16 +394,26 @@ impl Raw {
                 // A signal to the test process; a socket with a read timeout is not
                 // restarted by the kernel (signal(7)), so read again.
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("read: {e}")),
+                // "read:" is a read that timed out: nothing came. A reset is not
+                // "nothing", and says so.
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(format!("read: {e}"));
+                }
+                Err(e) => return Err(format!("failed: {e}")),
             }
         }
     }
 
-    /// Reads the raw bytes that arrive until the broker closes the connection.
+    /// Reads the raw bytes that arrive until the broker closes the connection (a
+    /// reset included); panics if it is still open after [`WAIT`].
     pub fn read_to_close(&mut self) -> Vec<u8> {
         let mut all = std::mem::take(&mut self.buf);
-        let _ = self.stream.read_to_end(&mut all);
-        all
+        match self.stream.read_to_end(&mut all) {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                panic!("the connection was not closed within {WAIT:?}; read {all:02X?}")
+            }
+            Ok(_) | Err(_) => all,
+        }
     }
 
     /// Asserts the broker closes the connection, with nothing more sent.
