@@ -99,6 +99,33 @@ fn b456_owed_broadcasts_survive_sigkill_on_sqlite() {
     s.expect_nothing(Duration::from_millis(300));
 }
 
+/// MQTT-3.1.2-4, gaps G-10: a broadcast the log keeps for an away session is that
+/// session's. Its client starting a new session (Clean Start, a new expiry) discards
+/// it, and it is not handed to the new session at a restart, though the record stays
+/// in the log for another session still owed it; that one gets it.
+#[test]
+fn a_replaced_sessions_owed_broadcasts_are_not_handed_to_its_successor_after_a_restart() {
+    for provider in ["local", "volatile"] {
+        let broker = Broker::start_in(fresh_dir(), &config(provider));
+        subscribe_and_leave(&broker, "replaced", "news/#", QoS::AtLeastOnce);
+        subscribe_and_leave(&broker, "other", "news/#", QoS::AtLeastOnce);
+        publish_n(&broker, "news/today", "owed", 1, QoS::AtLeastOnce);
+        // A new session under the same id, subscribed to nothing, away again.
+        let (fresh, present) = connected(&broker, persistent("replaced", true, 300));
+        assert!(!present);
+        fresh.disconnect();
+        broker.wait_log("replaced disconnected");
+        let dir = broker.stop();
+        let broker = Broker::start_in(dir, &config(provider));
+        let (mut resumed, present) = connected(&broker, persistent("replaced", false, 300));
+        assert!(present, "{provider}");
+        nothing_more(&mut resumed, Duration::from_millis(500));
+        let (mut other, present) = connected(&broker, persistent("other", false, 300));
+        assert!(present, "{provider}");
+        assert_eq!(receive(&mut other, 1), expected("owed", 0..1), "{provider}");
+    }
+}
+
 /// B-456, B-455: on a memory provider what is owed survives a graceful stop, QoS 2
 /// included.
 #[test]

@@ -49,8 +49,8 @@ const OWED: &str = "saguin-log";
 pub struct Pending {
     /// The message.
     pub message: Arc<Message>,
-    /// Each session owed it, and its delivery.
-    pub owed: Vec<(Arc<str>, Delivery)>,
+    /// Each session owed it (its client id and incarnation), and its delivery.
+    pub owed: Vec<(Arc<str>, u64, Delivery)>,
 }
 
 /// What a logged record says beside the message: its QoS and RETAIN as published, its
@@ -78,6 +78,10 @@ pub struct Target {
     /// Its Subscription Identifiers.
     #[serde(rename = "i", default, skip_serializing_if = "Vec::is_empty")]
     pub identifiers: Vec<u32>,
+    /// The incarnation of the session owed it (`Session::incarnation`); absent in
+    /// records written before it was kept.
+    #[serde(rename = "n", default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
     /// For a shared group's delivery held for a member that is away, when
     /// `broker.share.expires_after` gives it up (ms since the epoch; B-446, B-447).
     #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
@@ -144,8 +148,9 @@ pub fn record(pending: &Pending, now_ms: u64) -> NewRecord {
         to: pending
             .owed
             .iter()
-            .map(|(client, d)| Target {
+            .map(|(client, incarnation, d)| Target {
                 client_id: client.to_string(),
+                incarnation: Some(*incarnation),
                 qos: d.qos as u8,
                 retain: d.retain,
                 identifiers: d.identifiers.to_vec(),
@@ -406,6 +411,7 @@ mod tests {
             qos: 1,
             retain: false,
             identifiers: vec![7],
+            incarnation: Some(9),
             held_until_ms: Some(61_000),
             group: Some("g/a/+".into()),
         }
@@ -413,7 +419,7 @@ mod tests {
         .expect("QoS 1");
         let pending = Pending {
             message: message.clone(),
-            owed: vec![(Arc::from("s"), delivery)],
+            owed: vec![(Arc::from("s"), 9, delivery)],
         };
         let new = record(&pending, 1000);
         let stored = Record {
@@ -436,6 +442,11 @@ mod tests {
             [("k".to_string(), "v".to_string())]
         );
         assert_eq!(entry.targets.len(), 1);
+        assert_eq!(
+            entry.targets[0].incarnation,
+            Some(9),
+            "whose session it was"
+        );
         let now = Instant::now();
         let d = entry.targets[0]
             .delivery(&entry.message, 4, (now, 1000))

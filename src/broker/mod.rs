@@ -178,7 +178,7 @@ pub struct Broker {
     logs: bool,
     /// The deliveries of the broadcast being handed out that wait for its log write;
     /// kept for its capacity, empty between broadcasts.
-    owed_now: Vec<(Arc<str>, Delivery)>,
+    owed_now: Vec<(Arc<str>, u64, Delivery)>,
     /// The subscriptions a broadcast being handed out reaches; kept for its capacity
     /// (at most `PLACED_KEPT`), empty between broadcasts.
     placed: Vec<Placed>,
@@ -371,7 +371,13 @@ impl Broker {
     /// shortens left; or nothing, for a session that was never stored and ends with
     /// its connection. Computed before [`Broker::connect`] so a failed write changes
     /// nothing (C-270).
-    pub fn connect_record(&self, connect: &Connect, client_id: &str, user: &str) -> RecordWrite {
+    pub fn connect_record(
+        &self,
+        connect: &Connect,
+        client_id: &str,
+        user: &str,
+        incarnation: u64,
+    ) -> RecordWrite {
         let expiry = self.granted_expiry(connect);
         let existing = self.sessions.get(client_id);
         if expiry == 0 {
@@ -381,6 +387,7 @@ impl Broker {
             };
         }
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
+        session.incarnation = incarnation;
         session.expiry = expiry;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         session.user = session::user_named(user);
@@ -538,9 +545,19 @@ impl Broker {
         self.sessions.len().saturating_sub(self.internal_sessions)
     }
 
-    /// Takes or creates the session for a CONNECT that passed every check. Another
-    /// connection holding the same client id is told to end (0x8E).
-    pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>) -> Accepted {
+    /// The incarnation of the session `connect` will hold: the one it resumes, or a
+    /// new one (`Session::incarnation`).
+    pub fn incarnation_for(&self, connect: &Connect) -> u64 {
+        match self.sessions.get(connect.client_id.as_str()) {
+            Some(s) if !connect.clean_start && s.outlives_connection() => s.incarnation,
+            _ => session::new_incarnation(),
+        }
+    }
+
+    /// Takes or creates the session for a CONNECT that passed every check, a new one
+    /// under `incarnation` (`incarnation_for`). Another connection holding the same
+    /// client id is told to end (0x8E).
+    pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>, incarnation: u64) -> Accepted {
         let client_id: Arc<str> = if connect.client_id.is_empty() {
             self.assign_client_id()
         } else {
@@ -588,10 +605,11 @@ impl Broker {
             self.end_session(&client_id);
         }
         let bound = self.settings.session_queue_bytes;
-        let session = self
-            .sessions
-            .entry(client_id.clone())
-            .or_insert_with(|| Box::new(Session::new(client_id.clone(), connect.protocol, bound)));
+        let session = self.sessions.entry(client_id.clone()).or_insert_with(|| {
+            let mut session = Session::new(client_id.clone(), connect.protocol, bound);
+            session.incarnation = incarnation;
+            Box::new(session)
+        });
         session.protocol = connect.protocol;
         session.expiry = expiry;
         if resumed {
@@ -1108,8 +1126,14 @@ impl Broker {
     /// deliveries are kept in memory only.
     pub fn logged(&mut self, pending: broadcast_log::Pending, offset: Option<u64>) {
         let mut holders = 0;
-        for (client, mut delivery) in pending.owed {
-            let Some(session) = self.sessions.get_mut(&client) else {
+        for (client, incarnation, mut delivery) in pending.owed {
+            // Gone, or replaced while the write waited (a Clean Start): the session
+            // it was owed to has ended, and the new one never subscribed.
+            let Some(session) = self
+                .sessions
+                .get_mut(&client)
+                .filter(|s| s.incarnation == incarnation)
+            else {
                 continue;
             };
             if let Some(offset) = offset {
@@ -1164,7 +1188,7 @@ impl Broker {
     /// A broadcast the full log could not keep (B-473): the sessions owed it do not
     /// get it, each counted `storage_full`.
     pub fn not_kept(&mut self, pending: broadcast_log::Pending) {
-        let losers: Vec<Arc<str>> = pending.owed.into_iter().map(|(c, _)| c).collect();
+        let losers: Vec<Arc<str>> = pending.owed.into_iter().map(|(c, ..)| c).collect();
         self.lost_to_full_store(&losers);
     }
 
@@ -1366,11 +1390,11 @@ impl Broker {
             .sessions
             .get(client_id)
             .filter(|s| self.logs && delivery.qos != QoS::AtMostOnce && s.keeps_owed_in_log())
-            .map(|s| s.client_id.clone());
+            .map(|s| (s.client_id.clone(), s.incarnation));
         match kept {
-            Some(client) => self.unlogged.push(broadcast_log::Pending {
+            Some((client, incarnation)) => self.unlogged.push(broadcast_log::Pending {
                 message: delivery.message.clone(),
-                owed: vec![(client, delivery)],
+                owed: vec![(client, incarnation, delivery)],
             }),
             None => self.deliver(client_id, delivery),
         }
@@ -1398,7 +1422,8 @@ impl Broker {
             return;
         }
         if loggable && self.logs && delivery.qos != QoS::AtMostOnce && session.keeps_owed_in_log() {
-            self.owed_now.push((session.client_id.clone(), delivery));
+            self.owed_now
+                .push((session.client_id.clone(), session.incarnation, delivery));
             return;
         }
         enqueue_counted(session, &self.metrics, delivery);

@@ -224,6 +224,9 @@ impl Broker {
             let bound = self.settings.session_queue_bytes;
             let mut session = Session::new(client_id.clone(), record.protocol, bound);
             session.expiry = record.expiry;
+            if let Some(incarnation) = record.incarnation {
+                session.incarnation = incarnation;
+            }
             session.stored = true;
             session.restored = true;
             session.away_ms = Some(away_ms);
@@ -289,6 +292,11 @@ impl Broker {
                 let Some(session) = self.sessions.get_mut(target.client_id.as_str()) else {
                     continue;
                 };
+                // Owed to a session its client has since replaced (MQTT-3.1.2-4); a
+                // record or target from before incarnations were kept matches any.
+                if target.incarnation.is_some_and(|n| n != session.incarnation) {
+                    continue;
+                }
                 let (position, handed) = session.log.as_ref().map_or((0, 0), |l| {
                     (l.stored.unwrap_or(0), l.unsettled.len() + l.released.len())
                 });

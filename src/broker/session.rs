@@ -390,6 +390,11 @@ pub struct Session {
     pub will: Option<Box<ArmedWill>>,
     /// Bumped whenever a connection takes the session, so stale timers can tell.
     pub generation: u64,
+    /// Which session of its client id this is: new with every session, kept across
+    /// resumes and restarts. A delivery owed to a session its client has since
+    /// replaced (Clean Start, or a new session after the old one lapsed) names the
+    /// old one, and is not handed to the new (MQTT-3.1.2-4).
+    pub incarnation: u64,
     /// Cursors on the channels its subscriptions touch.
     pub cursors: BTreeMap<ChannelId, Cursor>,
     /// The channel read last: the next read starts after it, so one channel's
@@ -484,6 +489,12 @@ struct Enqueued {
     refused: bool,
 }
 
+/// A session incarnation unlikely ever to repeat for one client id, across restarts
+/// too: the 62 random bits of a UUIDv7.
+pub(crate) fn new_incarnation() -> u64 {
+    uuid::Uuid::now_v7().as_u64_pair().1
+}
+
 impl Session {
     /// A new, empty session.
     pub fn new(client_id: Arc<str>, protocol: ProtocolVersion, queue_bound: usize) -> Session {
@@ -504,6 +515,7 @@ impl Session {
             max_packet_size: u32::MAX,
             will: None,
             generation: 0,
+            incarnation: new_incarnation(),
             cursors: BTreeMap::new(),
             last_read: None,
             stored: false,

@@ -68,6 +68,10 @@ pub struct SessionRecord {
     /// records written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receive_maximum: Option<u16>,
+    /// Which session of its client id this is (`Session::incarnation`); absent in
+    /// records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// One subscription of a stored session.
@@ -145,6 +149,8 @@ pub struct Restored {
     /// Its stored position in the broadcast log (`super::broadcast_log`), read beside the
     /// record; `None` when it never stored one.
     pub log_position: Option<u64>,
+    /// Which session of its client id it is, when the record says.
+    pub incarnation: Option<u64>,
 }
 
 impl SessionRecord {
@@ -169,6 +175,7 @@ impl SessionRecord {
                 .map(|w| StoredWill::of(w, will_due_ms)),
             away_ms,
             receive_maximum: Some(session.receive_maximum),
+            incarnation: Some(session.incarnation),
         }
     }
 
@@ -247,6 +254,7 @@ impl SessionRecord {
             away_ms: record.away_ms,
             receive_maximum: record.receive_maximum.unwrap_or(u16::MAX),
             log_position: None,
+            incarnation: record.incarnation,
         })
     }
 }

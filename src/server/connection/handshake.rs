@@ -175,10 +175,13 @@ pub(super) async fn establish(
         }
         other => other,
     };
-    if let Err(e) = stored {
-        return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await;
-    }
-    let mut accepted = shared.broker.borrow_mut().connect(&connect, link.clone());
+    let incarnation = match stored {
+        Ok(incarnation) => incarnation,
+        Err(e) => return refuse_unstored(&shared, &peer, &connect, e, slot, stream).await,
+    };
+    // The session the record names: a new one under the incarnation it was stored
+    // with, so what the log keeps for it is handed to it after a restart.
+    let mut accepted = (shared.broker.borrow_mut()).connect(&connect, link.clone(), incarnation);
     // A stop that told every connection to end while this CONNECT was being stored
     // never saw this one: it is told now, after its CONNACK (0x8B).
     if shared.stopping() {
@@ -325,13 +328,15 @@ async fn store_connect(
     shared: &Shared,
     connect: &Connect,
     user: &str,
-) -> Result<(), crate::storage::StorageError> {
+) -> Result<u64, crate::storage::StorageError> {
     let id = &connect.client_id;
-    let (write, refused) = {
+    let (write, refused, incarnation) = {
         let broker = shared.broker.borrow();
+        let incarnation = broker.incarnation_for(connect);
         (
-            broker.connect_record(connect, id, user),
+            broker.connect_record(connect, id, user, incarnation),
             broker.record_refused(id),
+            incarnation,
         )
     };
     let record = match write {
@@ -340,7 +345,7 @@ async fn store_connect(
         // A write the provider refused before - a withdrawn Will, a deletion - lands
         // before this client connects again, or the CONNECT is refused (C-286).
         crate::broker::RecordWrite::Nothing if refused => shared.broker.borrow().record_of(id, &[]),
-        crate::broker::RecordWrite::Nothing => return Ok(()),
+        crate::broker::RecordWrite::Nothing => return Ok(incarnation),
     };
     crate::server::write_session_record(shared, id, record).await?;
     if refused {
@@ -348,7 +353,7 @@ async fn store_connect(
         let id = Arc::from(id.as_str());
         shared.broker.borrow_mut().record_written(&id, true);
     }
-    Ok(())
+    Ok(incarnation)
 }
 
 /// Answers a socket that held an overflow place but got no slot: once the opening
