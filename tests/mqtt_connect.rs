@@ -277,10 +277,12 @@ fn a_3_1_1_client_gets_a_bare_connack_and_never_a_disconnect_a253() {
     old.expect_closed_silently();
 }
 
-/// a `saguin-` User Property on a CONNECT is CONNACK 0x83.
+/// a `saguin-` User Property on a CONNECT is CONNACK 0x83, counted as what it
+/// is, not as a storage error an operator would be paged for.
 #[test]
 fn a_saguin_user_property_on_connect_is_refused_0x83() {
-    let broker = Broker::start("");
+    let broker =
+        Broker::start("  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n");
     let mut c = connect(V5, "prop", true);
     c.properties
         .edit()
@@ -288,6 +290,9 @@ fn a_saguin_user_property_on_connect_is_refused_0x83() {
         .push(("saguin-offset".into(), "1".into()));
     let (_raw, ack) = Raw::handshake(broker.addr, c);
     assert_eq!(ack.code, 0x83);
+    broker.assert_metric(
+        "saguin_connections_refused_total{reason=\"implementation specific error\"} 1",
+    );
 }
 
 /// C-253, C-257: a Will topic under `$saguin/` or `$SYS` is 0x90, and so is an empty

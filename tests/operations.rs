@@ -651,9 +651,14 @@ fn a_restored_anonymous_session_is_listed_with_no_user_b175() {
 #[test]
 fn saguin_channel_info_names_each_channels_filter_c018() {
     let yaml = common::config(
-        "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\nchannels:\n  registry:\n    type: latest\n    filter: iot/+/schemas/#\n  states:\n    type: latest\n    filter: site/+/{state,location}\n",
+        "  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\nchannels:\n  registry:\n    type: latest\n    filter: iot/+/schemas/#\n  states:\n    type: latest\n    filter: site/+/{state,location,state}\n",
     );
     let broker = Broker::start_with(&yaml);
+    // A filter an alternative repeats is one series: a page with two alike is one
+    // Prometheus refuses.
+    let (_, body) = http_get(broker.ops_socket(), "/metrics");
+    let state = "saguin_channel_info{channel=\"states\",type=\"latest\",filter=\"site/+/state\"} 1";
+    assert_eq!(body.lines().filter(|l| *l == state).count(), 1, "{body}");
     broker.assert_metric(
         "saguin_channel_info{channel=\"registry\",type=\"latest\",filter=\"iot/+/schemas/#\"} 1",
     );

@@ -536,7 +536,9 @@ channels:
 /// logged and nothing more: the broker serves on and the queue holds what it held.
 #[test]
 fn a_will_refused_by_a_full_queue_when_it_fires_is_only_logged_c212_c266() {
-    let broker = start();
+    let broker = Broker::start(&format!(
+        "  operations:\n    listen:\n      unix:\n        path: {{dir}}/ops.sock\n{CHANNELS}"
+    ));
     let payload = [b'x'; 100];
     let mut accepted = 0;
     while put(&broker, &format!("small/{accepted}"), &payload) == 0 {
@@ -555,6 +557,8 @@ fn a_will_refused_by_a_full_queue_when_it_fires_is_only_logged_c212_c266() {
     assert_eq!(ack.code, 0);
     drop(raw);
     broker.wait_log("a Will to \"small/will\" was refused 0x97");
+    // C-267: a Will the channel refused was not published.
+    broker.assert_metric("saguin_wills_published_total 0");
     let mut w = worker(&broker, "w", "small");
     for _ in 0..accepted {
         let offer = w.recv_offer();

@@ -146,7 +146,7 @@ fn a_clean_start_whose_old_positions_cannot_be_discarded_gets_0x83_a261() {
     std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
     let yaml = CHANNELS.replace(
         "  id: channels-test\n",
-        "  id: channels-test\n  session:\n    storage: volatile\n",
+        "  id: channels-test\n  session:\n    storage: volatile\n  operations:\n    listen:\n      unix:\n        path: {dir}/ops.sock\n",
     );
     let broker = Broker::start_in(dir, &yaml);
     publish(&broker, "events/a");
@@ -164,6 +164,8 @@ fn a_clean_start_whose_old_positions_cannot_be_discarded_gets_0x83_a261() {
     };
     drop(lock);
     assert_eq!(ack.code, STORAGE_ERROR, "{ack:?}");
+    // Counted as the storage failure it is (B-462).
+    broker.assert_metric("saguin_storage_errors_total 1");
     // The next CONNECT begins the session again.
     let (_, ack) = Raw::handshake(broker.addr, fresh_consumer());
     assert_eq!((ack.code, ack.session_present), (0, false));

@@ -118,6 +118,12 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Counts a Will published: broadcast, or stored in its channel or the retained
+    /// store (C-267).
+    pub fn will_published(&self) {
+        self.wills_published.set(self.wills_published.get() + 1);
+    }
+
     /// Counts a filter refused with `code`.
     pub fn refuse_subscription(&self, code: u8) {
         *self

@@ -849,13 +849,11 @@ impl Broker {
         let will = armed.will;
         let message = Message::from_will(client_id.clone(), will, Instant::now());
         log::debug!("publishing the Will of {client_id} to {}", message.topic);
-        self.metrics
-            .wills_published
-            .set(self.metrics.wills_published.get() + 1);
         // A Will's topic passed the same checks as a publish at CONNECT. What must be
         // stored first - a channel's record, a retained broadcast value - takes the
-        // ordinary publish path from the server (`take_unstored`, C-248); a plain
-        // broadcast needs no storage and goes now.
+        // ordinary publish path from the server (`take_unstored`, C-248), and is
+        // counted published once stored (C-267); a plain broadcast needs no storage
+        // and goes now.
         let message = Arc::new(message);
         let stored_first = match self.destination(&message.topic) {
             Destination::Channel(_) => true,
@@ -864,6 +862,7 @@ impl Broker {
         if stored_first {
             self.unstored.push(message);
         } else {
+            self.metrics.will_published();
             self.broadcast(message);
         }
     }

@@ -295,8 +295,11 @@ pub fn render(shared: &Shared, channels: &[ChannelRow]) -> String {
         "gauge",
         "Every channel, its type, and each filter it claims (C-018: braces expanded).",
         channels.iter().flat_map(|row| {
-            let filters =
+            let mut filters =
                 filter::expand_braces(&row.filter).unwrap_or_else(|_| vec![row.filter.to_string()]);
+            // `a/{x,x}` claims a/x once: one series each, never two alike.
+            filters.sort();
+            filters.dedup();
             filters.into_iter().map(move |f| {
                 let labels = format!(
                     "{{channel=\"{}\",type=\"{}\",filter=\"{}\"}}",

@@ -181,7 +181,14 @@ pub(crate) fn spawn(
         let (ex, shared, scrape) = (executor.clone(), shared.clone(), scrape.clone());
         let in_flight = Rc::new(Cell::new(0));
         serving.push(executor.spawn(async move {
+                let mut accepted: u32 = 0;
                 loop {
+                    // As the MQTT doors do: a full accept queue never makes `accept`
+                    // wait, and a flood of connections must not keep the one thread.
+                    accepted = accepted.wrapping_add(1);
+                    if accepted.is_multiple_of(crate::server::ACCEPTS_PER_TURN) {
+                        futures_lite::future::yield_now().await;
+                    }
                     let (stream, peer) = match door.accept().await {
                         Ok(accepted) => accepted,
                         Err(e) => {

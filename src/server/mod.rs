@@ -346,8 +346,9 @@ async fn accept_loop(door: Door, shared: Rc<Shared>, executor: Rc<LocalExecutor>
     }
 }
 
-/// Connections a door accepts before it lets the other tasks run.
-const ACCEPTS_PER_TURN: u32 = 32;
+/// Connections a door accepts before it lets the other tasks run (the operations
+/// listener's doors too).
+pub(crate) const ACCEPTS_PER_TURN: u32 = 32;
 
 /// A socket holding an overflow place waits up to `OVERFLOW_WAIT` for a slot (B-049);
 /// one that gets none is told Server busy, and every socket not admitted is closed
@@ -550,7 +551,9 @@ pub(crate) async fn store_unstored(shared: &Shared) {
     for message in unstored {
         let topic = message.topic.clone();
         let code = connection::route(shared, message).await.code;
-        if code != 0 {
+        if code < 0x80 {
+            shared.broker.borrow().metrics.will_published(); // C-267
+        } else {
             log::warn!("a Will to {topic:?} was refused 0x{code:02X}");
         }
     }

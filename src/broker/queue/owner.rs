@@ -293,6 +293,7 @@ impl Owner {
             Ok(window) => window,
             Err(e) => {
                 log::error!("queue {}: cannot read its waiting jobs: {e}", self.name);
+                self.shared.broker.borrow().metrics.storage_failed(&e);
                 return;
             }
         };
@@ -469,6 +470,7 @@ impl Owner {
                         "queue {}: job {offset} acknowledged but not removed: {e}",
                         self.name
                     );
+                    self.shared.broker.borrow().metrics.storage_failed(&e);
                     // As it was, so its PUBACK counts the attempt once (C-085, C-117).
                     if let Some(job) = self.jobs.get_mut(&offset) {
                         *job = before;
@@ -838,6 +840,7 @@ impl Owner {
             },
             Err(e) => {
                 log::error!("queue {}: cannot read job {offset}: {e}", self.name);
+                self.shared.broker.borrow().metrics.storage_failed(&e);
                 None
             }
         }

@@ -72,7 +72,11 @@ pub(super) async fn establish(
     let mut connect = connect;
     let asked_expiry = connect.properties.session_expiry_interval.unwrap_or(0);
     let refused = check_connect(&connect, &shared)
-        .map(|code| (code, connection_refusal_label(code)))
+        .map(|code| match code {
+            // A `saguin-` property, not a store that failed.
+            reason::IMPLEMENTATION_SPECIFIC_ERROR => (code, "implementation specific error"),
+            code => (code, connection_refusal_label(code)),
+        })
         .or_else(|| will_refusal(&connect, &shared));
     let admitted = match refused {
         Some(refused) => Err(refused),
@@ -315,6 +319,7 @@ async fn discard_positions(
     for provider in providers {
         if let Err(e) = provider.drop_positions(client_id).await {
             log::error!("{peer}: positions of {client_id:?} not discarded: {e}");
+            shared.broker.borrow().metrics.storage_failed(&e); // B-462
             return Err(e);
         }
     }

@@ -285,6 +285,7 @@ impl Conn {
             };
             let window = provider.read_window(&name, request).await.map_err(|e| {
                 log::error!("channel {name}: read failed: {e}");
+                self.shared.broker.borrow().metrics.storage_failed(&e);
             })?;
             let Some(last) = window.records.last().map(|r| r.offset) else {
                 return Ok(None);
@@ -344,6 +345,7 @@ impl Conn {
             .await
         {
             log::error!("channel {name}: seek of {} not stored: {e}", self.client_id);
+            self.shared.broker.borrow().metrics.storage_failed(&e);
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
         }
         self.move_cursor(id, position);
