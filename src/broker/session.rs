@@ -659,11 +659,18 @@ impl Session {
 
     /// Whether a QoS > 0 delivery may be put on the wire now.
     pub fn window_open(&self) -> bool {
+        self.window_open_for(0)
+    }
+
+    /// Whether a QoS > 0 delivery charged `charge` may be put on the wire now: within
+    /// Receive Maximum, and with it at most half the bound on the wire, or alone there
+    /// however large (B-084).
+    pub fn window_open_for(&self, charge: usize) -> bool {
         let half = self.queue_bound / 2;
         // What is on the wire is counted in `queued_bytes` until it is settled; the
         // table keeps its part summed.
         self.inflight.len() < usize::from(self.receive_maximum)
-            && self.inflight.published_bytes() <= half
+            && self.inflight.published_bytes() + charge <= half
             || self.inflight.is_empty()
     }
 
@@ -1147,6 +1154,24 @@ mod tests {
             resent: false,
             current_value: false,
         }
+    }
+
+    /// B-084: at most half the bound is on the wire, the next delivery counted; one
+    /// goes out alone however large.
+    #[test]
+    fn at_most_half_the_bound_is_on_the_wire_b084() {
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 600);
+        s.receive_maximum = 10;
+        let charge = owed(None).message.charge();
+        assert!(charge * 2 > 300 && charge <= 300, "{charge}");
+        assert!(s.window_open_for(2000), "alone, however large");
+        s.inflight.insert(1, Inflight::Published(owed(None)));
+        assert!(
+            !s.window_open_for(charge),
+            "a second would put {} of a 600-byte bound on the wire",
+            2 * charge
+        );
+        assert!(s.window_open_for(300 - charge));
     }
 
     #[test]

@@ -953,7 +953,7 @@ impl Conn {
         let now = Instant::now();
         let max_packet = session.max_packet_size as usize;
         while let Some(front) = session.queue.front() {
-            if front.qos != QoS::AtMostOnce && !session.window_open() {
+            if front.qos != QoS::AtMostOnce && !session.window_open_for(front.message.charge()) {
                 break;
             }
             if let Some(offset) = front.logged()
@@ -1115,8 +1115,10 @@ fn delivered_properties(delivery: &Delivery, now: Instant) -> Properties {
     let mut properties = delivery.message.properties.clone();
     let expiry = delivery.message.expires_at.and_then(|at| {
         let left = at.saturating_duration_since(now);
-        // Rounded up, so a message is never sent with less time than it has.
-        let secs = left.as_millis().div_ceil(1000);
+        // Rounded up from the nanosecond, so a message is never sent with less time
+        // than it has, nor as one that never expires while any is left
+        // (MQTT-3.3.2-6). Past it, only a channel's record is still sent, without.
+        let secs = left.as_nanos().div_ceil(1_000_000_000);
         (secs > 0).then(|| u32::try_from(secs).unwrap_or(u32::MAX))
     });
     // Written only when there is something to write: the first write allocates.
@@ -1160,5 +1162,53 @@ fn refusal_text(code: u8) -> &'static str {
             "shared subscriptions are not granted to this client"
         }
         _ => "refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::session::Message;
+    use crate::codec::PropertyValues;
+
+    /// MQTT-3.3.2-6: a message with under a second of its expiry left goes out with
+    /// 1 s, under a millisecond too, never as one that does not expire; past it (a
+    /// channel's record, which outlives it) with none.
+    #[test]
+    fn the_expiry_sent_is_rounded_up_from_the_nanosecond() {
+        let now = Instant::now();
+        let message = |expires_at: Option<Instant>| {
+            let properties = Properties::from(PropertyValues {
+                message_expiry_interval: Some(5),
+                ..PropertyValues::default()
+            });
+            let mut message = Message::published(
+                Arc::from("t"),
+                Arc::from(&b"x"[..]),
+                (QoS::AtLeastOnce, false),
+                properties,
+                Arc::from("p"),
+                now,
+            );
+            if expires_at.is_some() {
+                message.expires_at = expires_at;
+            }
+            Delivery {
+                message: Arc::new(message),
+                qos: QoS::AtLeastOnce,
+                retain: false,
+                identifiers: Box::new([]),
+                record: None,
+                held: None,
+                resent: false,
+                current_value: false,
+            }
+        };
+        let sent =
+            |delivery: &Delivery, at| delivered_properties(delivery, at).message_expiry_interval;
+        assert_eq!(sent(&message(None), now), Some(5));
+        let nearly = message(Some(now + Duration::from_micros(300)));
+        assert_eq!(sent(&nearly, now), Some(1));
+        assert_eq!(sent(&nearly, now + Duration::from_millis(1)), None);
     }
 }
