@@ -1250,10 +1250,12 @@ impl Broker {
                 Target::Group(group) => {
                     let qos = message.qos;
                     let size = *size.get_or_insert_with(|| message.wire_size_bound());
-                    let taker = group.turn_order().find(|(c, _)| {
-                        sessions
-                            .get(*c)
-                            .is_some_and(|s| s.can_take(qos, size) && s.may_read(topic))
+                    let charge = message.charge();
+                    // At the QoS it would go out at: one granted 0 needs no window.
+                    let taker = group.turn_order().find(|(c, e)| {
+                        sessions.get(*c).is_some_and(|s| {
+                            s.can_hold(e.options.qos.min(qos), size, charge) && s.may_read(topic)
+                        })
                     });
                     let taken = taker.map(|(c, e)| (c.clone(), e.options, e.identifier));
                     if let Some((client, options, identifier)) = taken {

@@ -763,6 +763,16 @@ impl Session {
             && size <= self.max_packet_size as usize
     }
 
+    /// [`Session::can_take`] for a shared group's message charged `charge`: a member
+    /// whose queue would refuse it (B-086) is passed over, or the message is lost to
+    /// a member that cannot hold it while another could.
+    pub fn can_hold(&self, qos: QoS, size: usize, charge: usize) -> bool {
+        self.can_take(qos, size)
+            && (self.queued_bytes == 0
+                || self.queued_bytes + charge <= self.queue_bound
+                || self.queue.oldest_to_give_up().is_some())
+    }
+
     /// The next free packet identifier for an outbound exchange: neither on the wire
     /// nor kept for a record that goes out again (MQTT-4.4.0-1).
     pub fn next_packet_id(&mut self) -> u16 {
@@ -1154,6 +1164,27 @@ mod tests {
             resent: false,
             current_value: false,
         }
+    }
+
+    /// A-123, B-086: a group member whose queue would refuse a message is not picked
+    /// for it; one that can give up an older broadcast for it, or holds nothing, is.
+    #[test]
+    fn a_member_that_would_refuse_a_message_cannot_hold_it() {
+        let mut s = Session::new(Arc::from("m"), ProtocolVersion::V5, 380);
+        s.link = Some(ConnLink::new(1).0);
+        let charge = 250;
+        assert!(s.can_hold(QoS::AtMostOnce, 100, charge), "an empty queue");
+        let mut kept = owed(None);
+        kept.qos = QoS::ExactlyOnce; // never given up
+        s.enqueue(kept);
+        assert!(s.queued_bytes + charge > 380);
+        assert!(
+            !s.can_hold(QoS::AtMostOnce, 100, charge),
+            "it would be refused"
+        );
+        assert!(s.can_take(QoS::AtMostOnce, 100), "what was asked before");
+        s.enqueue(owed(None)); // a QoS 1 broadcast it may give up
+        assert!(s.can_hold(QoS::AtMostOnce, 100, charge));
     }
 
     /// B-084: at most half the bound is on the wire, the next delivery counted; one

@@ -115,6 +115,7 @@ impl Broker {
                 continue;
             };
             let (qos, size) = (delivery.qos, delivery.message.wire_size_bound());
+            let charge = delivery.message.charge();
             let topic = &delivery.message.topic;
             let members = self.members(&group);
             let sessions = &self.sessions;
@@ -124,7 +125,7 @@ impl Broker {
                         && sessions.get(c).is_some_and(|s| {
                             s.may_read(topic)
                                 && if now {
-                                    s.can_take(qos, size)
+                                    s.can_hold(qos, size, charge)
                                 } else {
                                     s.outlives_connection()
                                 }
