@@ -1712,3 +1712,31 @@ fn a_will_withdrawn_by_disconnect_is_not_published_by_a_takeover_while_the_old_c
     watcher.expect_nothing(Duration::from_millis(1500));
     drop(lock);
 }
+
+/// C-137, gaps G-16: a channel's record outlives its publisher's expiry, in a shared
+/// group's hands too. A member away while it expires gets it when it comes back,
+/// without a Message Expiry Interval and with `saguin-expires`; it was dropped.
+#[test]
+fn a_groups_channel_record_outlives_its_expiry_c137() {
+    let broker = start();
+    let mut member = connect(V5, "g-away", false);
+    member.properties.edit().session_expiry_interval = Some(600);
+    let (mut m, _) = Raw::handshake(broker.addr, member.clone());
+    assert_eq!(
+        m.subscribe("$share/g/events/#", opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    m.disconnect();
+    broker.wait_log("g-away disconnected");
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    let mut p = common::publish("events/brief", b"brief", QoS::AtLeastOnce, false);
+    p.properties.edit().message_expiry_interval = Some(1);
+    assert_eq!(publisher.publish_packet(p), Some(0));
+    std::thread::sleep(Duration::from_millis(2200));
+    let (mut m, ack) = Raw::handshake(broker.addr, member);
+    assert!(ack.session_present);
+    let got = m.recv_publish();
+    assert_eq!(&*got.payload, b"brief");
+    assert_eq!(got.properties.message_expiry_interval, None);
+    assert!(user_property(&got, "saguin-expires").is_some());
+}

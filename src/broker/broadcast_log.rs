@@ -131,7 +131,7 @@ impl Target {
                     })
                 }),
             resent: false,
-            current_value: false,
+            channel_copy: false,
         })
     }
 }

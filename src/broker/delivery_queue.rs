@@ -145,7 +145,7 @@ mod tests {
             record: channel_record.then_some((Some(0), 1)),
             held: None,
             resent: false,
-            current_value: false,
+            channel_copy: false,
         }
     }
 

@@ -1341,7 +1341,9 @@ impl Broker {
                 record: None,
                 held,
                 resent: false,
-                current_value: false,
+                // A channel's record outlives its expiry in a group's hands too
+                // (C-137, gaps G-16).
+                channel_copy: shared_only,
             };
             self.deliver_as(&client, delivery, true, !shared_only);
             self.handed += 1;

@@ -145,10 +145,11 @@ pub struct Delivery {
     /// Read back from the log at startup and perhaps sent before the stop: it goes
     /// out with DUP set (B-459).
     pub resent: bool,
-    /// A latest channel's current value shown by a state pass. No record tracks it,
-    /// so settling it moves no position (A-065), but it is kept as a channel's record
-    /// is: see [`Delivery::is_channel_value`].
-    pub current_value: bool,
+    /// A copy of a channel's record no cursor tracks: a latest channel's current
+    /// value shown by a state pass, or a record handed to a shared group. Settling it
+    /// moves no position (A-065), but it is kept as a channel's record is: see
+    /// [`Delivery::is_channel_value`].
+    pub channel_copy: bool,
 }
 
 const _: () = assert!(size_of::<Delivery>() <= 56 && size_of::<Inflight>() <= 56);
@@ -190,7 +191,7 @@ impl Delivery {
     /// value stays pending"), goes out once expired without its countdown (gaps
     /// G-16), and is not skipped when too large for the client (gaps G-17, A-266).
     pub fn is_channel_value(&self) -> bool {
-        self.current_value || self.origin().is_some()
+        self.channel_copy || self.origin().is_some()
     }
 
     /// Its offset in the broadcast log, for a logged broadcast.
@@ -1162,7 +1163,7 @@ mod tests {
                 })
             }),
             resent: false,
-            current_value: false,
+            channel_copy: false,
         }
     }
 

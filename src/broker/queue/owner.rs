@@ -808,7 +808,7 @@ impl Owner {
             record: Some((Some(self.id), offset)),
             held: None,
             resent: false,
-            current_value: false,
+            channel_copy: false,
         };
         self.shared
             .broker

@@ -404,7 +404,7 @@ impl Reader<'_> {
                     record: kept,
                     held: None,
                     resent: false,
-                    current_value: false,
+                    channel_copy: false,
                 });
             }
             for delivery in deliveries {
@@ -727,7 +727,7 @@ fn current_state(
             record: None,
             held: None,
             resent: false,
-            current_value: true,
+            channel_copy: true,
         });
     }
     if done || pass.next >= pass.until {

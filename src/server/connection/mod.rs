@@ -1201,7 +1201,7 @@ mod tests {
                 record: None,
                 held: None,
                 resent: false,
-                current_value: false,
+                channel_copy: false,
             }
         };
         let sent =

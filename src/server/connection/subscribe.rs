@@ -298,7 +298,7 @@ impl Conn {
                     record: None,
                     held: None,
                     resent: false,
-                    current_value: false,
+                    channel_copy: false,
                 };
                 broker.deliver_retained(&self.client_id, delivery);
             }
