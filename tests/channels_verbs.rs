@@ -884,3 +884,74 @@ fn a_seek_the_store_refuses_moves_nothing() {
     drop(lock);
     reader.expect_nothing(Duration::from_millis(500));
 }
+
+/// G-18, G-11: a seek back over records still on the wire. Their late PUBACKs settle
+/// nothing: the position stays at the seek until the records read again from there
+/// are acknowledged, so a consumer that leaves first resumes at the seek. The old
+/// PUBACKs used to settle the replayed offsets and store the position past them.
+#[test]
+fn a_late_puback_of_a_record_sent_before_a_seek_back_does_not_settle_its_replay() {
+    let broker = start();
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    for i in 0..4 {
+        let topic = format!("events/{i}");
+        assert_eq!(
+            publisher.publish(&topic, format!("{i}").as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    let mut c = connect(V5, "seeker", false);
+    c.properties.edit().session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c.clone());
+    reader.subscribe("events/#", opts(QoS::AtLeastOnce));
+    // Read, not acknowledged: every record on the wire.
+    let mut first = Vec::new();
+    while first.len() < 4 {
+        if let Packet::Publish(p) = reader.recv() {
+            first.push((p.packet_id.expect("QoS 1"), p.payload.to_vec()));
+        }
+    }
+    let floor = floor_of_events(&broker);
+    let seek = common::publish(
+        "$saguin/consumer/events/seek",
+        floor.as_bytes(),
+        QoS::AtLeastOnce,
+        false,
+    );
+    reader.send(&Packet::Publish(seek));
+    // The seek's PUBACK and reply, and the replay, none acknowledged.
+    let mut replayed = 0;
+    while replayed < 4 {
+        if let Packet::Publish(p) = reader.recv()
+            && p.topic.starts_with("events/")
+        {
+            replayed += 1;
+        }
+    }
+    // Now the PUBACKs of what was sent before the seek.
+    for (id, _) in &first {
+        reader.send(&Packet::PubAck(saguin::codec::Ack::new(*id, 0)));
+    }
+    reader.disconnect();
+    broker.wait_log("seeker disconnected");
+    // What is kept is the stored position, not the session's memory of the wire.
+    let broker = Broker::start_in(broker.stop(), common::CHANNELS);
+    let (mut reader, ack) = Raw::handshake(broker.addr, c);
+    assert!(ack.session_present);
+    let again: Vec<Vec<u8>> = (0..4)
+        .map(|_| reader.recv_publish().payload.to_vec())
+        .collect();
+    assert_eq!(
+        again,
+        [b"0".to_vec(), b"1".to_vec(), b"2".to_vec(), b"3".to_vec()]
+    );
+}
+
+/// The floor of `events` as a seek names it: its first record's offset.
+fn floor_of_events(broker: &Broker) -> String {
+    let mut peek = Raw::connected(broker.addr, V5, "peek");
+    peek.subscribe("events/#", opts(QoS::AtLeastOnce));
+    user_property(&peek.recv_publish(), "saguin-offset")
+        .expect("an offset")
+        .to_string()
+}

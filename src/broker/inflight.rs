@@ -14,6 +14,7 @@
 use std::collections::hash_map::Entry;
 
 use super::Map;
+use super::channels::ChannelId;
 use super::session::{Delivery, Inflight, KeptRecord};
 use crate::codec::QoS;
 
@@ -165,6 +166,26 @@ impl InflightTable {
         self.by_id.values().map(|(_, inflight)| inflight)
     }
 
+    /// Detaches what is on the wire from `channel`'s cursor, which a seek moved: each
+    /// becomes a copy no cursor tracks, so its acknowledgement settles nothing, and
+    /// the same offset read again from the new position is not settled by it (G-18).
+    pub fn detach_channel(&mut self, channel: ChannelId) {
+        for (_, inflight) in self.by_id.values_mut() {
+            match inflight {
+                Inflight::Published(d) if d.origin().is_some_and(|(c, _)| c == channel) => {
+                    d.record = None;
+                    d.channel_copy = true;
+                }
+                Inflight::Released(record, _)
+                    if record.is_some_and(|(c, _)| c == Some(channel)) =>
+                {
+                    *record = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// The record each released exchange holds, to forget one that is settled.
     pub fn released_records_mut(&mut self) -> impl Iterator<Item = &mut Option<KeptRecord>> {
         self.by_id
@@ -229,6 +250,29 @@ mod tests {
         assert_eq!(offsets(&table), [(65_535, 20), (1, 3), (2, 4), (65_534, 5)]);
         table.retain(|id, _| *id != 1);
         assert_eq!(offsets(&table), [(65_535, 20), (2, 4), (65_534, 5)]);
+    }
+
+    /// G-18: a seek detaches what is on the wire from the channel it moved, and
+    /// nothing else: a late acknowledgement of it then settles no offset.
+    #[test]
+    fn a_seek_detaches_the_channels_exchanges_alone() {
+        let mut table = InflightTable::default();
+        table.insert(1, Inflight::Released(Some((Some(3), 95)), None));
+        table.insert(2, Inflight::Released(Some((Some(4), 95)), None));
+        table.insert(3, released(7));
+        table.detach_channel(3);
+        let records: Vec<_> = table
+            .in_send_order()
+            .into_iter()
+            .map(|(id, inflight)| match inflight {
+                Inflight::Released(record, _) => (id, *record),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            records,
+            [(1, None), (2, Some((Some(4), 95))), (3, Some((None, 7)))]
+        );
     }
 
     #[test]

@@ -158,8 +158,11 @@ pub struct Broker {
     unstored: Vec<Arc<Message>>,
     /// Stored sessions whose Will fired and is not yet stored: their records are not
     /// written until it is, so a crash between the two publishes it again rather than
-    /// losing it (C-281).
+    /// losing it (C-281). Once per Will.
     wills_storing: Vec<Arc<str>>,
+    /// Those of `wills_storing` whose Will no `take_unstored` has taken yet: each is
+    /// released by the call that stores its Will, not by another finishing first.
+    wills_untaken: Vec<Arc<str>>,
     /// Client ids whose sessions lapsed, whose channel positions the server discards
     /// in every provider.
     lapsed: Vec<Arc<str>>,
@@ -245,6 +248,7 @@ impl Broker {
             budgets,
             unstored: Vec::new(),
             wills_storing: Vec::new(),
+            wills_untaken: Vec::new(),
             lapsed: Vec::new(),
             record_work: Vec::new(),
             records_refused: std::collections::HashSet::new(),
@@ -845,6 +849,7 @@ impl Broker {
         }
         if self.sessions.get(client_id).is_some_and(|s| s.stored) {
             self.wills_storing.push(client_id.clone());
+            self.wills_untaken.push(client_id.clone());
         }
         let will = armed.will;
         let message = Message::from_will(client_id.clone(), will, Instant::now());
@@ -1366,20 +1371,23 @@ impl Broker {
 
     /// Messages the broker published itself (Wills) that must be stored first: the
     /// server sends each down the ordinary publish path (`connection::route`).
+    /// With them, the sessions whose Wills they are, for `wills_stored` once this
+    /// call has stored them.
     pub fn take_unstored(&mut self) -> (Vec<Arc<Message>>, Vec<Arc<str>>) {
         (
             std::mem::take(&mut self.unstored),
-            self.wills_storing.clone(),
+            std::mem::take(&mut self.wills_untaken),
         )
     }
 
     /// The Wills of `owners` are stored (or refused for good): their sessions'
-    /// records are written now.
+    /// records are written now, unless another of their Wills is still on its way.
     pub fn wills_stored(&mut self, owners: Vec<Arc<str>>) {
-        if owners.is_empty() {
-            return;
+        for owner in &owners {
+            if let Some(at) = self.wills_storing.iter().position(|c| c == owner) {
+                self.wills_storing.swap_remove(at);
+            }
         }
-        self.wills_storing.retain(|c| !owners.contains(c));
         self.record_work.extend(owners);
     }
 

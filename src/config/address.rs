@@ -1,7 +1,7 @@
 //! Where a door listens: `host:port` as Go's net.Listen reads it, and the
 //! clash rules that compare doors across the MQTT and operations listeners.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 use super::listen::{Bind, DoorLine};
 use super::node::Node;
@@ -31,10 +31,18 @@ impl ListenAddress {
                 self.port,
             ));
         }
-        let host = self.host.split('%').next().unwrap_or("");
-        host.parse::<IpAddr>()
-            .ok()
-            .map(|ip| SocketAddr::new(ip, self.port))
+        let (host, zone) = match self.host.split_once('%') {
+            Some((host, zone)) => (host, Some(zone)),
+            None => (self.host.as_str(), None),
+        };
+        match host.parse::<IpAddr>().ok()? {
+            // A link-local address binds only on the interface its zone names.
+            IpAddr::V6(ip) => {
+                let scope = zone.map_or(0, scope_id);
+                Some(SocketAddr::V6(SocketAddrV6::new(ip, self.port, 0, scope)))
+            }
+            ip => Some(SocketAddr::new(ip, self.port)),
+        }
     }
 
     /// `host:port` as `std::net::ToSocketAddrs` reads it (`[::]` for an empty host).
@@ -47,6 +55,24 @@ impl ListenAddress {
             format!("{}:{}", self.host, self.port)
         }
     }
+}
+
+/// The interface index a zone names: a number as it is, an interface name as the
+/// kernel numbers it (`/sys/class/net/<name>/ifindex`), 0 for a name no interface
+/// has, which the bind then refuses naming the address.
+fn scope_id(zone: &str) -> u32 {
+    zone.parse().ok().unwrap_or_else(|| {
+        if zone.is_empty() || zone.contains('/') || zone.starts_with('.') {
+            return 0;
+        }
+        let index = std::path::Path::new("/sys/class/net")
+            .join(zone)
+            .join("ifindex");
+        std::fs::read_to_string(index)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// Parses `host:port` as Go's net.Listen reads it.
@@ -258,6 +284,20 @@ fn norm_host(h: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// B-183: a zoned link-local address binds on the interface its zone names: a
+    /// number as it is, a name as the kernel numbers it (`lo` is 1 on Linux).
+    #[test]
+    fn a_zone_is_the_scope_id_bound() {
+        let scope = |written: &str| match parse_address(written).unwrap().socket_addr() {
+            Some(SocketAddr::V6(a)) => a.scope_id(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(scope("[fe80::1%3]:1883"), 3);
+        assert_eq!(scope("[fe80::1%lo]:1883"), 1);
+        assert_eq!(scope("[fe80::1%no-such-if]:1883"), 0);
+        assert_eq!(scope("[::1]:1883"), 0);
+    }
 
     #[test]
     fn addresses_read_as_net_listen_reads_them() {

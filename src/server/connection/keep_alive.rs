@@ -198,7 +198,19 @@ mod tests {
             let watches = watches.clone();
             async move { watches.tick().await }
         });
-        smol::block_on(ex.run(std::future::poll_fn(|cx| watch.poll_expired(cx))));
+        // Bounded: a ticker that never looks fails the test rather than hanging it.
+        let expired = async {
+            std::future::poll_fn(|cx| watch.poll_expired(cx)).await;
+            true
+        };
+        let given_up = async {
+            smol::Timer::after(Duration::from_secs(10)).await;
+            false
+        };
+        assert!(
+            smol::block_on(ex.run(smol::future::or(expired, given_up))),
+            "the ticker never found the client silent"
+        );
         drop(ticker);
         let waited = started.elapsed();
         // A tick late at most on a quiet machine; the bound leaves room for a loaded

@@ -393,6 +393,9 @@ impl Conn {
             };
             cursor.next = position;
             cursor.unsettled.clear();
+            // What is on the wire was read from the old position: its PUBACK must
+            // not settle the same offset read again from the new one.
+            s.inflight.detach_channel(id);
             // Written again with the next positions: a write of the old position
             // already queued behind the seek's would otherwise stand (G-18).
             cursor.stored = None;
