@@ -77,7 +77,7 @@ fn a_session_resumed_under_another_user_name_starts_clean() {
     let (mut alice, _) = resume("alice", "secret");
     alice.subscribe("private/#", common::opts(saguin::codec::QoS::AtLeastOnce));
     drop(alice);
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    broker.wait_log("shared-id disconnected");
     let mut login = common::connect(V5, "publisher", true);
     login.username = Some("bob".into());
     login.password = Some(b"hunter2".to_vec());
@@ -121,7 +121,7 @@ fn a_311_session_started_clean_for_another_user_still_lasts() {
     let (mut alice, _) = login("alice", "secret");
     alice.subscribe("t", common::opts(QoS::AtLeastOnce));
     drop(alice);
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    broker.wait_log("dev disconnected");
     let (mut bob, ack) = login("bob", "hunter2");
     assert!(!ack.session_present, "not bob's session");
     bob.subscribe("t", common::opts(QoS::AtLeastOnce));

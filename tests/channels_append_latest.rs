@@ -127,7 +127,7 @@ fn a_durable_consumer_resumes_its_stored_position_after_a_broker_restart() {
     assert_eq!(&*reader.recv_publish().payload, b"a");
     assert_eq!(&*reader.recv_publish().payload, b"b");
     reader.send(&Packet::Disconnect(Disconnect::new(0)));
-    std::thread::sleep(Duration::from_millis(200));
+    broker.wait_log("keeper disconnected");
     let dir = broker.stop();
     let broker = Broker::start_in(dir, CHANNELS);
     let mut publisher = Raw::connected(broker.addr, V311, "producer");
@@ -264,7 +264,7 @@ fn a_restored_session_that_expires_unresumed_takes_its_positions_with_it_a079() 
     reader.subscribe("events/#", opts(QoS::AtLeastOnce));
     assert_eq!(&*reader.recv_publish().payload, b"x");
     reader.send(&Packet::Disconnect(Disconnect::new(0)));
-    std::thread::sleep(Duration::from_millis(200));
+    broker.wait_log("restored-away disconnected");
     let broker = Broker::start_in(broker.stop(), CHANNELS);
     std::thread::sleep(Duration::from_millis(3500));
     starts_at_the_floor(broker.addr, c, "expired after a restart, never resumed");
@@ -501,7 +501,7 @@ fn resume_after_restart_mid_read(prefix: &str) {
     assert_eq!(&*reader.recv_publish().payload, b"0");
     assert_eq!(&*reader.recv_publish().payload, b"1");
     reader.send(&Packet::Disconnect(Disconnect::new(0)));
-    std::thread::sleep(Duration::from_millis(200));
+    broker.wait_log("mid-read disconnected");
     let dir = broker.stop();
     let broker = Broker::start_in(dir, CHANNELS);
     // The session is kept (B-455): resumed, it reads on without subscribing again.

@@ -71,7 +71,7 @@ fn max_connections_is_one_count_across_every_door_b174() {
         "Server unavailable"
     );
     holder.disconnect();
-    std::thread::sleep(Duration::from_millis(100));
+    broker.wait_log("holder disconnected");
     assert_eq!(unix_connect(), [0x20, 0x02, 0x00, 0x00], "the slot is free");
 }
 

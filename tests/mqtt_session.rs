@@ -21,7 +21,7 @@ fn a_resumed_session_keeps_its_subscriptions_and_what_it_was_owed() {
         assert!(!ack.session_present || protocol == V311);
         sub.subscribe("owed/#", opts(QoS::AtLeastOnce));
         drop(sub);
-        std::thread::sleep(Duration::from_millis(100));
+        broker.wait_log("durable disconnected");
         let mut publisher = Raw::connected(broker.addr, V5, "p");
         publisher.publish("owed/1", b"while away", QoS::AtLeastOnce, false);
         let (mut sub, ack) = Raw::handshake(broker.addr, c);
