@@ -156,7 +156,25 @@ fn attempt_counts_survive_a_crash() {
     let mut w = worker(&broker, "w");
     let offer = w.recv_offer();
     w.puback(&offer);
-    std::thread::sleep(Duration::from_millis(300));
+    // Killed once the attempt is in the file, read beside the broker (WAL), not after
+    // a sleep that a loaded machine can outrun.
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the db");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while db
+        .query_row("SELECT max(attempts) FROM records", [], |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .ok()
+        .flatten()
+        != Some(1)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attempt was never written"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(db);
     broker.signal("KILL");
     let _ = broker.wait_exit();
     broker.dir = std::path::PathBuf::new(); // keep the directory for the restart
