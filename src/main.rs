@@ -243,16 +243,24 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
 /// What a configuration that loaded still needs: every file it names readable, and
 /// its acl_file valid against its channels; each refusal on stderr.
 fn check_loaded(config: &saguin::config::Config) -> Result<(), ExitCode> {
-    config.check_files().map_err(|e| {
+    // Every stage that can still run does, so one refusal hides no other (B-480):
+    // only what would repeat an unreadable file's finding is left out.
+    let files = config.check_files();
+    if let Err(e) = &files {
         eprintln!("{e}");
-        ExitCode::from(2)
-    })?;
+    }
     // The acl_file is validated against the channels, with its own file and lines.
-    saguin::config::acl::load(config).map_err(|e| {
-        eprintln!("{e}");
-        ExitCode::from(2)
-    })?;
-    Ok(())
+    let acl_readable = (config.broker.mqtt.acl_file.as_ref()).is_none_or(|p| p.is_file());
+    let acl = match acl_readable {
+        true => saguin::config::acl::load(config)
+            .map(drop)
+            .inspect_err(|e| eprintln!("{e}")),
+        false => Ok(()),
+    };
+    match (files, acl) {
+        (Ok(()), Ok(())) => Ok(()),
+        _ => Err(ExitCode::from(2)),
+    }
 }
 
 /// What this build validates but does not run, refused by `--check-config` and a
@@ -304,15 +312,23 @@ fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
     if output {
         print!("{}", saguin::config::render(&config));
     }
-    if let Err(code) = check_loaded(&config).and_then(|()| refuse_unserved(&config)) {
-        return code;
-    }
+    let loaded = check_loaded(&config);
+    let served = refuse_unserved(&config);
     // What a start reads before it serves, read the same way: a certificate that is
     // not PEM, a key that is not its certificate's, a password file with a line it
-    // cannot take (B-551, B-552).
-    if let Err(e) = saguin::auth::Gates::from_config(&config) {
-        eprintln!("{}: {e}", path.display());
-        return ExitCode::from(2);
+    // cannot take (B-551, B-552); not once a file it names could not be read.
+    let read = match loaded
+        .is_ok()
+        .then(|| saguin::auth::Gates::from_config(&config))
+    {
+        Some(Err(e)) => {
+            eprintln!("configuration is invalid:\n{}:\n  - {e}", path.display());
+            Err(ExitCode::from(2))
+        }
+        _ => Ok(()),
+    };
+    if let Err(code) = loaded.and(served).and(read) {
+        return code;
     }
     // The summary is the answer on stdout (B-550), or on stderr beside the document.
     let summary = saguin::config::summary(&config);

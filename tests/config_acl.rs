@@ -495,6 +495,33 @@ fn check_config_names_the_acl_file_and_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// B-480: --check-config reports every finding, not the first stage's: a password
+/// file that cannot be read and a refused acl_file rule, in one run.
+#[test]
+fn check_config_reports_a_missing_file_and_an_acl_finding_together_b480() {
+    let dir = std::env::temp_dir().join(format!("saguin-acl-both-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let acl = dir.join("acl.yaml");
+    std::fs::write(
+        &acl,
+        "roles:\n  r:\n    - channel: jobs\n      allow: [read]\nusers:\n  dev: [r]\n",
+    )
+    .unwrap();
+    let missing = dir.join("no-such.passwd");
+    let yaml = CONFIG
+        .replace("/etc/saguin/clients.passwd", &missing.display().to_string())
+        .replace("/etc/saguin/acl.yaml", &acl.display().to_string());
+    let cfg = dir.join("saguin.yaml");
+    std::fs::write(&cfg, &yaml).unwrap();
+    let out = common::run_saguin(&["--check-config".as_ref(), cfg.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no-such.passwd"), "{err}");
+    assert!(err.contains("line 4: roles.r[0].allow read"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An acl_file that is not YAML is one finding naming the acl_file and the line.
 #[test]
 fn an_acl_file_that_is_not_yaml_names_its_line() {
