@@ -178,6 +178,12 @@ impl Conn {
                             );
                             break 'granted reason::IMPLEMENTATION_SPECIFIC_ERROR;
                         }
+                        // Taken over while the channels were read: the session is
+                        // another connection's now, and nothing of this SUBSCRIBE is
+                        // its (MQTT-3.1.2-4).
+                        if !self.holds_session() {
+                            return Ok(());
+                        }
                     }
                     let mut broker = self.shared.broker.borrow_mut();
                     let (share, inner) = match share {
@@ -233,9 +239,16 @@ impl Conn {
                 _ => granted,
             });
         }
-        if !changed.is_empty()
-            && let Err(e) = self.store_subscriptions(&changed).await
-        {
+        let stored = match changed.is_empty() {
+            true => Ok(()),
+            false => self.store_subscriptions(&changed).await,
+        };
+        // Taken over while the record was written: what follows (the undo, the
+        // retained values) would land on the new connection's session.
+        if !self.holds_session() {
+            return Ok(());
+        }
+        if let Err(e) = stored {
             // Stored before acknowledged (invariant 18): what the store could not keep
             // is refused, 0x97 when it is full, 0x83 otherwise (3.1.1: 0x80), and the
             // session goes back to what it was.
@@ -485,6 +498,12 @@ impl Conn {
             .borrow_mut()
             .set_stored(&self.client_id, true);
         Ok(())
+    }
+
+    /// Whether this connection still holds its client id's session: not once another
+    /// CONNECT took it over while this one waited on storage.
+    fn holds_session(&self) -> bool {
+        self.with_session(|_| ()).is_some()
     }
 
     /// Stores the subscriptions a SUBSCRIBE changed: a session that outlives its
