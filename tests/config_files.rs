@@ -561,3 +561,23 @@ fn print_output_of_the_full_fixture() {
     println!("{}", config::render(&c));
     println!("{}", config::summary(&c));
 }
+
+/// Everything that accumulates is bounded, a configuration's parse too: a few lines
+/// whose aliases nest (a "billion laughs") are refused as a finding, not expanded
+/// into memory.
+#[test]
+fn nested_aliases_are_refused_not_expanded() {
+    let mut text = String::from("l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+    // 10^6 scalars once expanded: under the parser's own default budget.
+    for level in 1..6 {
+        let prev = level - 1;
+        let refs = vec![format!("*l{prev}"); 10].join(", ");
+        text.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+    }
+    let err = config::from_str(&text, Path::new("bomb.yaml")).expect_err("refused");
+    let said = err.to_string();
+    assert!(
+        said.contains("bomb.yaml") && said.contains("alias"),
+        "{said}"
+    );
+}

@@ -25,7 +25,7 @@ pub fn load(config: &Config) -> Result<Option<Policy>, ConfigError> {
     let Some(path) = &config.broker.mqtt.acl_file else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = super::node::read_file(path).map_err(|e| {
         ConfigError::new(vec![Finding {
             file: path.display().to_string(),
             line: 0,

@@ -27,6 +27,12 @@ pub(crate) fn check_tags(ctx: &mut Ctx, node: &Node, path: &str, lists: &[&str])
     if let Some(tag) = &node.tag {
         report_tag(ctx, node, path, tag, false);
     }
+    check_inner_tags(ctx, node, path, lists);
+}
+
+/// [`check_tags`] below `node`, its own tag reported already. Walked in place: a
+/// copy of each entry made to clear its tag cost a deep copy per level of nesting.
+fn check_inner_tags(ctx: &mut Ctx, node: &Node, path: &str, lists: &[&str]) {
     match &node.kind {
         Kind::Map(entries) => {
             for (key, value) in entries {
@@ -43,11 +49,7 @@ pub(crate) fn check_tags(ctx: &mut Ctx, node: &Node, path: &str, lists: &[&str])
                     Some(tag) => report_tag(ctx, item, &child, tag, allowed),
                     None => {}
                 }
-                let untagged = Node {
-                    tag: None,
-                    ..item.clone()
-                };
-                check_tags(ctx, &untagged, &child, lists);
+                check_inner_tags(ctx, item, &child, lists);
             }
         }
         _ => {}
@@ -144,7 +146,7 @@ fn include(ctx: &mut Ctx, item: &Node, path: &str, base: &Path, what: &str) -> O
         _ => PathBuf::from(rel),
     };
     let display = target.display().to_string();
-    let text = match std::fs::read_to_string(&target) {
+    let text = match node::read_file(&target) {
         Ok(t) => t,
         Err(e) => {
             ctx.phrase(

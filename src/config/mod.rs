@@ -285,7 +285,7 @@ impl Mqtt {
 /// "Validation" the file breaks.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let display = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = node::read_file(path).map_err(|e| {
         ConfigError::new(vec![Finding {
             file: display.clone(),
             line: 0,

@@ -56,6 +56,31 @@ pub(crate) struct ParseError {
     pub message: String,
 }
 
+/// Events aliases may replay across one file's parse.
+const MAX_REPLAYED_EVENTS: usize = 50_000;
+
+/// The most a configuration file, an included file or an acl_file may hold.
+pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads a file the configuration is made of, whole, up to [`MAX_FILE_BYTES`].
+///
+/// # Errors
+/// The file's, or one saying it is larger than that.
+pub(crate) fn read_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is larger than {} MiB, more than any configuration needs",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    Ok(text)
+}
+
 /// Parses a whole YAML document.
 pub(crate) fn parse(text: &str) -> Result<Node, ParseError> {
     let mut options = serde_saphyr::Options::default();
@@ -63,6 +88,9 @@ pub(crate) fn parse(text: &str) -> Result<Node, ParseError> {
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
     options.legacy_octal_numbers = false;
     options.leading_zero_numbers_as_strings = true;
+    // A configuration repeats a block by alias a handful of times: a file of a few
+    // lines whose aliases nest would otherwise replay a million events into memory.
+    options.alias_limits.max_total_replayed_events = MAX_REPLAYED_EVENTS;
     if text.trim().is_empty() {
         return Ok(Node {
             kind: Kind::Map(Vec::new()),
