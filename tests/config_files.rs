@@ -386,7 +386,8 @@ fn b556_output_quotes_every_boolean_spelling_and_keeps_rules_sharing_a_line() {
     let (head, _) = fixture.split_once("    topics:\n").expect("a topics list");
     let text = format!(
         "{}    topics: [{{filter: a/#, topic: x/$#, direction: in}}, {{filter: b/#, topic: y/$#, direction: in}}]\n",
-        head.replace("id: vessel-07", "id: \"Yes\"")
+        head.replace("  id: vessel-07", "  id: \"Yes\"")
+            .replace("client_id: vessel-07", "client_id: \"-1\"")
     );
     let first =
         config::from_str(&text, Path::new("saguin.yaml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -395,6 +396,7 @@ fn b556_output_quotes_every_boolean_spelling_and_keeps_rules_sharing_a_line() {
     let again = config::from_str(&rendered, Path::new("saguin.yaml"))
         .unwrap_or_else(|e| panic!("{e}\n{rendered}"));
     assert_eq!(again.broker.id, "Yes", "{rendered}");
+    assert_eq!(again.bridges[0].client_id, "-1", "{rendered}");
     assert_eq!(again.bridges[0].topics.len(), 2, "{rendered}");
 }
 

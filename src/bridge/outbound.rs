@@ -404,7 +404,7 @@ fn publish_of(
     if inbound::via_bridge(&message.publisher) {
         return None;
     }
-    if !delivery.is_channel_value() && message.expired(now) {
+    if !delivery.outlives_expiry() && message.expired(now) {
         return None;
     }
     let topic = match template::map(&rule.filter, rule.template.as_deref(), &message.topic) {

@@ -36,7 +36,7 @@ use crate::storage::{
     ChannelKind, ChannelSettings, NewRecord, Provider, Record, RecordProperties, Retention,
 };
 
-use super::session::{Delivery, Held, Message};
+use super::session::{Delivery, Held, Message, Untracked};
 
 /// The channel the log is kept under.
 pub const CHANNEL: &str = crate::storage::SESSION_LOG;
@@ -131,7 +131,7 @@ impl Target {
                     })
                 }),
             resent: false,
-            channel_copy: false,
+            untracked: Untracked::No,
         })
     }
 }

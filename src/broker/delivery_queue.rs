@@ -145,7 +145,7 @@ mod tests {
             record: channel_record.then_some((Some(0), 1)),
             held: None,
             resent: false,
-            channel_copy: false,
+            untracked: crate::broker::session::Untracked::No,
         }
     }
 

@@ -15,7 +15,7 @@ use std::collections::hash_map::Entry;
 
 use super::Map;
 use super::channels::ChannelId;
-use super::session::{Delivery, Inflight, KeptRecord};
+use super::session::{Delivery, Inflight, KeptRecord, Untracked};
 use crate::codec::QoS;
 
 /// A client's answer to an outbound exchange.
@@ -174,7 +174,7 @@ impl InflightTable {
             match inflight {
                 Inflight::Published(d) if d.origin().is_some_and(|(c, _)| c == channel) => {
                     d.record = None;
-                    d.channel_copy = true;
+                    d.untracked = Untracked::Kept;
                 }
                 Inflight::Released(record, _)
                     if record.is_some_and(|(c, _)| c == Some(channel)) =>

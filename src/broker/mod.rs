@@ -44,7 +44,7 @@ use cursor::ChannelSub;
 use metrics::Metrics;
 use rate::PublishBudgets;
 use retained::RetainedStore;
-use session::{ArmedWill, Delivery, Held, Inflight, Message, Session, Subscription};
+use session::{ArmedWill, Delivery, Held, Inflight, Message, Session, Subscription, Untracked};
 use topic::{SubEntry, Target, TopicTree};
 
 /// A map keyed by what clients name - client ids, topic levels - and looked up for
@@ -201,6 +201,16 @@ pub struct Broker {
     /// The token of the next held QoS 2 publish kept in storage: from the clock at
     /// start, so one kept before a restart is never mistaken for a newer one.
     next_held_token: u64,
+}
+
+/// The incarnation a CONNECT's record names (`Broker::incarnation_for`), and whether
+/// it is that of the session the CONNECT expects to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Incarnation {
+    /// `Session::incarnation`.
+    pub value: u64,
+    /// Chosen as the session to resume's own.
+    pub resumes: bool,
 }
 
 impl Broker {
@@ -380,7 +390,7 @@ impl Broker {
         connect: &Connect,
         client_id: &str,
         user: &str,
-        incarnation: u64,
+        incarnation: Incarnation,
     ) -> RecordWrite {
         let expiry = self.granted_expiry(connect);
         let existing = self.sessions.get(client_id);
@@ -391,7 +401,7 @@ impl Broker {
             };
         }
         let mut session = Session::new(Arc::from(client_id), connect.protocol, 0);
-        session.incarnation = incarnation;
+        session.incarnation = incarnation.value;
         session.expiry = expiry;
         session.receive_maximum = connect.properties.receive_maximum.unwrap_or(u16::MAX);
         session.user = session::user_named(user);
@@ -550,18 +560,29 @@ impl Broker {
     }
 
     /// The incarnation of the session `connect` will hold: the one it resumes, or a
-    /// new one (`Session::incarnation`).
-    pub fn incarnation_for(&self, connect: &Connect) -> u64 {
+    /// new one (`Session::incarnation`), chosen before its record is written.
+    pub fn incarnation_for(&self, connect: &Connect) -> Incarnation {
         match self.sessions.get(connect.client_id.as_str()) {
-            Some(s) if !connect.clean_start && s.outlives_connection() => s.incarnation,
-            _ => session::new_incarnation(),
+            Some(s) if !connect.clean_start && s.outlives_connection() => Incarnation {
+                value: s.incarnation,
+                resumes: true,
+            },
+            _ => Incarnation {
+                value: session::new_incarnation(),
+                resumes: false,
+            },
         }
     }
 
     /// Takes or creates the session for a CONNECT that passed every check, a new one
     /// under `incarnation` (`incarnation_for`). Another connection holding the same
     /// client id is told to end (0x8E).
-    pub fn connect(&mut self, connect: &Connect, link: Rc<ConnLink>, incarnation: u64) -> Accepted {
+    pub fn connect(
+        &mut self,
+        connect: &Connect,
+        link: Rc<ConnLink>,
+        chosen: Incarnation,
+    ) -> Accepted {
         let client_id: Arc<str> = if connect.client_id.is_empty() {
             self.assign_client_id()
         } else {
@@ -609,11 +630,22 @@ impl Broker {
             self.end_session(&client_id);
         }
         let bound = self.settings.session_queue_bytes;
+        // What the record written before this says, unless the session changed while
+        // it was written: the one to resume lapsed (a new one must not take its
+        // incarnation), or another CONNECT made the one resumed. Then the record is
+        // written again under the incarnation the session has.
+        let incarnation = match (resumed, chosen.resumes) {
+            (false, true) => session::new_incarnation(),
+            _ => chosen.value,
+        };
         let session = self.sessions.entry(client_id.clone()).or_insert_with(|| {
             let mut session = Session::new(client_id.clone(), connect.protocol, bound);
             session.incarnation = incarnation;
             Box::new(session)
         });
+        if session.incarnation != chosen.value && expiry > 0 {
+            self.record_work.push(client_id.clone());
+        }
         session.protocol = connect.protocol;
         session.expiry = expiry;
         if resumed {
@@ -1132,11 +1164,12 @@ impl Broker {
         let mut holders = 0;
         for (client, incarnation, mut delivery) in pending.owed {
             // Gone, or replaced while the write waited (a Clean Start): the session
-            // it was owed to has ended, and the new one never subscribed.
+            // it was owed to has ended, and the new one never subscribed. A group's
+            // held delivery is the group's, and stays with whichever member holds it.
             let Some(session) = self
                 .sessions
                 .get_mut(&client)
-                .filter(|s| s.incarnation == incarnation)
+                .filter(|s| s.incarnation == incarnation || delivery.held.is_some())
             else {
                 continue;
             };
@@ -1348,7 +1381,10 @@ impl Broker {
                 resent: false,
                 // A channel's record outlives its expiry in a group's hands too
                 // (C-137, gaps G-16).
-                channel_copy: shared_only,
+                untracked: match shared_only {
+                    true => Untracked::Group,
+                    false => Untracked::No,
+                },
             };
             self.deliver_as(&client, delivery, true, !shared_only);
             self.handed += 1;

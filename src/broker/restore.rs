@@ -293,8 +293,11 @@ impl Broker {
                     continue;
                 };
                 // Owed to a session its client has since replaced (MQTT-3.1.2-4); a
-                // record or target from before incarnations were kept matches any.
-                if target.incarnation.is_some_and(|n| n != session.incarnation) {
+                // record or target from before incarnations were kept matches any. A
+                // group's held delivery is the group's, whichever member holds it.
+                if target.group.is_none()
+                    && target.incarnation.is_some_and(|n| n != session.incarnation)
+                {
                     continue;
                 }
                 let (position, handed) = session.log.as_ref().map_or((0, 0), |l| {

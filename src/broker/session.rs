@@ -145,14 +145,26 @@ pub struct Delivery {
     /// Read back from the log at startup and perhaps sent before the stop: it goes
     /// out with DUP set (B-459).
     pub resent: bool,
-    /// A copy of a channel's record no cursor tracks: a latest channel's current
-    /// value shown by a state pass, or a record handed to a shared group. Settling it
-    /// moves no position (A-065), but it is kept as a channel's record is: see
-    /// [`Delivery::is_channel_value`].
-    pub channel_copy: bool,
+    /// Whether it is a copy of a channel's record no cursor tracks, and which:
+    /// settling it moves no position (A-065).
+    pub untracked: Untracked,
 }
 
 const _: () = assert!(size_of::<Delivery>() <= 56 && size_of::<Inflight>() <= 56);
+
+/// A copy of a channel's record that no cursor tracks (`Delivery::untracked`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untracked {
+    /// Not a copy: a broadcast, or a record its cursor tracks.
+    No,
+    /// A latest channel's current value shown by a state pass, or a record on the
+    /// wire that a seek detached from its cursor: kept as a channel's record is (see
+    /// [`Delivery::is_channel_value`]).
+    Kept,
+    /// A record handed to a shared group: bounded as a broadcast is, but it outlives
+    /// its publisher's expiry as every channel record does.
+    Group,
+}
 
 /// The user a session names for the name a door proved: none for an anonymous
 /// client, whose name is empty (B-175). Records stored before bfc5bbf name an
@@ -191,7 +203,14 @@ impl Delivery {
     /// value stays pending"), goes out once expired without its countdown (gaps
     /// G-16), and is not skipped when too large for the client (gaps G-17, A-266).
     pub fn is_channel_value(&self) -> bool {
-        self.channel_copy || self.origin().is_some()
+        self.untracked == Untracked::Kept || self.origin().is_some()
+    }
+
+    /// Whether it goes out once its publisher's expiry has passed, without the
+    /// countdown: a channel's value, or a record handed to a shared group (C-137,
+    /// gaps G-16).
+    pub fn outlives_expiry(&self) -> bool {
+        self.is_channel_value() || self.untracked == Untracked::Group
     }
 
     /// Its offset in the broadcast log, for a logged broadcast.
@@ -491,10 +510,14 @@ struct Enqueued {
 }
 
 /// A session incarnation unlikely ever to repeat for one client id, across restarts
-/// too: the 62 random bits of a UUIDv7.
+/// too: the 62 random bits of a UUIDv7, never [`LEGACY_INCARNATION`].
 pub(crate) fn new_incarnation() -> u64 {
-    uuid::Uuid::now_v7().as_u64_pair().1
+    uuid::Uuid::now_v7().as_u64_pair().1.max(1)
 }
+
+/// The incarnation of a session restored from a record written before incarnations
+/// were kept, the same at every start until its record is written again.
+pub(crate) const LEGACY_INCARNATION: u64 = 0;
 
 impl Session {
     /// A new, empty session.
@@ -516,7 +539,7 @@ impl Session {
             max_packet_size: u32::MAX,
             will: None,
             generation: 0,
-            incarnation: new_incarnation(),
+            incarnation: LEGACY_INCARNATION,
             cursors: BTreeMap::new(),
             last_read: None,
             stored: false,
@@ -1163,7 +1186,7 @@ mod tests {
                 })
             }),
             resent: false,
-            channel_copy: false,
+            untracked: Untracked::No,
         }
     }
 

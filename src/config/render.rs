@@ -22,7 +22,8 @@ fn q(s: &str) -> String {
             "true" | "false" | "null" | "yes" | "no" | "y" | "n" | "on" | "off" | "none" | "~"
         )
         && s.parse::<f64>().is_err()
-        && !s.starts_with(|c: char| c.is_ascii_digit() || c == '.');
+        // A digit, a dot or a sign may open a number (`-.inf`, `-0x1F`, `-1_000`).
+        && !s.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '.' | '-'));
     if plain {
         s.to_string()
     } else {

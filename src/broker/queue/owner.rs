@@ -24,7 +24,7 @@ use super::lease::{DeadReason, Job, Lease, Outcome, Verdict, Worker};
 use super::{DeliveryId, Event, FORM_PREFIX, Policy, TICK, dlq_topic};
 use crate::broker::channels::ChannelId;
 use crate::broker::records::{self, now_ms};
-use crate::broker::session::{Delivery, Inflight, Session};
+use crate::broker::session::{Delivery, Inflight, Session, Untracked};
 use crate::codec::{ProtocolVersion, QoS};
 use crate::server::Shared;
 use crate::storage::{DeadLetter, Provider, Record, RecordState, StorageError, WindowRequest};
@@ -808,7 +808,7 @@ impl Owner {
             record: Some((Some(self.id), offset)),
             held: None,
             resent: false,
-            channel_copy: false,
+            untracked: Untracked::No,
         };
         self.shared
             .broker

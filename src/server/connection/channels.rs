@@ -18,7 +18,7 @@ use crate::broker::cursor::{ChannelSub, Cursor};
 use crate::broker::metrics::{Gaps, Metrics};
 use crate::broker::partition::{self, Slice};
 use crate::broker::records::{self, now_ms};
-use crate::broker::session::Delivery;
+use crate::broker::session::{Delivery, Untracked};
 use crate::broker::topic;
 use crate::codec::{QoS, RetainHandling, SubscriptionOptions};
 use crate::storage::{RecordState, WindowRequest};
@@ -404,7 +404,7 @@ impl Reader<'_> {
                     record: kept,
                     held: None,
                     resent: false,
-                    channel_copy: false,
+                    untracked: Untracked::No,
                 });
             }
             for delivery in deliveries {
@@ -727,7 +727,7 @@ fn current_state(
             record: None,
             held: None,
             resent: false,
-            channel_copy: true,
+            untracked: Untracked::Kept,
         });
     }
     if done || pass.next >= pass.until {

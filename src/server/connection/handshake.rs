@@ -333,7 +333,7 @@ async fn store_connect(
     shared: &Shared,
     connect: &Connect,
     user: &str,
-) -> Result<u64, crate::storage::StorageError> {
+) -> Result<crate::broker::Incarnation, crate::storage::StorageError> {
     let id = &connect.client_id;
     let (write, refused, incarnation) = {
         let broker = shared.broker.borrow();

@@ -474,6 +474,9 @@ impl Conn {
                             .is_ok_and(|n| n > 0);
                     if heard && let Some(watch) = &self.keep_alive {
                         watch.heard();
+                        // What was read is handled at the next turn, which waits on
+                        // the socket for nothing more: woken, it looks.
+                        self.link.wake();
                         continue;
                     }
                     log::info!(
@@ -978,7 +981,7 @@ impl Conn {
             let charge = delivery.message.charge();
             // A broadcast that expired is gone; a channel's record is delivered anyway,
             // its countdown left out (gaps G-16).
-            if !delivery.is_channel_value() && delivery.message.expired(now) {
+            if !delivery.outlives_expiry() && delivery.message.expired(now) {
                 session.queued_bytes -= charge;
                 session.settle_logged(delivery.logged());
                 continue;
@@ -1201,7 +1204,7 @@ mod tests {
                 record: None,
                 held: None,
                 resent: false,
-                channel_copy: false,
+                untracked: crate::broker::session::Untracked::No,
             }
         };
         let sent =

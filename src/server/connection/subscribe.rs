@@ -10,7 +10,7 @@ use super::routing::log_owed;
 use super::verbs;
 use super::{Conn, End, refusal_text};
 use crate::broker::queue::FORM_PREFIX;
-use crate::broker::session::{Delivery, Subscription};
+use crate::broker::session::{Delivery, Subscription, Untracked};
 use crate::broker::{partition, topic};
 use crate::codec::{
     Packet, Properties, PropertyValues, ProtocolVersion, RetainHandling, SubAck, Subscribe,
@@ -311,7 +311,7 @@ impl Conn {
                     record: None,
                     held: None,
                     resent: false,
-                    channel_copy: false,
+                    untracked: Untracked::No,
                 };
                 broker.deliver_retained(&self.client_id, delivery);
             }
