@@ -27,6 +27,8 @@ pub struct DeliveryQueue {
     deliveries: VecDeque<Delivery>,
     /// How many of `deliveries` [`may_give_up`] says yes to.
     may_give_up: usize,
+    /// What those are charged (`Message::charge`), summed.
+    may_give_up_bytes: usize,
 }
 
 impl Deref for DeliveryQueue {
@@ -40,10 +42,13 @@ impl Deref for DeliveryQueue {
 impl DeliveryQueue {
     fn counted(&mut self, delivery: &Delivery, added: bool) {
         if may_give_up(delivery) {
+            let charge = delivery.message.charge();
             if added {
                 self.may_give_up += 1;
+                self.may_give_up_bytes += charge;
             } else {
                 self.may_give_up -= 1;
+                self.may_give_up_bytes -= charge;
             }
         }
     }
@@ -76,15 +81,17 @@ impl DeliveryQueue {
 
     /// Keeps only those `keep` says yes to.
     pub fn retain(&mut self, mut keep: impl FnMut(&Delivery) -> bool) {
-        let mut gone = 0;
+        let (mut gone, mut gone_bytes) = (0, 0);
         self.deliveries.retain(|d| {
             let kept = keep(d);
             if !kept && may_give_up(d) {
                 gone += 1;
+                gone_bytes += d.message.charge();
             }
             kept
         });
         self.may_give_up -= gone;
+        self.may_give_up_bytes -= gone_bytes;
     }
 
     /// Takes out those `take` says yes to, in order.
@@ -94,7 +101,10 @@ impl DeliveryQueue {
                 .into_iter()
                 .partition(|d| take(d));
         self.deliveries = kept;
-        self.may_give_up -= taken.iter().filter(|d| may_give_up(d)).count();
+        for d in taken.iter().filter(|d| may_give_up(d)) {
+            self.may_give_up -= 1;
+            self.may_give_up_bytes -= d.message.charge();
+        }
         taken
     }
 
@@ -102,6 +112,7 @@ impl DeliveryQueue {
     pub fn clear(&mut self) {
         self.deliveries.clear();
         self.may_give_up = 0;
+        self.may_give_up_bytes = 0;
     }
 
     /// Frees its room when empty and holding more than `keep` slots.
@@ -109,6 +120,12 @@ impl DeliveryQueue {
         if self.deliveries.is_empty() && self.deliveries.capacity() > keep {
             self.deliveries = VecDeque::new();
         }
+    }
+
+    /// What the deliveries it may give up at the bound are charged, summed: the room
+    /// giving them all up would make.
+    pub fn giveable_bytes(&self) -> usize {
+        self.may_give_up_bytes
     }
 
     /// Where the oldest delivery that may be given up at the bound is, if any is.
@@ -149,9 +166,13 @@ mod tests {
         }
     }
 
-    /// The count is what a walk gives, after every kind of change.
+    /// The count and the bytes are what a walk gives, after every kind of change.
     fn checked(q: &DeliveryQueue) -> usize {
         assert_eq!(q.may_give_up, q.iter().filter(|d| may_give_up(d)).count());
+        let bytes: usize = (q.iter().filter(|d| may_give_up(d)))
+            .map(|d| d.message.charge())
+            .sum();
+        assert_eq!(q.giveable_bytes(), bytes);
         q.may_give_up
     }
 
