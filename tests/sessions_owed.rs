@@ -379,3 +379,57 @@ fn b447_a_groups_held_delivery_survives_sigkill() {
     assert_eq!(receive(&mut s, 2), expected("job", 0..2));
     s.expect_nothing(Duration::from_millis(300));
 }
+
+/// INV-13, B-045: one SUBSCRIBE of many overlapping filters gathers no more retained
+/// values than its session could hold: with 100 retained values of 1 KiB and a
+/// 16 KiB bound, seven filters that each match all of them used to put 700 copies
+/// into the broadcast log of a session that outlives its connection.
+#[test]
+fn retained_values_gathered_for_one_subscribe_stop_at_the_session_bound() {
+    let yaml = config("local").replace(
+        "  id: channels-test\n",
+        "  id: channels-test\n  limits:\n    max_message_size: 16KiB\n    max_connect_size: 8KiB\n    session_queue_bytes: 16KiB\n",
+    );
+    let broker = Broker::start_in(fresh_dir(), &yaml);
+    let mut publisher = Raw::connected(broker.addr, V5, "retainer");
+    for i in 0..100 {
+        let topic = format!("kept/{i}");
+        assert_eq!(
+            publisher.publish(&topic, &[b'r'; 1024], QoS::AtLeastOnce, true),
+            Some(0)
+        );
+    }
+    let (mut s, _) = connected(&broker, persistent("gatherer", true, 300));
+    // Seven filters, each matching every value: 700 copies asked for.
+    let filters = ["kept/#", "kept/+", "+/+", "#", "+/#", "kept/+/#", "+/+/#"];
+    let subscribe = saguin::codec::Subscribe {
+        packet_id: 1,
+        filters: filters
+            .iter()
+            .map(|f| (f.to_string(), opts(QoS::AtLeastOnce)))
+            .collect(),
+        properties: Default::default(),
+    };
+    s.send(&saguin::codec::Packet::Subscribe(subscribe));
+    let mut received = 0;
+    loop {
+        match s.expect_nothing_or_packet(Duration::from_millis(500)) {
+            Ok(saguin::codec::Packet::Publish(_)) => received += 1,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(received > 0);
+    let dir = broker.stop();
+    // How many records the log was ever given: its next offset. The bound's worth
+    // (16 of about 1.1 KiB each) and one more, not 700.
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the file");
+    let written: i64 = db
+        .query_row(
+            "SELECT next_offset FROM channels WHERE name = '$broadcast'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("the log's next offset");
+    assert!(written <= 20, "{written} log records for one SUBSCRIBE");
+}

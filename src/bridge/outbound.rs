@@ -238,12 +238,12 @@ impl Outbound {
                 };
                 let Some(publish) = publish_of(&self.name, rule, &delivery, granted, now, metrics)
                 else {
-                    session.queued_bytes -= delivery.message.charge();
+                    session.queued_bytes -= delivery.charge();
                     session.settle_origin(delivery.origin());
                     continue;
                 };
                 if publish.qos == QoS::AtMostOnce {
-                    session.queued_bytes -= delivery.message.charge();
+                    session.queued_bytes -= delivery.charge();
                     session.settle_origin(delivery.origin());
                     out.push(publish);
                     continue;

@@ -42,7 +42,7 @@ impl Deref for DeliveryQueue {
 impl DeliveryQueue {
     fn counted(&mut self, delivery: &Delivery, added: bool) {
         if may_give_up(delivery) {
-            let charge = delivery.message.charge();
+            let charge = delivery.charge();
             if added {
                 self.may_give_up += 1;
                 self.may_give_up_bytes += charge;
@@ -86,7 +86,7 @@ impl DeliveryQueue {
             let kept = keep(d);
             if !kept && may_give_up(d) {
                 gone += 1;
-                gone_bytes += d.message.charge();
+                gone_bytes += d.charge();
             }
             kept
         });
@@ -103,7 +103,7 @@ impl DeliveryQueue {
         self.deliveries = kept;
         for d in taken.iter().filter(|d| may_give_up(d)) {
             self.may_give_up -= 1;
-            self.may_give_up_bytes -= d.message.charge();
+            self.may_give_up_bytes -= d.charge();
         }
         taken
     }
@@ -170,7 +170,7 @@ mod tests {
     fn checked(q: &DeliveryQueue) -> usize {
         assert_eq!(q.may_give_up, q.iter().filter(|d| may_give_up(d)).count());
         let bytes: usize = (q.iter().filter(|d| may_give_up(d)))
-            .map(|d| d.message.charge())
+            .map(|d| d.charge())
             .sum();
         assert_eq!(q.giveable_bytes(), bytes);
         q.may_give_up

@@ -63,7 +63,7 @@ pub struct InflightTable {
 /// nothing.
 fn charge(inflight: &Inflight) -> usize {
     match inflight {
-        Inflight::Published(d) => d.message.charge(),
+        Inflight::Published(d) => d.charge(),
         Inflight::Released(..) => 0,
     }
 }
@@ -129,7 +129,7 @@ impl InflightTable {
         else {
             return Some(None);
         };
-        self.published_bytes -= d.message.charge();
+        self.published_bytes -= d.charge();
         Some(Some(d))
     }
 

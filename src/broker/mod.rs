@@ -203,6 +203,20 @@ pub struct Broker {
     next_held_token: u64,
 }
 
+/// Forgets that group `$share/<name>/<filter>` has a backlog once it has no member
+/// left to collect it: its key would otherwise outlive every session that named it
+/// (one per group name a client ever made up).
+fn forget_group_if_empty(
+    backlogged: &mut BTreeSet<Arc<str>>,
+    tree: &topic::TopicTree,
+    filter: &str,
+    name: &str,
+) {
+    if !backlogged.is_empty() && tree.group_members(filter, name).is_empty() {
+        backlogged.remove(format!("{name}/{filter}").as_str());
+    }
+}
+
 /// The incarnation a CONNECT's record names (`Broker::incarnation_for`), and whether
 /// it is that of the session the CONNECT expects to resume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -934,6 +948,9 @@ impl Broker {
         for sub in session.subscriptions.values() {
             self.tree
                 .remove(&sub.filter, sub.share.as_deref(), client_id);
+            if let Some(name) = &sub.share {
+                forget_group_if_empty(&mut self.backlogged, &self.tree, &sub.filter, name);
+            }
         }
         for channel in session.cursors.keys() {
             self.channels.get_mut(*channel).readers.remove(client_id);
@@ -1061,8 +1078,13 @@ impl Broker {
                 keep
             });
         }
-        self.tree
-            .remove(&sub.filter, sub.share.as_deref(), client_id)
+        let removed = self
+            .tree
+            .remove(&sub.filter, sub.share.as_deref(), client_id);
+        if let Some(name) = &sub.share {
+            forget_group_if_empty(&mut self.backlogged, &self.tree, &sub.filter, name);
+        }
+        removed
     }
 
     /// Holds `session` for a part of the broker itself - a bridge's outbound rule

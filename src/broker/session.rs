@@ -198,6 +198,13 @@ impl Delivery {
         }
     }
 
+    /// What it counts against `limits.session_queue_bytes`: its message's charge
+    /// and its Subscription Identifiers, which one message may carry thousands of
+    /// (one per matching filter).
+    pub fn charge(&self) -> usize {
+        self.message.charge() + 4 * self.identifiers.len()
+    }
+
     /// Whether it is a channel's: a record or a current value. Such a delivery is
     /// never given up or refused at the session's bound (B-083, B-087; "a latest
     /// value stays pending"), goes out once expired without its countdown (gaps
@@ -629,7 +636,7 @@ impl Session {
         self.queue.retain(|d| {
             let expired = d.backlog_expired(now);
             if expired {
-                freed += d.message.charge();
+                freed += d.charge();
                 gone.extend(d.logged());
             }
             !expired
@@ -644,7 +651,7 @@ impl Session {
     /// Queues a delivery, giving up the oldest not on the wire while over the bound;
     /// says how many it gave up, and whether it refused this one.
     fn enqueue(&mut self, delivery: Delivery) -> Enqueued {
-        let charge = delivery.message.charge();
+        let charge = delivery.charge();
         let mut dropped = 0;
         // Only a QoS 0 or 1 broadcast not yet on the wire is given up: a channel's
         // record or a queue's offer is tracked under its offset, and a cursor or a
@@ -657,7 +664,7 @@ impl Session {
             let Some(oldest) = self.queue.remove(oldest) else {
                 break;
             };
-            self.queued_bytes -= oldest.message.charge();
+            self.queued_bytes -= oldest.charge();
             self.settle_logged(oldest.logged());
             dropped += 1;
         }
@@ -748,7 +755,7 @@ impl Session {
             )
         });
         for delivery in gone {
-            self.queued_bytes -= delivery.message.charge();
+            self.queued_bytes -= delivery.charge();
             match delivery.origin() {
                 Some((channel, offset)) => {
                     if let Some(cursor) = self.cursors.get_mut(&channel) {
@@ -898,7 +905,7 @@ impl Session {
     pub fn settle(&mut self, packet_id: u16) -> bool {
         match self.inflight.remove(&packet_id) {
             Some(Inflight::Published(d)) => {
-                self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                self.queued_bytes = self.queued_bytes.saturating_sub(d.charge());
                 self.settle_record(d.record);
                 true
             }
@@ -959,7 +966,7 @@ impl Session {
         let at = self.queue.iter().position(|d| d.logged() == Some(offset));
         let gone = at.and_then(|at| self.queue.remove(at));
         if let Some(gone) = &gone {
-            self.queued_bytes -= gone.message.charge();
+            self.queued_bytes -= gone.charge();
         }
         Some(gone.is_some_and(|d| d.held.is_some()))
     }
@@ -984,7 +991,7 @@ impl Session {
             let Some(delivery) = self.queue.remove(i) else {
                 break;
             };
-            self.queued_bytes -= delivery.message.charge();
+            self.queued_bytes -= delivery.charge();
             if let (Some(offset), Some(log)) = (delivery.logged(), &mut self.log) {
                 log.unsettled.remove(&offset);
             }
@@ -1015,7 +1022,7 @@ impl Session {
             .filter_map(|id| match self.inflight.remove(&id) {
                 Some(Inflight::Published(mut d)) => {
                     d.resent = true;
-                    self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                    self.queued_bytes = self.queued_bytes.saturating_sub(d.charge());
                     Some(d)
                 }
                 _ => None,
@@ -1023,7 +1030,7 @@ impl Session {
             .collect();
         let held = self.queue.take_where(|d| d.held.is_some());
         for d in &held {
-            self.queued_bytes -= d.message.charge();
+            self.queued_bytes -= d.charge();
         }
         taken.extend(held);
         if let Some(log) = &mut self.log {
@@ -1088,7 +1095,7 @@ impl Session {
         match self.inflight.release(packet_id, stored) {
             Some(published) => {
                 if let Some(d) = published {
-                    self.queued_bytes = self.queued_bytes.saturating_sub(d.message.charge());
+                    self.queued_bytes = self.queued_bytes.saturating_sub(d.charge());
                 }
                 true
             }
@@ -1213,13 +1220,32 @@ mod tests {
         assert!(!s.can_hold(QoS::AtMostOnce, 100, charge));
     }
 
+    /// INV-13: a delivery's Subscription Identifiers count against the session's
+    /// bound; one message matching thousands of filters carries one each.
+    #[test]
+    fn subscription_identifiers_count_against_the_bound() {
+        let mut many = owed(None);
+        many.identifiers = (1..=1000).collect();
+        assert_eq!(many.charge(), many.message.charge() + 4000);
+        let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 10_000);
+        let mut refused = 0;
+        for _ in 0..3 {
+            let mut d = owed(None);
+            d.identifiers = (1..=1000).collect();
+            d.qos = QoS::ExactlyOnce; // never given up: the third is refused
+            refused += usize::from(s.enqueue(d).refused);
+        }
+        assert_eq!((s.queue.len(), refused), (2, 1));
+        assert!(s.queued_bytes <= 10_000, "{}", s.queued_bytes);
+    }
+
     /// B-084: at most half the bound is on the wire, the next delivery counted; one
     /// goes out alone however large.
     #[test]
     fn at_most_half_the_bound_is_on_the_wire_b084() {
         let mut s = Session::new(Arc::from("c"), ProtocolVersion::V5, 600);
         s.receive_maximum = 10;
-        let charge = owed(None).message.charge();
+        let charge = owed(None).charge();
         assert!(charge * 2 > 300 && charge <= 300, "{charge}");
         assert!(s.window_open_for(2000), "alone, however large");
         s.inflight.insert(1, Inflight::Published(owed(None)));
@@ -1494,7 +1520,7 @@ mod tests {
             s.inflight
                 .values()
                 .map(|i| match i {
-                    Inflight::Published(d) => d.message.charge(),
+                    Inflight::Published(d) => d.charge(),
                     Inflight::Released(..) => 0,
                 })
                 .sum()

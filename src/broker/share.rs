@@ -57,7 +57,7 @@ impl Broker {
         let mut bytes = taker.queue_bound.saturating_sub(taker.queued_bytes);
         let mut first = taker.queued_bytes == 0;
         let mut fits = |d: &Delivery| {
-            let charge = d.message.charge();
+            let charge = d.charge();
             let fits = (first || charge <= bytes)
                 && d.message.wire_size_bound() <= max_packet
                 && principal
@@ -115,7 +115,7 @@ impl Broker {
                 continue;
             };
             let (qos, size) = (delivery.qos, delivery.message.wire_size_bound());
-            let charge = delivery.message.charge();
+            let charge = delivery.charge();
             let topic = &delivery.message.topic;
             let members = self.members(&group);
             let sessions = &self.sessions;

@@ -956,7 +956,7 @@ impl Conn {
         let now = Instant::now();
         let max_packet = session.max_packet_size as usize;
         while let Some(front) = session.queue.front() {
-            if front.qos != QoS::AtMostOnce && !session.window_open_for(front.message.charge()) {
+            if front.qos != QoS::AtMostOnce && !session.window_open_for(front.charge()) {
                 break;
             }
             if let Some(offset) = front.logged()
@@ -978,7 +978,7 @@ impl Conn {
             {
                 delivery.qos = QoS::AtLeastOnce;
             }
-            let charge = delivery.message.charge();
+            let charge = delivery.charge();
             // A broadcast that expired is gone; a channel's record is delivered anyway,
             // its countdown left out (gaps G-16).
             if !delivery.outlives_expiry() && delivery.message.expired(now) {

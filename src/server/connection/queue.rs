@@ -355,13 +355,13 @@ impl Conn {
         session.queue.retain(|d| {
             let offer = is_offer(d.origin());
             if offer {
-                freed += d.message.charge();
+                freed += d.charge();
             }
             !offer
         });
         session.inflight.retain(|_, i| match i {
             Inflight::Published(d) if is_offer(d.origin()) => {
-                freed += d.message.charge();
+                freed += d.charge();
                 false
             }
             _ => true,

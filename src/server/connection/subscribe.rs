@@ -75,6 +75,10 @@ impl Conn {
             .copied();
         let mut codes = Vec::with_capacity(subscribe.filters.len());
         let mut retained = Vec::new();
+        // What the retained values to send weigh, summed: no more is gathered than the
+        // session could hold (`session_queue_bytes`), however many filters of one
+        // SUBSCRIBE match however many values.
+        let mut retained_bytes = 0usize;
         let now = Instant::now();
         // Read once: the declaration applies to every filter of this packet (C-160).
         let declared = partition::declared(&subscribe.properties.user_properties);
@@ -217,7 +221,14 @@ impl Conn {
                         if let Some(acl) = &self.acl {
                             messages.retain(|m| acl.may_read(&m.topic));
                         }
-                        retained.extend(messages.into_iter().map(|m| (m, *options)));
+                        let bound = self.shared.settings.session_queue_bytes;
+                        for message in messages {
+                            if retained_bytes > bound {
+                                break;
+                            }
+                            retained_bytes += message.charge();
+                            retained.push((message, *options));
+                        }
                     }
                     options.qos as u8
                 }

@@ -405,7 +405,7 @@ impl Conn {
             s.queue.retain(|d| {
                 let keep = d.origin().is_none_or(|(c, _)| c != id);
                 if !keep {
-                    freed += d.message.charge();
+                    freed += d.charge();
                 }
                 keep
             });
