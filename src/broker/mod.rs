@@ -1184,15 +1184,20 @@ impl Broker {
     /// deliveries are kept in memory only.
     pub fn logged(&mut self, pending: broadcast_log::Pending, offset: Option<u64>) {
         let mut holders = 0;
+        let mut orphaned = Vec::new();
         for (client, incarnation, mut delivery) in pending.owed {
             // Gone, or replaced while the write waited (a Clean Start): the session
             // it was owed to has ended, and the new one never subscribed. A group's
-            // held delivery is the group's, and stays with whichever member holds it.
+            // held delivery is the group's: it goes to another member.
             let Some(session) = self
                 .sessions
                 .get_mut(&client)
-                .filter(|s| s.incarnation == incarnation || delivery.held.is_some())
+                .filter(|s| s.incarnation == incarnation)
             else {
+                if delivery.held.is_some() {
+                    delivery.record = offset.map(|offset| (None, offset));
+                    orphaned.push(delivery);
+                }
                 continue;
             };
             if let Some(offset) = offset {
@@ -1206,8 +1211,15 @@ impl Broker {
             Some(offset) if holders > 0 => {
                 self.log_refs.insert(offset, holders);
             }
-            Some(offset) => self.log_unneeded.push(offset),
-            None => {}
+            Some(offset) if orphaned.is_empty() => self.log_unneeded.push(offset),
+            _ => {}
+        }
+        for delivery in orphaned {
+            // Counted as held by whoever takes it, or released with it.
+            if let Some(offset) = delivery.logged() {
+                *self.log_refs.entry(offset).or_insert(0) += 1;
+            }
+            self.give_back_held("", vec![delivery]);
         }
     }
 
@@ -1311,8 +1323,10 @@ impl Broker {
                     let qos = message.qos;
                     let size = *size.get_or_insert_with(|| message.wire_size_bound());
                     let charge = message.charge();
-                    // At the QoS it would go out at: one granted 0 needs no window.
+                    // At the QoS it would go out at, charged with its identifier: one
+                    // granted 0 needs no window.
                     let taker = group.turn_order().find(|(c, e)| {
+                        let charge = charge + 4 * usize::from(e.identifier.is_some());
                         sessions.get(*c).is_some_and(|s| {
                             s.can_hold(e.options.qos.min(qos), size, charge) && s.may_read(topic)
                         })

@@ -289,15 +289,16 @@ impl Broker {
         for entry in entries {
             let mut holders = 0;
             for target in &entry.targets {
+                // A group's held delivery is the group's: it stays with a session that
+                // is still the group's member, whichever incarnation.
+                let member = (target.group.as_deref())
+                    .is_some_and(|group| self.is_member(group, &target.client_id));
                 let Some(session) = self.sessions.get_mut(target.client_id.as_str()) else {
                     continue;
                 };
                 // Owed to a session its client has since replaced (MQTT-3.1.2-4); a
-                // record or target from before incarnations were kept matches any. A
-                // group's held delivery is the group's, whichever member holds it.
-                if target.group.is_none()
-                    && target.incarnation.is_some_and(|n| n != session.incarnation)
-                {
+                // record or target from before incarnations were kept matches any.
+                if !member && target.incarnation.is_some_and(|n| n != session.incarnation) {
                     continue;
                 }
                 let (position, handed) = session.log.as_ref().map_or((0, 0), |l| {

@@ -800,7 +800,8 @@ impl Session {
     pub fn can_hold(&self, qos: QoS, size: usize, charge: usize) -> bool {
         // Room once what `enqueue` may give up is given up, counted as it goes.
         let kept = self.queued_bytes - self.queue.giveable_bytes().min(self.queued_bytes);
-        self.can_take(qos, size) && (self.queued_bytes == 0 || kept + charge <= self.queue_bound)
+        // Into what is left empty, a message of any size is taken (B-088).
+        self.can_take(qos, size) && (kept == 0 || kept + charge <= self.queue_bound)
     }
 
     /// The next free packet identifier for an outbound exchange: neither on the wire

@@ -154,6 +154,11 @@ impl Broker {
         release_logged(&mut self.log_refs, &mut self.log_unneeded, released);
     }
 
+    /// Whether `client` is a member of group `<ShareName>/<filter>`.
+    pub(super) fn is_member(&self, group: &str, client: &str) -> bool {
+        self.members(group).iter().any(|(c, _)| &**c == client)
+    }
+
     /// The members of group `<ShareName>/<filter>` and their subscriptions.
     fn members(&self, group: &str) -> Vec<(Arc<str>, SubEntry)> {
         match group.split_once('/') {

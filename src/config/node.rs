@@ -68,17 +68,18 @@ pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
 /// The file's, or one saying it is larger than that.
 pub(crate) fn read_file(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(path)?
         .take(MAX_FILE_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_FILE_BYTES {
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(std::io::Error::other(format!(
             "it is larger than {} MiB, more than any configuration needs",
             MAX_FILE_BYTES >> 20
         )));
     }
-    Ok(text)
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "it is not UTF-8 text"))
 }
 
 /// Parses a whole YAML document.

@@ -38,6 +38,9 @@ impl Conn {
 
     pub(super) async fn on_subscribe(&mut self, mut subscribe: Subscribe) -> Result<(), End> {
         self.features_on_subscribe(&mut subscribe)?;
+        // The session this SUBSCRIBE is for: another CONNECT may replace it while the
+        // SUBSCRIBE waits on storage (a Clean Start), or resume it.
+        let incarnation = self.with_session(|s| s.incarnation);
         // What ends the connection is found before anything is granted: nothing of a
         // SUBSCRIBE that gets no SUBACK stays in the session (A-156, MQTT-3.8.3-4).
         let v5 = self.protocol == ProtocolVersion::V5;
@@ -74,11 +77,13 @@ impl Conn {
             .first()
             .copied();
         let mut codes = Vec::with_capacity(subscribe.filters.len());
-        let mut retained = Vec::new();
+        let mut retained = std::collections::VecDeque::new();
         // What the retained values to send weigh, summed: no more is gathered than the
         // session could hold (`session_queue_bytes`), however many filters of one
-        // SUBSCRIBE match however many values.
+        // SUBSCRIBE match however many values. Past it the oldest gathered go, counted,
+        // as the session's queue gives up its oldest (B-082).
         let mut retained_bytes = 0usize;
+        let mut retained_dropped = 0u64;
         let now = Instant::now();
         // Read once: the declaration applies to every filter of this packet (C-160).
         let declared = partition::declared(&subscribe.properties.user_properties);
@@ -182,10 +187,9 @@ impl Conn {
                             );
                             break 'granted reason::IMPLEMENTATION_SPECIFIC_ERROR;
                         }
-                        // Taken over while the channels were read: the session is
-                        // another connection's now, and nothing of this SUBSCRIBE is
-                        // its (MQTT-3.1.2-4).
-                        if !self.holds_session() {
+                        // Replaced while the channels were read: nothing of this
+                        // SUBSCRIBE is the new session's (MQTT-3.1.2-4).
+                        if !self.same_session(incarnation) {
                             return Ok(());
                         }
                     }
@@ -223,11 +227,14 @@ impl Conn {
                         }
                         let bound = self.shared.settings.session_queue_bytes;
                         for message in messages {
-                            if retained_bytes > bound {
-                                break;
-                            }
                             retained_bytes += message.charge();
-                            retained.push((message, *options));
+                            retained.push_back((message, *options));
+                            while retained_bytes > bound && retained.len() > 1 {
+                                if let Some((oldest, _)) = retained.pop_front() {
+                                    retained_bytes -= oldest.charge();
+                                    retained_dropped += 1;
+                                }
+                            }
                         }
                     }
                     options.qos as u8
@@ -254,9 +261,10 @@ impl Conn {
             true => Ok(()),
             false => self.store_subscriptions(&changed).await,
         };
-        // Taken over while the record was written: what follows (the undo, the
-        // retained values) would land on the new connection's session.
-        if !self.holds_session() {
+        // Replaced while the record was written: the undo would land on the new
+        // session. Resumed by another connection, the undo still applies to it, but no
+        // SUBACK or retained value goes from here.
+        if !self.same_session(incarnation) {
             return Ok(());
         }
         if let Err(e) = stored {
@@ -291,6 +299,10 @@ impl Conn {
                 }
             }
             retained.clear();
+            retained_dropped = 0;
+        }
+        if !self.holds_session() {
+            return Ok(());
         }
         for index in copies {
             let filter = subscribe.filters[index].0.as_str();
@@ -313,6 +325,8 @@ impl Conn {
         // Retained values follow the SUBACK, RETAIN set (MQTT-3.3.1-9).
         let unlogged = {
             let mut broker = self.shared.broker.borrow_mut();
+            let dropped = &broker.metrics.dropped_queue_full;
+            dropped.set(dropped.get() + retained_dropped);
             for (message, options) in retained {
                 let delivery = Delivery {
                     qos: options.qos.min(message.qos),
@@ -515,6 +529,14 @@ impl Conn {
     /// CONNECT took it over while this one waited on storage.
     fn holds_session(&self) -> bool {
         self.with_session(|_| ()).is_some()
+    }
+
+    /// Whether the client id's session is still the one of `incarnation`, whichever
+    /// connection holds it now.
+    fn same_session(&self, incarnation: Option<u64>) -> bool {
+        let broker = self.shared.broker.borrow();
+        let now = broker.held_session(&self.client_id).map(|s| s.incarnation);
+        now.is_some() && now == incarnation
     }
 
     /// Stores the subscriptions a SUBSCRIBE changed: a session that outlives its
