@@ -791,6 +791,12 @@ const INVALID: &[(&str, &str, &str, &str)] = &[
     ),
     // Bridges (B-205 … B-208, B-379 … B-547).
     (
+        "B-395",
+        "bridges:\n  b:\n    peer: tcp://h:1883\n    client_id: c\n    topics:\n      - filter: $share/hub/fleet/#\n        topic: readings/$#\n        direction: in\n",
+        "bridges.b.topics[0].filter",
+        "filter: $share",
+    ),
+    (
         "B-530",
         "bridges:\n  b:\n    peer: mqtt://h:1883\n    client_id: c\n    topics: [{filter: a/#, direction: both}]\n",
         "bridges.b.peer",

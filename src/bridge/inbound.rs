@@ -148,7 +148,9 @@ pub fn map_topic(bridge: &Bridge, topic: &str) -> Result<String, (Cause, String)
         match template::map(&rule.filter, rule.topic.as_deref(), topic) {
             None => continue,
             Some(Ok(mapped)) => return Ok(mapped),
-            Some(Err(e @ (Unmappable::Empty | Unmappable::Reserved(_)))) => {
+            Some(Err(
+                e @ (Unmappable::Empty | Unmappable::Reserved(_) | Unmappable::TooLong(_)),
+            )) => {
                 return Err((Cause::Unmappable, format!("rule {:?}: {e}", rule.filter)));
             }
         }

@@ -42,9 +42,10 @@ const AFTER_REFUSAL: Duration = Duration::from_secs(1);
 /// A peer's refusal that no retry can change.
 const TOPIC_NAME_INVALID: u8 = crate::codec::reason::TOPIC_NAME_INVALID;
 
-/// The `saguin-` properties a delivery carries that do not cross: offsets and
-/// times are this broker's own (B-370).
-const LOCAL_ONLY: &[&str] = &["saguin-offset", "saguin-timestamp", "saguin-expires"];
+/// The one `saguin-` property that crosses: a record's id, so the peer's copy is the
+/// same record. Offsets, times and a dead letter's history are this broker's own
+/// (B-370, RFC 0002 "Nothing else of Sagüin's crosses").
+const CROSSES: &str = "saguin-id";
 
 /// One outbound rule: its session's id, its filter and template.
 #[derive(Debug)]
@@ -431,7 +432,7 @@ fn publish_of(
         properties.subscription_identifiers.clear();
         properties
             .user_properties
-            .retain(|(k, _)| !LOCAL_ONLY.contains(&k.as_str()));
+            .retain(|(k, _)| !k.starts_with("saguin-") || k == CROSSES);
     }
     // Measured with the topic it goes out under, which a template may lengthen.
     let size = message.wire_size_bound() - message.topic.len() + publish.topic.len();

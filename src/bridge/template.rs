@@ -16,6 +16,9 @@ pub enum Unmappable {
     Empty,
     /// What the template made of it lies in the reserved `$` space (B-394).
     Reserved(String),
+    /// What the template made of it is longer than a topic may be on the wire
+    /// (65,535 bytes, MQTT-1.5.4): sent, it would arrive cut into another topic.
+    TooLong(usize),
 }
 
 impl std::fmt::Display for Unmappable {
@@ -23,6 +26,12 @@ impl std::fmt::Display for Unmappable {
         match self {
             Unmappable::Empty => write!(f, "it maps to an empty topic"),
             Unmappable::Reserved(t) => write!(f, "it maps to {t:?}, in the reserved $ space"),
+            Unmappable::TooLong(n) => {
+                write!(
+                    f,
+                    "it maps to a topic of {n} bytes, longer than MQTT allows"
+                )
+            }
         }
     }
 }
@@ -128,6 +137,8 @@ fn check(mapped: String) -> Result<String, Unmappable> {
         Err(Unmappable::Empty)
     } else if mapped.starts_with('$') {
         Err(Unmappable::Reserved(mapped))
+    } else if mapped.len() > usize::from(u16::MAX) {
+        Err(Unmappable::TooLong(mapped.len()))
     } else {
         Ok(mapped)
     }
@@ -187,6 +198,21 @@ mod tests {
             mapped("a/+/b", Some("x-$1-y/z"), "a/q/b"),
             Some(Ok("x-q-y/z".into()))
         );
+    }
+
+    /// MQTT-1.5.4, B-394: a mapping longer than a topic may be on the wire is not
+    /// sent, where the encoder would cut it into another topic.
+    #[test]
+    fn a_mapping_past_65535_bytes_is_unmappable() {
+        let level = "l".repeat(40_000);
+        assert_eq!(
+            mapped("a/+/#", Some("x/$1/$1/$#"), &format!("a/{level}/b")),
+            Some(Err(Unmappable::TooLong(80_005)))
+        );
+        assert!(matches!(
+            mapped("a/+/#", Some("x/$1/$#"), &format!("a/{level}/b")),
+            Some(Ok(_))
+        ));
     }
 
     #[test]

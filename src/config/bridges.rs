@@ -459,6 +459,14 @@ fn read_rules(ctx: &mut Ctx, node: &Node, path: &str, limits: &Limits) -> Vec<Br
                 ctx.bad(fnode, &fkey, format!("names the reserved $saguin/ space{which}, in any direction a forgery of queue deliveries and control topics; choose another filter"));
                 continue;
             }
+            // A peer takes no No Local on a shared subscription (MQTT-3.8.3-4), and what
+            // it shares out arrives under its own topic, which no rule maps.
+            if direction != Some(Direction::Out)
+                && (plain == "$share" || plain.starts_with("$share/"))
+            {
+                ctx.bad(fnode, &fkey, format!("is a shared subscription{which}, which a bridge cannot take from its peer: the bridge subscribes with No Local, which MQTT refuses on $share/, and shared records arrive under topics no rule maps; name the topics themselves"));
+                continue;
+            }
             if direction == Some(Direction::Both) && plain.starts_with('$') {
                 ctx.bad(fnode, &fkey, format!("begins with ${which} on a both rule, which would map a $ topic to itself, and nothing may publish a $ topic here; use an in rule with a topic"));
                 continue;
