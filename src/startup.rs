@@ -129,12 +129,16 @@ async fn open_all<'a>(
             provider,
             readers: Default::default(),
             queue: queue_policy(channel),
-            max_age: MaxAge(
-                (kind == Kind::Latest)
-                    .then_some(channel.retention_period)
-                    .flatten()
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            ),
+            max_age: {
+                let ms = |d: Option<std::time::Duration>| {
+                    d.filter(|_| kind == Kind::Latest)
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                };
+                MaxAge {
+                    values: ms(channel.retention_period),
+                    deletions: ms(channel.deletion_retention_period),
+                }
+            },
         });
     }
     let memory_total = config.broker.storage.memory_total();

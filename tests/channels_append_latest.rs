@@ -1740,3 +1740,48 @@ fn a_groups_channel_record_outlives_its_expiry_c137() {
     assert_eq!(got.properties.message_expiry_interval, None);
     assert!(user_property(&got, "saguin-expires").is_some());
 }
+
+/// C-225, A-092: a deletion older than `deletion_retention_period` is not sent, even
+/// before a sweep removes it: a durable reader asking for deletions that comes back
+/// after the period is not told of one, as an aged value is not served (G-19).
+#[test]
+fn a_deletion_older_than_deletion_retention_period_is_not_sent_c225() {
+    let yaml = CHANNELS.replace(
+        "  state:\n    type: latest\n",
+        "  state:\n    type: latest\n    deletion_retention_period: 2s\n",
+    );
+    assert_ne!(yaml, CHANNELS);
+    let dir = common::temp_dir("aged-deletion");
+    std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    let broker = Broker::start_in(dir, &yaml);
+    let deletions = || {
+        saguin::codec::Properties::from(saguin::codec::PropertyValues {
+            user_properties: vec![("saguin-deletions".into(), "true".into())],
+            ..saguin::codec::PropertyValues::default()
+        })
+    };
+    let mut publisher = Raw::connected(broker.addr, V5, "producer");
+    assert_eq!(
+        publisher.publish("state/z", b"on", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    let mut c = connect(V5, "keeper-d", false);
+    c.properties.edit().session_expiry_interval = Some(600);
+    let (mut reader, _) = Raw::handshake(broker.addr, c);
+    reader.subscribe_with("state/#", opts(QoS::AtLeastOnce), deletions());
+    assert_eq!(&*reader.recv_publish().payload, b"on");
+    // Its position is kept past the UNSUBSCRIBE, and read on from at the next (G-11).
+    reader.send(&Packet::Unsubscribe(saguin::codec::Unsubscribe {
+        packet_id: 7,
+        filters: vec!["state/#".into()],
+        properties: Default::default(),
+    }));
+    assert!(matches!(reader.recv(), Packet::UnsubAck(_)));
+    assert_eq!(
+        publisher.publish("state/z", b"", QoS::AtLeastOnce, false),
+        Some(0)
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    reader.subscribe_with("state/#", opts(QoS::AtLeastOnce), deletions());
+    reader.expect_nothing(Duration::from_millis(500));
+}

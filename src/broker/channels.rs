@@ -57,22 +57,32 @@ pub struct Channel {
     pub readers: HashSet<Arc<str>>,
     /// A queue's settings; `None` on other kinds.
     pub queue: Option<super::queue::Policy>,
-    /// How old a value may be and still be served.
+    /// How old a value, or a deletion, may be and still be served.
     pub max_age: MaxAge,
 }
 
-/// A latest channel's `retention_period`: a value older is never served, not on a
-/// SUBSCRIBE, not to a resuming reader, not to a point read, even before the sweep
-/// removes it (gaps G-19: "a stale reading is worse than none"). No bound on the
-/// other kinds, whose readers are told of the floor instead.
+/// A latest channel's `retention_period` and `deletion_retention_period`, in ms: a
+/// value older than the first is never served, not on a SUBSCRIBE, not to a resuming
+/// reader, not to a point read, even before the sweep removes it (gaps G-19: "a stale
+/// reading is worse than none"); a deletion older than the second is not sent either,
+/// to a reader or across a bridge (C-225). No bound on the other kinds, whose readers
+/// are told of the floor instead.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MaxAge(pub Option<u64>);
+pub struct MaxAge {
+    /// For values.
+    pub values: Option<u64>,
+    /// For deletions.
+    pub deletions: Option<u64>,
+}
 
 impl MaxAge {
-    /// Whether `record` is too old to serve at `now_ms`.
+    /// Whether `record`, a value or a deletion, is too old to serve at `now_ms`.
     pub fn passed(self, record: &crate::storage::Record, now_ms: u64) -> bool {
-        self.0
-            .is_some_and(|age| record.timestamp_ms.saturating_add(age) <= now_ms)
+        let age = match record.state {
+            crate::storage::RecordState::Deleted => self.deletions,
+            _ => self.values,
+        };
+        age.is_some_and(|age| record.timestamp_ms.saturating_add(age) <= now_ms)
     }
 }
 

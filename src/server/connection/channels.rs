@@ -371,7 +371,7 @@ impl Reader<'_> {
                 };
                 if !matches!(record.state, RecordState::Stored | RecordState::Deleted)
                     || (deletion && record.offset < cursor.pass_until)
-                    || (!deletion && max_age.passed(&record, now))
+                    || max_age.passed(&record, now)
                     || stray.binary_search(&record.offset).is_ok()
                 {
                     continue;
