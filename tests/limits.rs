@@ -516,16 +516,17 @@ fn the_operations_listener_is_not_limited_by_max_connect_rate_b072() {
     assert!(took < Duration::from_secs(4), "paced: {took:?}");
 }
 
-/// B-040: the publisher never waits on a subscriber that stops reading. With a
-/// write_timeout of 30 s, a publisher held until the deaf subscriber is hung up
-/// would take at least that long over its 100 publishes.
-#[test]
-fn a_publisher_never_waits_on_a_subscriber_that_stops_reading_b040() {
-    let broker = Broker::start(
-        "  limits:\n    write_timeout: 30s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
-    );
-    let mut deaf = Raw::connected(broker.addr, V5, "deaf");
-    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+/// A broker with `write_timeout` and room for 200 KiB publishes.
+fn flood_broker(write_timeout: &str) -> Broker {
+    Broker::start(&format!(
+        "  limits:\n    write_timeout: {write_timeout}\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n"
+    ))
+}
+
+/// Publishes 100 QoS 1 messages of 200 KiB to `flood/x`, each acknowledged 0x00, and
+/// says how long that took: more than loopback buffers take from a subscriber that
+/// reads nothing.
+fn flood(broker: &Broker) -> Duration {
     let mut publisher = Raw::connected(broker.addr, V5, "publisher");
     let payload = vec![b'x'; 200 * 1024];
     let started = Instant::now();
@@ -535,33 +536,36 @@ fn a_publisher_never_waits_on_a_subscriber_that_stops_reading_b040() {
             Some(0)
         );
     }
-    let took = started.elapsed();
+    started.elapsed()
+}
+
+/// [`flood_broker`] with a QoS 0 subscriber to `flood/#` that reads nothing from here
+/// on (its socket buffers fill), and how long [`flood`] took.
+fn flood_a_deaf_subscriber(write_timeout: &str) -> (Broker, Raw, Duration) {
+    let broker = flood_broker(write_timeout);
+    let mut deaf = Raw::connected(broker.addr, V5, "deaf");
+    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
+    let took = flood(&broker);
+    (broker, deaf, took)
+}
+
+/// B-040: the publisher never waits on a subscriber that stops reading. With a
+/// write_timeout of 30 s, a publisher held until the deaf subscriber is hung up
+/// would take at least that long over its 100 publishes.
+#[test]
+fn a_publisher_never_waits_on_a_subscriber_that_stops_reading_b040() {
+    let (_broker, _deaf, took) = flood_a_deaf_subscriber("30s");
     assert!(
         took < Duration::from_secs(15),
         "the publisher was held: {took:?}"
     );
-    drop(deaf);
 }
 
 /// B-035, B-044: a QoS 0 subscriber taking no write is hung up at write_timeout.
 #[test]
 fn a_subscriber_that_stops_reading_is_hung_up_at_write_timeout() {
-    let broker = Broker::start(
-        "  limits:\n    write_timeout: 1s\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
-    );
-    let mut deaf = Raw::connected(broker.addr, V5, "deaf");
-    assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
-    // From here on `deaf` reads nothing, so its socket buffers fill.
-    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
-    let payload = vec![b'x'; 200 * 1024];
-    for _ in 0..100 {
-        assert_eq!(
-            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
-            Some(0)
-        );
-    }
+    let (broker, _deaf, _) = flood_a_deaf_subscriber("1s");
     broker.wait_log("write_timeout passed");
-    drop(deaf);
 }
 
 /// A broker with write_timeout 1s and an append channel `events` holding 100 records
@@ -1016,9 +1020,7 @@ fn a_held_qos2_publish_resent_over_the_rate_gets_its_pubrec_again() {
 /// waits: its Will goes out within the grace, not once TCP gives up.
 #[test]
 fn a_silent_client_whose_write_waits_is_ended_at_its_keepalive_without_write_timeout() {
-    let broker = Broker::start(
-        "  limits:\n    write_timeout: none\n    max_message_size: 256KiB\n    max_connect_size: 100KiB\n",
-    );
+    let broker = flood_broker("none");
     let mut watcher = Raw::connected(broker.addr, V5, "watcher");
     assert_eq!(watcher.subscribe("gone/#", opts(QoS::AtLeastOnce)), [1]);
     let mut c = connect(V5, "deaf", true);
@@ -1034,14 +1036,7 @@ fn a_silent_client_whose_write_waits_is_ended_at_its_keepalive_without_write_tim
     assert_eq!(deaf.subscribe("flood/#", opts(QoS::AtMostOnce)), [0]);
     // From here on `deaf` reads nothing and sends nothing: its socket buffers fill and
     // the broker's write to it waits with no ceiling.
-    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
-    let payload = vec![b'x'; 200 * 1024];
-    for _ in 0..100 {
-        assert_eq!(
-            publisher.publish("flood/x", &payload, QoS::AtLeastOnce, false),
-            Some(0)
-        );
-    }
+    flood(&broker);
     watcher.set_timeout(Duration::from_secs(10));
     let will = watcher.recv_publish();
     assert_eq!((&*will.topic, &*will.payload), ("gone/deaf", &b"deaf"[..]));

@@ -187,6 +187,20 @@ mod tests {
         smol::block_on(std::future::poll_fn(|cx| watch.poll_expired(cx)));
     }
 
+    /// Whether `watch` is found silent within ten seconds: bounded, so a ticker that
+    /// never looks fails a test rather than hanging it.
+    async fn expires_within_ten_seconds(watch: &KeepAlive) -> bool {
+        let expired = async {
+            std::future::poll_fn(|cx| watch.poll_expired(cx)).await;
+            true
+        };
+        let given_up = async {
+            smol::Timer::after(Duration::from_secs(10)).await;
+            false
+        };
+        smol::future::or(expired, given_up).await
+    }
+
     #[test]
     fn a_silent_client_is_found_by_the_ticker_after_its_grace() {
         let watches = Rc::new(Watches::default());
@@ -198,17 +212,8 @@ mod tests {
             let watches = watches.clone();
             async move { watches.tick().await }
         });
-        // Bounded: a ticker that never looks fails the test rather than hanging it.
-        let expired = async {
-            std::future::poll_fn(|cx| watch.poll_expired(cx)).await;
-            true
-        };
-        let given_up = async {
-            smol::Timer::after(Duration::from_secs(10)).await;
-            false
-        };
         assert!(
-            smol::block_on(ex.run(smol::future::or(expired, given_up))),
+            smol::block_on(ex.run(expires_within_ten_seconds(&watch))),
             "the ticker never found the client silent"
         );
         drop(ticker);
@@ -280,16 +285,8 @@ mod tests {
                 Some(far.heard_at.get() + Duration::from_secs(600))
             );
             let near = watches.watch(Duration::from_millis(300));
-            let expired = async {
-                std::future::poll_fn(|cx| near.poll_expired(cx)).await;
-                true
-            };
-            let given_up = async {
-                smol::Timer::after(Duration::from_secs(10)).await;
-                false
-            };
             assert!(
-                smol::future::or(expired, given_up).await,
+                expires_within_ten_seconds(&near).await,
                 "the ticker slept on"
             );
             near
