@@ -137,6 +137,20 @@ fn with_property(topic: &str, payload: &[u8], key: &str, value: &str) -> Publish
 /// peer and stores what arrives through the publish path, mapped by its template,
 /// into the channel the mapped topic resolves to; a saguin-id it came with is kept,
 /// one that came without is minted.
+/// Waits until the bridge has logged the peer taking one record under each of
+/// `topics` (local topic names, a name once per record): a record still
+/// unacknowledged when the link goes is rightly sent again, so a test that stops
+/// the peer or the broker waits for the acknowledgements first.
+fn wait_taken(broker: &Broker, topics: &[&str]) {
+    let mut left: Vec<String> = topics.iter().map(|t| format!("{t:?}")).collect();
+    while !left.is_empty() {
+        let line = broker.wait_log("the peer took ");
+        if let Some(at) = left.iter().position(|t| line.ends_with(t.as_str())) {
+            left.remove(at);
+        }
+    }
+}
+
 #[test]
 fn an_in_rule_brings_a_peer_publish_into_the_channel_its_topic_resolves_to() {
     let peer = Mosquitto::start(free_port(), temp_dir("mosq-in"));
@@ -269,9 +283,7 @@ bridges:
     );
     assert!(seen.contains(&"site/live/x now".to_string()), "{seen:?}");
     drop(far);
-    // Give the peer's last PUBACK time to reach the bridge: a record still
-    // unacknowledged when the link goes is rightly sent again.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_taken(&broker, &["events/a", "events/a", "events/a", "live/x"]);
 
     // The peer goes; the channel grows and a broadcast passes meanwhile.
     let (port_again, dir) = peer.stop();
@@ -1039,6 +1051,7 @@ bridges:
         lines_of(&mut far, 2),
         ["site/events/a e1", "site/events/a e2"]
     );
+    wait_taken(&broker, &["events/a", "events/a"]);
     drop(local);
     let dir = broker.stop();
 
@@ -1064,8 +1077,7 @@ bridges:
     );
     assert_eq!(lines_of(&mut far, 1), ["site/state/gone soon"]);
     drop(far);
-    // Give the peer's PUBACK time to reach the bridge before the peer goes.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_taken(&broker, &["state/gone"]);
     let (port, mosq_dir) = peer.stop();
     broker.wait_log("bridge hub: link to");
     for (topic, payload) in [
@@ -1691,7 +1703,7 @@ bridges:
         Some(0)
     );
     assert_eq!(carried(&mut peer), "one/x e1");
-    std::thread::sleep(Duration::from_millis(300)); // the position is written
+    wait_taken(&broker, &["ev/x"]);
     drop(local);
     let dir = broker.stop();
     drop(peer);
@@ -1705,7 +1717,7 @@ bridges:
         Some(0)
     );
     assert_eq!(carried(&mut peer), "one/x e2");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_taken(&broker, &["ev/x"]);
     drop(local);
     let dir = broker.stop();
     drop(peer);
@@ -1760,7 +1772,7 @@ bridges:
     local.publish("short/a", b"crossed", QoS::AtLeastOnce, false);
     assert_eq!(&*far.recv_publish().payload, b"crossed");
     drop(far);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_taken(&broker, &["short/a"]);
 
     let (port_again, dir) = peer.stop();
     broker.wait_log("bridge hub: link to");
@@ -1872,7 +1884,7 @@ fn an_out_rule_never_sends_the_stored_retained_set_c222_c227() {
         ("far/new", &b"live"[..], true)
     );
     peer.puback(&p);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_taken(&broker, &["up/new"]);
     drop(peer);
     let (mut peer, _) = accept_bridge(&listener, true);
     no_stored_pass(&mut peer, "the link's return re-shipped a retained value");
@@ -1972,7 +1984,7 @@ bridges:
     );
     assert_eq!(lines_of(&mut far, 1), ["site/state/gone soon"]);
     drop(far);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_taken(&broker, &["state/gone"]);
     let (port, mosq_dir) = peer.stop();
     broker.wait_log("bridge hub: link to");
     assert_eq!(

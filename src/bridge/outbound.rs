@@ -286,6 +286,7 @@ impl Outbound {
         };
         if code < 0x80 {
             session.settle(pid);
+            log::debug!("bridge {}: the peer took {topic:?}", self.name);
             return;
         }
         if code == TOPIC_NAME_INVALID {
