@@ -115,6 +115,69 @@ fn offsets_are_never_reused_across_restart_even_after_retention_empties_the_chan
     });
 }
 
+/// C-019, C-025: a channel far past its retention is swept in chunks of 8,192
+/// records, each a transaction of its own with the producers' batches between them,
+/// and every chunk is taken before the sweep answers: an append log by age, a latest
+/// channel's values by age and an append log by size alike.
+#[test]
+fn a_sweep_past_one_chunk_removes_everything_due() {
+    const N: u64 = 2 * 8_192 + 5;
+    let dir = temp_dir("chunks");
+    let p = SqliteProvider::open(&SqliteSettings::new(
+        "local",
+        dir.join("saguin.db"),
+        256 << 20,
+        1 << 20,
+    ))
+    .unwrap();
+    let aged = Retention {
+        period: Some(Duration::from_secs(1)),
+        bytes: None,
+    };
+    let log = ChannelSettings {
+        retention: aged,
+        ..ChannelSettings::append()
+    };
+    let state = ChannelSettings {
+        kind: ChannelKind::Latest {
+            deletion_retention: None,
+        },
+        max_bytes: None,
+        retention: aged,
+    };
+    let sized = ChannelSettings {
+        retention: Retention {
+            period: None,
+            bytes: Some(1_000),
+        },
+        ..ChannelSettings::append()
+    };
+    smol::block_on(async {
+        for (name, settings) in [("log", log), ("state", state), ("sized", sized)] {
+            p.open_channel(name, settings).await.unwrap();
+            let appends = (0..N).map(|n| {
+                let topic = format!("{name}/{n}");
+                let p = &p;
+                async move { p.append(name, rec(&topic, b"p", 1_000 + n)).await }
+            });
+            for r in join_all(appends.collect()).await {
+                r.unwrap();
+            }
+        }
+        let aged = p.sweep_age(100_000_000).await.unwrap();
+        assert_eq!(aged.records, 2 * N, "every aged record of both channels");
+        for name in ["log", "state"] {
+            let s = p.stats(name).await.unwrap();
+            assert_eq!((s.records, s.floor, s.head), (0, N, N), "{name}");
+        }
+        let sized = p.sweep_size().await.unwrap();
+        let s = p.stats("sized").await.unwrap();
+        assert_eq!(sized.records + s.records, N);
+        assert!(s.bytes <= 1_000, "under retention_bytes: {s:?}");
+        assert!(sized.records > 8_192, "more than one chunk: {sized:?}");
+    });
+}
+
 /// B-139, B-140: with the keys absent, publishes arriving during a commit go into the
 /// next transaction together, so concurrent publishers need far fewer commits.
 #[test]

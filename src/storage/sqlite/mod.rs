@@ -562,13 +562,31 @@ impl SqliteProvider {
     /// The age sweep: removes what is past its channel's retention_period and, on latest
     /// channels, tombstones past deletion_retention_period.
     pub async fn sweep_age(&self, now_ms: u64) -> Result<SweepReport, StorageError> {
-        self.write(|done| WriteOp::SweepAge { now_ms, done }).await
+        self.sweep_in_chunks(|done| WriteOp::SweepAge { now_ms, done })
+            .await
     }
 
     /// The size sweep: removes each channel's oldest records to bring it under its
     /// retention_bytes.
     pub async fn sweep_size(&self) -> Result<SweepReport, StorageError> {
-        self.write(|done| WriteOp::SweepSize { done }).await
+        self.sweep_in_chunks(|done| WriteOp::SweepSize { done })
+            .await
+    }
+
+    /// Asks the writer for a sweep until no channel has more to remove: each request
+    /// waits behind the batches queued meanwhile (see [`sweep::CHUNK`]).
+    async fn sweep_in_chunks(
+        &self,
+        make: impl Fn(Done<sweep::Swept>) -> WriteOp,
+    ) -> Result<SweepReport, StorageError> {
+        let mut total = SweepReport::default();
+        loop {
+            let swept = self.write(&make).await?;
+            total.add(swept.report);
+            if !swept.more {
+                return Ok(total);
+            }
+        }
     }
 
     /// Stops the threads after the writes already queued, forcing the log to disk.

@@ -4,9 +4,10 @@ use rusqlite::Connection;
 use smol::channel::Sender;
 
 use super::schema;
+use super::sweep::Swept;
 use crate::storage::error::StorageError;
 use crate::storage::record::{
-    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, SweepReport, Window, WindowRequest,
+    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Window, WindowRequest,
 };
 use crate::storage::settings::ChannelSettings;
 
@@ -118,10 +119,10 @@ pub(crate) enum WriteOp {
     },
     SweepAge {
         now_ms: u64,
-        done: Done<SweepReport>,
+        done: Done<Swept>,
     },
     SweepSize {
-        done: Done<SweepReport>,
+        done: Done<Swept>,
     },
     Read(ReadOp),
 }

@@ -22,7 +22,6 @@ use super::ops::{WriteOp, fail, serve_read};
 use super::schema::u;
 use super::sweep;
 use crate::storage::error::StorageError;
-use crate::storage::record::SweepReport;
 use crate::storage::settings::{COLLECT_MAX_RECORDS, ChannelSettings, CommitMode, SqliteSettings};
 
 /// Background writes (positions) taken into every batch, however busy the urgent
@@ -398,13 +397,14 @@ impl Writer {
     }
 
     /// Runs `one` for every channel `wanted` selects, each in a transaction of its own,
-    /// and moves the in-memory counts by what it removed.
+    /// and moves the in-memory counts by what it removed. `more` when a channel has
+    /// more than a chunk to remove: the caller asks again, behind the batches queued.
     fn sweep(
         &mut self,
         wanted: impl Fn(&ChannelSettings) -> bool,
-        one: impl Fn(&Connection, &Channel) -> rusqlite::Result<SweepReport>,
-    ) -> Result<SweepReport, StorageError> {
-        let mut total = SweepReport::default();
+        one: impl Fn(&Connection, &Channel) -> rusqlite::Result<sweep::Swept>,
+    ) -> Result<sweep::Swept, StorageError> {
+        let mut total = sweep::Swept::default();
         let names: Vec<String> = self
             .channels
             .iter()
@@ -421,10 +421,10 @@ impl Writer {
                 .and_then(|r| tx.commit().map(|()| r))
                 .map_err(|e| StorageError::io(&self.name, &format!("sweep channel {name}"), e))?;
             if let Some(ch) = self.channels.get_mut(&name) {
-                ch.counts.records = ch.counts.records.saturating_sub(r.records);
-                ch.counts.bytes = ch.counts.bytes.saturating_sub(r.bytes);
+                ch.counts.records = ch.counts.records.saturating_sub(r.report.records);
+                ch.counts.bytes = ch.counts.bytes.saturating_sub(r.report.bytes);
             }
-            if r.records > 0 {
+            if r.report.records > 0 {
                 self.dirty_since.get_or_insert_with(Instant::now);
                 self.measure();
             }
