@@ -290,7 +290,7 @@ fn a_latest_consumer_resuming_after_a_restart_is_sent_only_what_changed() {
     seen.sort();
     assert_eq!(seen, [b"1".to_vec(), b"2".to_vec()]);
     reader.send(&Packet::Disconnect(Disconnect::new(0)));
-    std::thread::sleep(Duration::from_millis(200));
+    broker.wait_log("state-watcher disconnected");
     let broker = Broker::start_in(broker.stop(), CHANNELS);
     let (mut reader, ack) = Raw::handshake(broker.addr, c);
     assert!(ack.session_present);

@@ -154,7 +154,7 @@ fn mosquitto_pub_and_sub_interoperate_when_installed() {
             assert!(cmd.status().expect("mosquitto_pub runs").success());
         };
         publish("retained-value", true);
-        let sub = Command::new("timeout")
+        let mut sub = Command::new("timeout")
             .args([
                 "10",
                 "mosquitto_sub",
@@ -175,15 +175,18 @@ fn mosquitto_pub_and_sub_interoperate_when_installed() {
             .stdout(Stdio::piped())
             .spawn()
             .expect("mosquitto_sub runs");
-        std::thread::sleep(Duration::from_millis(500));
+        // The retained value printed means the subscription is in place: the live
+        // one is published then, not after a sleep a slow start can outrun.
+        let mut lines = std::io::BufReader::new(sub.stdout.take().expect("piped stdout"));
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut lines, &mut first).expect("mosquitto_sub prints");
+        assert_eq!(first, format!("{topic} retained-value\n"));
         publish("live-value", false);
-        let out = sub.wait_with_output().expect("mosquitto_sub output");
-        assert!(out.status.success(), "mosquitto_sub exit {:?}", out.status);
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            text,
-            format!("{topic} retained-value\n{topic} live-value\n")
-        );
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut lines, &mut rest).expect("mosquitto_sub prints");
+        let status = sub.wait().expect("mosquitto_sub exits");
+        assert!(status.success(), "mosquitto_sub exit {status:?}");
+        assert_eq!(rest, format!("{topic} live-value\n"));
     }
 }
 

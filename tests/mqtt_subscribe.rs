@@ -456,18 +456,18 @@ fn a_groups_backlog_is_dropped_after_share_expires_after() {
         let (mut raw, _) = Raw::handshake(broker.addr, c.clone());
         assert_eq!(raw.subscribe(filter, opts(QoS::AtLeastOnce)), [1]);
         drop(raw);
+        broker.wait_log(&format!("{id} disconnected"));
         c
     };
     let member = away("member", "$share/g/jobs/#");
     let own = away("own", "jobs/#");
-    std::thread::sleep(Duration::from_millis(200));
     let mut publisher = Raw::connected(broker.addr, V5, "p");
     assert_eq!(
         publisher.publish("jobs/1", b"stale", QoS::AtLeastOnce, false),
         Some(0)
     );
-    // Past the period and the housekeeping second that sweeps it.
-    std::thread::sleep(Duration::from_millis(2600));
+    // Past the period, the housekeeping second that sweeps it.
+    broker.wait_log("1 shared group deliveries dropped");
     broker.assert_metric("saguin_shares_dropped_total{cause=\"expired\"} 1");
     assert_eq!(
         publisher.publish("jobs/2", b"fresh", QoS::AtLeastOnce, false),

@@ -267,8 +267,11 @@ fn b441_an_abandoned_held_publish_leaves_storage() {
     assert_eq!(pubrec(&mut p, "events/late", b"late", 2, false), 0);
     broker.wait_log("QoS 2 publishes abandoned");
     assert_eq!(pubrel(&mut p, 2), NOT_FOUND);
-    // The tick that abandoned it forgets it in storage right after.
-    std::thread::sleep(Duration::from_millis(300));
+    // The tick that abandoned it forgets it in storage right after: watched in the
+    // file beside the broker (WAL).
+    common::wait_until("the abandoned publish gone from storage", || {
+        held_rows(&broker.dir) == 0
+    });
     let dir = kill(broker);
     drop(p);
     assert_eq!(held_rows(&dir), 0);

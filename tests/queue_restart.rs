@@ -52,6 +52,22 @@ fn attempt(p: &saguin::codec::Publish) -> &str {
     user_property(p, "saguin-attempt").expect("saguin-attempt")
 }
 
+/// Waits until the job under `topic` has `attempts` counted in the provider's file,
+/// read beside the broker (WAL): what a stop or a kill must find written.
+fn wait_attempts(dir: &std::path::Path, topic: &str, attempts: i64) {
+    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the db");
+    common::wait_until(&format!("{topic}: attempt {attempts} written"), || {
+        db.query_row(
+            "SELECT max(attempts) FROM records WHERE topic = ?1",
+            [topic],
+            |r| r.get::<_, Option<i64>>(0),
+        )
+        .ok()
+        .flatten()
+            == Some(attempts)
+    });
+}
+
 /// C-150, C-151, C-153: after a restart a held job is offered again with its attempts
 /// as counted, a Delivery ID from before is dead, and a job whose attempts were
 /// exhausted is dead-lettered rather than offered again.
@@ -82,7 +98,8 @@ fn jobs_survive_a_restart_with_their_attempts() {
     let b1 = w.recv_offer();
     assert_eq!(&*b1.payload, b"once/b");
     w.puback(&b1);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_attempts(&broker.dir, "jobs/a", 2);
+    wait_attempts(&broker.dir, "once/b", 1);
     drop(w);
     drop(producer);
     let dir = broker.stop();
@@ -127,7 +144,7 @@ fn a_held_job_is_offered_at_once_after_a_restart() {
     let mut w = worker(&broker, "w");
     let offer = w.recv_offer();
     w.puback(&offer);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_attempts(&broker.dir, "jobs/x", 1);
     let dir = broker.stop();
     let broker = Broker::start_in(dir, CONFIG);
     let started = std::time::Instant::now();
@@ -156,25 +173,7 @@ fn attempt_counts_survive_a_crash() {
     let mut w = worker(&broker, "w");
     let offer = w.recv_offer();
     w.puback(&offer);
-    // Killed once the attempt is in the file, read beside the broker (WAL), not after
-    // a sleep that a loaded machine can outrun.
-    let db = rusqlite::Connection::open(dir.join("saguin.db")).expect("open the db");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while db
-        .query_row("SELECT max(attempts) FROM records", [], |r| {
-            r.get::<_, Option<i64>>(0)
-        })
-        .ok()
-        .flatten()
-        != Some(1)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the attempt was never written"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(db);
+    wait_attempts(&dir, "jobs/c", 1);
     broker.signal("KILL");
     let _ = broker.wait_exit();
     broker.dir = std::path::PathBuf::new(); // keep the directory for the restart
@@ -207,7 +206,7 @@ fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
     let offer = w.recv_offer();
     assert_eq!(&*offer.payload, b"jobs/m1");
     w.puback(&offer);
-    std::thread::sleep(Duration::from_millis(300));
+    broker.wait_log("leased to w");
     drop(w);
     let dir = broker.stop();
     let broker = Broker::start_in(dir, &config);

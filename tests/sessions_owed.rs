@@ -176,8 +176,11 @@ fn b456_one_log_record_per_message_and_none_once_acknowledged() {
         s.disconnect();
         broker.wait_log(&format!("{id} disconnected"));
     }
-    // Housekeeping deletes what nobody needs within a tick or two.
-    std::thread::sleep(Duration::from_millis(2500));
+    // Housekeeping deletes what nobody needs within a tick or two: watched in the
+    // file beside the broker (WAL).
+    common::wait_until("the acknowledged log records deleted", || {
+        log_rows(&broker.dir) == 0
+    });
     let dir = kill(broker);
     assert_eq!(
         log_rows(&dir),

@@ -808,6 +808,11 @@ impl Broker {
             .filter(|s| s.link.is_none())
             .map(|s| s.drop_expired_backlog(now))
             .sum();
+        if dropped > 0 {
+            log::debug!(
+                "{dropped} shared group deliveries dropped: held past broker.share.expires_after"
+            );
+        }
         let total = &self.metrics.dropped_share_expired;
         total.set(total.get() + dropped as u64);
     }

@@ -18,6 +18,16 @@ use saguin::codec::{self, Packet, ProtocolVersion};
 /// How long any single wait in a test may take before it fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
+/// Polls `done` until it holds, failing with `what` past [`WAIT`]: for what the broker
+/// does on its own time (a sweep, a tick, a write), watched rather than slept on.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// How long a broker may take to start: longer on ARM, where CI runs the suite under
 /// qemu-user and seven emulated brokers starting at once translate a debug binary.
 const START_WAIT: Duration = if cfg!(target_arch = "arm") {
