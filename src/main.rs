@@ -154,8 +154,11 @@ fn main() -> ExitCode {
     // a start they refuse changes nothing on the disk (B-185).
     let gates = match saguin::auth::Gates::from_config(&config) {
         Ok(gates) => gates,
-        Err(e) => {
-            log::error!("{e}");
+        Err(found) => {
+            // Every one, not the first (B-480).
+            for finding in &found.0 {
+                log::error!("{finding}");
+            }
             return ExitCode::FAILURE;
         }
     };
@@ -236,13 +239,13 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
-    check_loaded(&config)?;
+    check_loaded(&config).map_err(|_| ExitCode::from(2))?;
     Ok(config)
 }
 
 /// What a configuration that loaded still needs: every file it names readable, and
 /// its acl_file valid against its channels; each refusal on stderr.
-fn check_loaded(config: &saguin::config::Config) -> Result<(), ExitCode> {
+fn check_loaded(config: &saguin::config::Config) -> Result<(), Unloaded> {
     // Every stage that can still run does, so one refusal hides no other (B-480):
     // only what would repeat an unreadable file's finding is left out.
     let files = config.check_files();
@@ -254,13 +257,51 @@ fn check_loaded(config: &saguin::config::Config) -> Result<(), ExitCode> {
     let acl = match acl_readable {
         true => saguin::config::acl::load(config)
             .map(drop)
+            .map_err(|e| e.to_string())
             .inspect_err(|e| eprintln!("{e}")),
         false => Ok(()),
     };
     match (files, acl) {
         (Ok(()), Ok(())) => Ok(()),
-        _ => Err(ExitCode::from(2)),
+        (files, acl) => Err(Unloaded {
+            files_read: files.is_ok(),
+            acl_said: acl.err(),
+        }),
     }
+}
+
+/// What [`check_loaded`] refused: whether every named file read, and the acl_file's
+/// findings as said.
+struct Unloaded {
+    files_read: bool,
+    acl_said: Option<String>,
+}
+
+/// What a start reads before it serves, read the same way: a certificate that is
+/// not PEM, a key that is not its certificate's, a password file with a line it
+/// cannot take (B-551, B-552), every one (B-480); not once a file it names could not
+/// be read, and not the acl_file's findings [`check_loaded`] said already.
+fn check_gates(
+    config: &saguin::config::Config,
+    path: &std::path::Path,
+    loaded: &Result<(), Unloaded>,
+) -> Result<(), ExitCode> {
+    let acl_said = match loaded {
+        Ok(()) => None,
+        Err(u) if u.files_read => u.acl_said.as_ref(),
+        Err(_) => return Err(ExitCode::from(2)),
+    };
+    let Err(mut found) = saguin::auth::Gates::from_config(config) else {
+        return loaded.as_ref().map_err(|_| ExitCode::from(2)).copied();
+    };
+    found.0.retain(|f| Some(f) != acl_said);
+    if !found.0.is_empty() {
+        eprintln!(
+            "configuration is invalid:\n{}:\n  - {found}",
+            path.display()
+        );
+    }
+    Err(ExitCode::from(2))
 }
 
 /// What this build validates but does not run, refused by `--check-config` and a
@@ -313,21 +354,9 @@ fn check_config(path: &std::path::Path, output: bool) -> ExitCode {
         print!("{}", saguin::config::render(&config));
     }
     let loaded = check_loaded(&config);
+    let read = check_gates(&config, path, &loaded);
     let served = refuse_unserved(&config);
-    // What a start reads before it serves, read the same way: a certificate that is
-    // not PEM, a key that is not its certificate's, a password file with a line it
-    // cannot take (B-551, B-552); not once a file it names could not be read.
-    let read = match loaded
-        .is_ok()
-        .then(|| saguin::auth::Gates::from_config(&config))
-    {
-        Some(Err(e)) => {
-            eprintln!("configuration is invalid:\n{}:\n  - {e}", path.display());
-            Err(ExitCode::from(2))
-        }
-        _ => Ok(()),
-    };
-    if let Err(code) = loaded.and(served).and(read) {
+    if let Err(code) = read.and(served) {
         return code;
     }
     // The summary is the answer on stdout (B-550), or on stderr beside the document.

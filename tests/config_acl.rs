@@ -522,6 +522,50 @@ fn check_config_reports_a_missing_file_and_an_acl_finding_together_b480() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// B-480 past the named files: a password file with a line it cannot take, a
+/// certificate that is not PEM and a refused acl_file rule are all reported in one
+/// run, each once - reading the gates' files stopped at the first, and was skipped
+/// altogether when the acl_file was refused.
+#[test]
+fn check_config_reports_every_file_the_gates_cannot_take_b480() {
+    let dir = std::env::temp_dir().join(format!("saguin-gates-all-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let acl = dir.join("acl.yaml");
+    std::fs::write(
+        &acl,
+        "roles:\n  r:\n    - channel: jobs\n      allow: [read]\nusers:\n  dev: [r]\n",
+    )
+    .unwrap();
+    let passwd = dir.join("clients.passwd");
+    std::fs::write(&passwd, "not a password line\n").unwrap();
+    std::fs::write(dir.join("cert.pem"), "not a certificate\n").unwrap();
+    std::fs::write(dir.join("key.pem"), "not a key\n").unwrap();
+    let yaml = CONFIG
+        .replace("/etc/saguin/clients.passwd", &passwd.display().to_string())
+        .replace("/etc/saguin/acl.yaml", &acl.display().to_string())
+        .replace(
+            "  mqtt:\n",
+            &format!(
+                "  mqtt:\n    listen:\n      tcp:\n        address: 127.0.0.1:0\n        tls:\n          cert_file: {0}/cert.pem\n          key_file: {0}/key.pem\n",
+                dir.display()
+            ),
+        );
+    let cfg = dir.join("saguin.yaml");
+    std::fs::write(&cfg, &yaml).unwrap();
+    let out = common::run_saguin(&["--check-config".as_ref(), cfg.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.matches("line 4: roles.r[0].allow read").count(),
+        1,
+        "the acl_file's finding, once:\n{err}"
+    );
+    assert!(err.contains("clients.passwd"), "the password file:\n{err}");
+    assert!(err.contains("cert"), "the certificate:\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// An acl_file that is not YAML is one finding naming the acl_file and the line.
 #[test]
 fn an_acl_file_that_is_not_yaml_names_its_line() {

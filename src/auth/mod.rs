@@ -280,40 +280,69 @@ fn door_name(listen: &str, kind: &str, name: &str) -> String {
     }
 }
 
+/// What reading the gates' files found wrong, each finding once however many doors
+/// name its file: all of them are reported, not the first (B-480).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Findings(pub Vec<String>);
+
+impl Findings {
+    fn add(&mut self, finding: String) {
+        if !self.0.contains(&finding) {
+            self.0.push(finding);
+        }
+    }
+}
+
+impl std::fmt::Display for Findings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("\n  - "))
+    }
+}
+
 /// The files the gates read, each once however many doors name it: what the
-/// [`Reloader`] re-reads.
+/// [`Reloader`] re-reads. A file that does not read is a finding, and the gates
+/// built meanwhile are never served.
 #[derive(Default)]
 struct Files {
     passwords: Vec<Rc<RefCell<PasswordFile>>>,
     certificates: Vec<(config::Tls, Rc<TlsAcceptor>)>,
     acl: Option<Rc<crate::acl::Acl>>,
+    found: Findings,
 }
 
 impl Files {
     /// The password file at `path`, read at its first mention.
-    fn passwords(&mut self, path: &Path) -> Result<Rc<RefCell<PasswordFile>>, String> {
+    fn passwords(&mut self, path: &Path) -> Option<Rc<RefCell<PasswordFile>>> {
         if let Some(f) = self.passwords.iter().find(|f| f.borrow().path() == path) {
-            return Ok(f.clone());
+            return Some(f.clone());
         }
-        let loaded = PasswordFile::load(path).map_err(|e| e.to_string())?;
+        let loaded = match PasswordFile::load(path) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                self.found.add(e.to_string());
+                return None;
+            }
+        };
         log::info!("password file {}: {} users", path.display(), loaded.len());
         let f = Rc::new(RefCell::new(loaded));
         self.passwords.push(f.clone());
-        Ok(f)
+        Some(f)
     }
 
     /// A door's TLS, when it carries a `tls` block.
-    fn tls(
-        &mut self,
-        door: &str,
-        tls: Option<&config::Tls>,
-    ) -> Result<Option<Rc<TlsAcceptor>>, String> {
-        let Some(tls) = tls else {
-            return Ok(None);
-        };
-        let acceptor = Rc::new(TlsAcceptor::load(door, tls)?);
-        self.certificates.push((tls.clone(), acceptor.clone()));
-        Ok(Some(acceptor))
+    fn tls(&mut self, door: &str, tls: Option<&config::Tls>) -> Option<Rc<TlsAcceptor>> {
+        let tls = tls?;
+        match TlsAcceptor::load(door, tls) {
+            Ok(acceptor) => {
+                let acceptor = Rc::new(acceptor);
+                self.certificates.push((tls.clone(), acceptor.clone()));
+                Some(acceptor)
+            }
+            Err(e) => {
+                self.found.add(e);
+                None
+            }
+        }
     }
 
     /// An MQTT door's gate: its own file, else the broker's; anonymous clients as
@@ -326,8 +355,8 @@ impl Files {
         own_anonymous: Option<bool>,
         tls: Option<&config::Tls>,
         proxy: bool,
-    ) -> Result<Rc<Gate>, String> {
-        let tls = self.tls(&door, tls)?;
+    ) -> Rc<Gate> {
+        let tls = self.tls(&door, tls);
         let path = own_file.or(mqtt.password_file.as_ref());
         // A door naming its own file does not inherit the broker's answer (B-222).
         let anonymous = if own_file.is_some() {
@@ -337,14 +366,14 @@ impl Files {
                 .or(mqtt.allow_anonymous)
                 .unwrap_or(path.is_none())
         };
-        Ok(Rc::new(Gate {
+        Rc::new(Gate {
             door: door.into(),
-            passwords: path.map(|p| self.passwords(p)).transpose()?,
+            passwords: path.and_then(|p| self.passwords(p)),
             anonymous,
             tls,
             proxy,
             acl: self.acl.clone(),
-        }))
+        })
     }
 
     /// An operations door's gate (RFC 0002 "The operations listener"): its own file,
@@ -359,18 +388,18 @@ impl Files {
         own_file: Option<&PathBuf>,
         tls: Option<&config::Tls>,
         proxy: bool,
-    ) -> Result<Rc<Gate>, String> {
+    ) -> Rc<Gate> {
         let path = own_file.or(ops.password_file.as_ref());
         let certificate = tls.is_some_and(config::Tls::requires_certificate);
-        let tls = self.tls(&door, tls)?;
-        Ok(Rc::new(Gate {
+        let tls = self.tls(&door, tls);
+        Rc::new(Gate {
             door: door.into(),
-            passwords: path.map(|p| self.passwords(p)).transpose()?,
+            passwords: path.and_then(|p| self.passwords(p)),
             anonymous: path.is_none() && !certificate,
             tls,
             proxy,
             acl: None,
-        }))
+        })
     }
 }
 
@@ -378,19 +407,20 @@ impl Gates {
     /// Reads every password file and certificate the MQTT and operations doors name.
     ///
     /// # Errors
-    /// The first file that cannot be read or understood, naming the file and line
-    /// (a password file) or the door (a certificate).
-    pub fn from_config(config: &Config) -> Result<Gates, String> {
+    /// Every file that cannot be read or understood, naming the file and line (a
+    /// password file or the acl_file) or the door (a certificate).
+    pub fn from_config(config: &Config) -> Result<Gates, Findings> {
         let mqtt = &config.broker.mqtt;
-        let mut files = Files {
-            acl: crate::acl::Acl::from_config(config)?,
-            ..Files::default()
-        };
+        let mut files = Files::default();
+        match crate::acl::Acl::from_config(config) {
+            Ok(acl) => files.acl = acl,
+            Err(e) => files.found.add(e),
+        }
         let mut tcp = Vec::new();
         for d in &mqtt.listen.tcp {
             let door = door_name(MQTT_LISTEN, "tcp", &d.name);
             let (own, tls) = (d.password_file.as_ref(), d.tls.as_ref());
-            tcp.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls, false)?);
+            tcp.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls, false));
         }
         let mut ws = Vec::new();
         for d in &mqtt.listen.ws {
@@ -403,7 +433,7 @@ impl Gates {
                 &d.allowed_origins,
             );
             let (own, tls) = (d.password_file.as_ref(), d.tls.as_ref());
-            let gate = files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls, false)?;
+            let gate = files.mqtt_gate(mqtt, door, own, d.allow_anonymous, tls, false);
             ws.push((gate, Rc::new(policy)));
         }
         let mut unix = Vec::new();
@@ -411,21 +441,24 @@ impl Gates {
             let door = door_name(MQTT_LISTEN, "unix", &d.name);
             let own = d.password_file.as_ref();
             let proxy = d.proxy_protocol;
-            unix.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, None, proxy)?);
+            unix.push(files.mqtt_gate(mqtt, door, own, d.allow_anonymous, None, proxy));
         }
         let (mut ops_tcp, mut ops_unix) = (Vec::new(), Vec::new());
         if let Some(ops) = &config.broker.operations {
             for d in &ops.listen.tcp {
                 let door = door_name(OPS_LISTEN, "tcp", &d.name);
                 let own = d.password_file.as_ref();
-                ops_tcp.push(files.operations_gate(ops, door, own, d.tls.as_ref(), false)?);
+                ops_tcp.push(files.operations_gate(ops, door, own, d.tls.as_ref(), false));
             }
             for d in &ops.listen.unix {
                 let door = door_name(OPS_LISTEN, "unix", &d.name);
                 let own = d.password_file.as_ref();
                 let proxy = d.proxy_protocol;
-                ops_unix.push(files.operations_gate(ops, door, own, None, proxy)?);
+                ops_unix.push(files.operations_gate(ops, door, own, None, proxy));
             }
+        }
+        if !files.found.0.is_empty() {
+            return Err(files.found);
         }
         let ws_gates: Vec<Rc<Gate>> = ws.iter().map(|(gate, _)| gate.clone()).collect();
         let gates: Vec<Rc<Gate>> = [&tcp, &unix, &ws_gates, &ops_tcp, &ops_unix]
