@@ -495,11 +495,9 @@ fn check_config_names_the_acl_file_and_line() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// B-480: --check-config reports every finding, not the first stage's: a password
-/// file that cannot be read and a refused acl_file rule, in one run.
-#[test]
-fn check_config_reports_a_missing_file_and_an_acl_finding_together_b480() {
-    let dir = std::env::temp_dir().join(format!("saguin-acl-both-{}", std::process::id()));
+/// A fresh directory holding an acl_file whose line 4 is refused (read on a queue).
+fn with_refused_acl_file(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("saguin-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let acl = dir.join("acl.yaml");
@@ -508,6 +506,14 @@ fn check_config_reports_a_missing_file_and_an_acl_finding_together_b480() {
         "roles:\n  r:\n    - channel: jobs\n      allow: [read]\nusers:\n  dev: [r]\n",
     )
     .unwrap();
+    (dir, acl)
+}
+
+/// B-480: --check-config reports every finding, not the first stage's: a password
+/// file that cannot be read and a refused acl_file rule, in one run.
+#[test]
+fn check_config_reports_a_missing_file_and_an_acl_finding_together_b480() {
+    let (dir, acl) = with_refused_acl_file("acl-both");
     let missing = dir.join("no-such.passwd");
     let yaml = CONFIG
         .replace("/etc/saguin/clients.passwd", &missing.display().to_string())
@@ -528,15 +534,7 @@ fn check_config_reports_a_missing_file_and_an_acl_finding_together_b480() {
 /// altogether when the acl_file was refused.
 #[test]
 fn check_config_reports_every_file_the_gates_cannot_take_b480() {
-    let dir = std::env::temp_dir().join(format!("saguin-gates-all-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let acl = dir.join("acl.yaml");
-    std::fs::write(
-        &acl,
-        "roles:\n  r:\n    - channel: jobs\n      allow: [read]\nusers:\n  dev: [r]\n",
-    )
-    .unwrap();
+    let (dir, acl) = with_refused_acl_file("gates-all");
     let passwd = dir.join("clients.passwd");
     std::fs::write(&passwd, "not a password line\n").unwrap();
     std::fs::write(dir.join("cert.pem"), "not a certificate\n").unwrap();
