@@ -239,7 +239,13 @@ fn load(path: &std::path::Path) -> Result<saguin::config::Config, ExitCode> {
         eprintln!("{e}");
         ExitCode::from(2)
     })?;
-    check_loaded(&config).map_err(|_| ExitCode::from(2))?;
+    let loaded = check_loaded(&config);
+    if loaded.is_err() {
+        // The gates' findings too, as --check-config gives them (B-480); a start
+        // that gets past here reads them once, for real.
+        let _ = check_gates(&config, path, &loaded);
+        return Err(ExitCode::from(2));
+    }
     Ok(config)
 }
 

@@ -561,6 +561,11 @@ fn check_config_reports_every_file_the_gates_cannot_take_b480() {
     );
     assert!(err.contains("clients.passwd"), "the password file:\n{err}");
     assert!(err.contains("cert"), "the certificate:\n{err}");
+    // A start refuses with the same findings.
+    let started = common::refused_at_startup(&dir, &yaml);
+    for said in ["roles.r[0].allow read", "clients.passwd", "holds no PEM"] {
+        assert!(started.contains(said), "{said} in:\n{started}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
