@@ -259,7 +259,9 @@ fn check_loaded(config: &saguin::config::Config) -> Result<(), Unloaded> {
         eprintln!("{e}");
     }
     // The acl_file is validated against the channels, with its own file and lines.
-    let acl_readable = (config.broker.mqtt.acl_file.as_ref()).is_none_or(|p| p.is_file());
+    // One check_files said it cannot read is not read again (it would say so twice).
+    let acl_readable = (config.broker.mqtt.acl_file.as_ref())
+        .is_none_or(|p| p.is_file() && std::fs::File::open(p).is_ok());
     let acl = match acl_readable {
         true => saguin::config::acl::load(config)
             .map(drop)
