@@ -178,6 +178,41 @@ fn a_sweep_past_one_chunk_removes_everything_due() {
     });
 }
 
+/// The write-ahead log does not keep the largest burst it ever held: 24 MiB written
+/// while a reader holds the checkpoint back grows it past that; once the reader is
+/// gone, a checkpoint and the next write cut it back to at most 8 MiB.
+#[test]
+fn the_write_ahead_log_is_cut_back_after_a_burst() {
+    let dir = temp_dir("wal-limit");
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    let wal = dir.join("saguin.db-wal");
+    let payload = vec![7u8; 64 << 10];
+    smol::block_on(async {
+        p.open_channel("c", ChannelSettings::append())
+            .await
+            .unwrap();
+        p.append("c", rec("c/x", b"first", 0)).await.unwrap();
+        let reader = rusqlite::Connection::open(dir.join("saguin.db")).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM records", [], |r| r.get(0))
+            .unwrap();
+        for n in 0..384 {
+            p.append("c", rec("c/x", &payload, n)).await.unwrap();
+        }
+        let grown = std::fs::metadata(&wal).unwrap().len();
+        assert!(grown > 20 << 20, "the burst grew the log: {grown}");
+        reader.execute_batch("COMMIT").unwrap();
+        drop(reader);
+        // Enough commits for an automatic checkpoint to run and the log to start over.
+        for n in 0..64 {
+            p.append("c", rec("c/x", &payload, n)).await.unwrap();
+        }
+        let after = std::fs::metadata(&wal).unwrap().len();
+        assert!(after <= 8 << 20, "cut back: {after} after {grown}");
+    });
+}
+
 /// B-139, B-140: with the keys absent, publishes arriving during a commit go into the
 /// next transaction together, so concurrent publishers need far fewer commits.
 #[test]

@@ -143,14 +143,23 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
             ),
         ));
     }
-    conn.execute_batch("PRAGMA synchronous = NORMAL;")
-        .map_err(|e| io("set synchronous", e))?;
+    // A write-ahead log that grew past the limit (a burst while a reader held the
+    // checkpoint back) is cut back to it once a checkpoint lets it start over: a
+    // gateway's flash does not keep the largest burst ever seen.
+    conn.execute_batch(&format!(
+        "PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT};"
+    ))
+    .map_err(|e| io("set synchronous and journal_size_limit", e))?;
     conn.execute_batch(schema::SCHEMA)
         .and_then(|()| conn.execute_batch(&format!("PRAGMA user_version = {}", schema::VERSION)))
         .map_err(|e| io("create tables", e))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
+
+/// The bytes a write-ahead log is cut back to after a checkpoint: its steady size
+/// under SQLite's automatic checkpoint (1,000 pages) with room to spare.
+const WAL_SIZE_LIMIT: u64 = 8 << 20;
 
 fn open_read_connection(name: &str, path: &std::path::Path) -> Result<Connection, StorageError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
