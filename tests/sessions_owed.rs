@@ -15,7 +15,7 @@ use common::sessions::{
     subscribe_and_leave, with_receive_maximum,
 };
 use common::{Broker, Raw, opts};
-use saguin::codec::{ProtocolVersion::V5, QoS};
+use saguin::codec::{self, Packet, ProtocolVersion::V5, QoS};
 
 /// How many records the broadcast log holds in the sqlite file (read once the broker
 /// is gone).
@@ -272,6 +272,69 @@ fn b458_a_graceful_stop_stores_acknowledgements_and_resends_the_unacknowledged_w
     assert!(again.dup, "on the wire before the stop: DUP set");
     let rest = receive(&mut s, 3);
     assert_eq!(rest, expected("m", 2..5));
+    s.expect_nothing(Duration::from_millis(300));
+}
+
+/// MQTT-3.3.4-9 at a resume: a client that comes back with a lower Receive Maximum
+/// than it had on the wire is sent again only that many; the rest follow as it
+/// settles, each under the packet identifier it had and DUP set (MQTT-4.4.0-1), then
+/// what was never sent. A broadcast at QoS 1 here, a channel's record at QoS 2 below.
+#[test]
+fn a_resume_with_a_lower_receive_maximum_is_sent_again_only_that_many() {
+    resume_with_a_lower_receive_maximum("news/#", "news/a", QoS::AtLeastOnce);
+}
+
+#[test]
+fn a_channels_records_at_qos2_resume_within_a_lower_receive_maximum() {
+    resume_with_a_lower_receive_maximum("events/#", "events/a", QoS::ExactlyOnce);
+}
+
+fn resume_with_a_lower_receive_maximum(filter: &str, topic: &str, qos: QoS) {
+    let broker = Broker::start_in(fresh_dir(), &config("volatile"));
+    let (mut s, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("shrink", true, 300), 6),
+    );
+    assert_eq!(s.subscribe(filter, opts(qos)), [qos as u8]);
+    publish_n(&broker, topic, "m", 8, qos);
+    let first: Vec<_> = (0..6).map(|_| s.recv_offer()).collect(); // none settled
+    drop(s);
+    broker.wait_log("shrink disconnected");
+    let (mut s, present) = connected(
+        &broker,
+        with_receive_maximum(persistent("shrink", false, 300), 2),
+    );
+    assert!(present);
+    let mut open: std::collections::VecDeque<_> = (0..2).map(|_| s.recv_offer()).collect();
+    s.expect_nothing(Duration::from_millis(300)); // a window of 2 is full
+    let mut got = Vec::new();
+    while let Some(oldest) = open.pop_front() {
+        let id = oldest.packet_id.expect("QoS 1 or 2");
+        if qos == QoS::AtLeastOnce {
+            s.send(&Packet::PubAck(codec::Ack::new(id, 0)));
+        } else {
+            s.send(&Packet::PubRec(codec::Ack::new(id, 0)));
+            assert!(matches!(s.recv(), Packet::PubRel(a) if a.packet_id == id));
+            s.send(&Packet::PubComp(codec::Ack::new(id, 0)));
+        }
+        got.push(oldest);
+        if got.len() + open.len() < 8 {
+            open.push_back(s.recv_offer());
+        }
+    }
+    let payloads: Vec<_> = got
+        .iter()
+        .map(|p| String::from_utf8_lossy(&p.payload))
+        .collect();
+    assert_eq!(payloads, expected("m", 0..8));
+    for (again, before) in got.iter().zip(&first) {
+        assert!(again.dup, "on the wire before: DUP set");
+        assert_eq!(
+            again.packet_id, before.packet_id,
+            "MQTT-4.4.0-1: its identifier"
+        );
+    }
+    assert!(!got[6].dup && !got[7].dup, "never sent before");
     s.expect_nothing(Duration::from_millis(300));
 }
 

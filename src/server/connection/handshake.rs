@@ -749,12 +749,14 @@ impl Conn {
     }
 
     /// Re-sends, DUP set, every exchange that was on the wire when the session's last
-    /// connection ended (MQTT-4.4.0-1). One this connection's Maximum Packet Size no
+    /// connection ended (MQTT-4.4.0-1), as many as its Receive Maximum takes now
+    /// (`Session::fit_window`). One this connection's Maximum Packet Size no
     /// longer takes is not sent: a broadcast is done with, as if it had been
     /// (MQTT-3.1.2-25); a channel's record goes back to the head of the queue, whose
     /// writing tells the consumer why it cannot have it (0x95, gaps G-17).
     fn resend_inflight(&mut self) {
         self.strip_queue_offers();
+        self.with_session(|s| s.fit_window());
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
