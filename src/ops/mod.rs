@@ -149,13 +149,32 @@ pub fn bind_unix(path: &std::path::Path, mode: u32) -> io::Result<UnixDoor> {
             _ => {}
         }
     }
-    let listener = std::os::unix::net::UnixListener::bind(path).map_err(cannot_listen)?;
+    let listener = bind_within_mode(path, mode).map_err(cannot_listen)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(UnixDoor {
         listener,
         path: path.to_path_buf(),
         lock: Some(lock),
     })
+}
+
+/// Binds a Unix socket at `path` giving nothing `mode` does not, from the moment it
+/// exists: with a chmod alone, the moment between the bind and the chmod let anyone
+/// the umask did not stop connect (every user, under umask 0). The process's own
+/// umask applies too, so the chmod that follows gives exactly `mode`.
+fn bind_within_mode(
+    path: &std::path::Path,
+    mode: u32,
+) -> io::Result<std::os::unix::net::UnixListener> {
+    use rustix::fs::Mode;
+    use rustix::process::umask;
+    // Everything is masked while the old mask is read: a file another thread makes
+    // meanwhile is never given more than it would have been.
+    let old = umask(Mode::from_bits_truncate(0o777));
+    umask(old | Mode::from_bits_truncate(!mode & 0o777));
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    umask(old);
+    bound
 }
 
 /// The cached `/metrics` answer.
@@ -485,6 +504,25 @@ fn respond(status: u16, headers: &str, content_type: &str, body: &str) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The socket never has more than `mode`, even under umask 0, before the chmod
+    /// `bind_unix` follows it with; the umask is as it was after.
+    #[test]
+    fn a_unix_socket_is_made_within_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("saguin-umask-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ops.sock");
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode();
+        let before = rustix::process::umask(rustix::fs::Mode::empty());
+        let listener = bind_within_mode(&path, 0o600);
+        let after = rustix::process::umask(before);
+        let _listener = listener.unwrap();
+        assert_eq!(mode(&path) & 0o777, 0o600);
+        assert_eq!(after, rustix::fs::Mode::empty(), "the umask is put back");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn authorization(value: &str) -> Result<Option<(String, Vec<u8>)>, &'static str> {
         let headers = [httparse::Header {
