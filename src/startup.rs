@@ -109,6 +109,7 @@ async fn open_all<'a>(
         let provider = provider_named(config, providers, &channel.storage)
             .map_err(|e| format!("channel {}: {e}", channel.name))?;
         let settings = channel_settings(channel);
+        let max_bytes = settings.max_bytes.filter(|_| !settings.is_latest());
         all_settings.push(settings.clone());
         provider
             .open_channel(&channel.name, settings)
@@ -139,6 +140,7 @@ async fn open_all<'a>(
                     deletions: ms(channel.deletion_retention_period),
                 }
             },
+            max_bytes,
         });
     }
     let memory_total = config.broker.storage.memory_total();

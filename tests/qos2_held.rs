@@ -478,3 +478,38 @@ fn b441_a_file_without_the_held_table_opens_and_keeps_them() {
     drop(p);
     assert_eq!(held_rows(&dir), 1);
 }
+
+/// a QoS 2 publish past its channel's own `max_bytes` is refused on
+/// its PUBREC (0x97) with nothing held, on either provider: a PUBREL for it is told
+/// 0x92 and the connection stays, where it was held and the PUBREL ended the
+/// connection 0x97.
+#[test]
+fn a_qos2_publish_past_its_channels_max_bytes_is_refused_on_the_pubrec() {
+    for provider in ["local", "volatile"] {
+        let yaml = format!(
+            "{}  capped:\n    type: append\n    storage: {provider}\n    max_bytes: 2KiB\n",
+            config("local")
+        );
+        let broker = Broker::start_in(fresh_dir(), &yaml);
+        let (mut p, _) = connected(&broker, persistent("filler", true, 300));
+        let payload = vec![b'x'; 500];
+        let mut stored = 0;
+        while p.publish("capped/a", &payload, QoS::AtLeastOnce, false) == Some(0) {
+            stored += 1;
+            assert!(stored < 5, "{provider}: 2 KiB takes at most four");
+        }
+        assert!(stored >= 2, "{provider}: some fit");
+        assert_eq!(
+            pubrec(&mut p, "capped/a", &payload, 7, false),
+            0x97,
+            "{provider}: A-166 on the PUBREC"
+        );
+        assert_eq!(pubrel(&mut p, 7), NOT_FOUND, "{provider}: nothing held");
+        assert_eq!(
+            pubrec(&mut p, "capped/a", b"", 8, false),
+            0,
+            "{provider}: a record that fits is taken"
+        );
+        assert_eq!(pubrel(&mut p, 8), 0);
+    }
+}

@@ -59,6 +59,9 @@ pub struct Channel {
     pub queue: Option<super::queue::Policy>,
     /// How old a value, or a deletion, may be and still be served.
     pub max_age: MaxAge,
+    /// Its own `max_bytes` (append, dead-letter and queue channels): what a QoS 2
+    /// publish is measured against before it is held.
+    pub max_bytes: Option<u64>,
 }
 
 /// A latest channel's `retention_period` and `deletion_retention_period`, in ms: a

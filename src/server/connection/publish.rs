@@ -417,15 +417,17 @@ impl Conn {
     /// takes room from the broadcast log first (B-476), then refuses 0x97.
     async fn store_held(&mut self, packet_id: u16, message: Arc<Message>) -> u8 {
         let shared = self.shared.clone();
-        let (provider, token) = {
+        let (provider, token, bounded) = {
             let mut broker = shared.broker.borrow_mut();
-            let provider = match broker.destination(&message.topic) {
+            let (provider, bounded) = match broker.destination(&message.topic) {
                 crate::broker::Destination::Channel(id) => {
-                    Some(broker.channels.get(id).provider.clone())
+                    let c = broker.channels.get(id);
+                    let bounded = c.max_bytes.map(|max| (c.name.clone(), max));
+                    (Some(c.provider.clone()), bounded)
                 }
-                crate::broker::Destination::Broadcast => broker.session_store(),
+                crate::broker::Destination::Broadcast => (broker.session_store(), None),
             };
-            (provider, broker.held_token())
+            (provider, broker.held_token(), bounded)
         };
         let since = Instant::now();
         let Some(provider) = provider else {
@@ -438,6 +440,18 @@ impl Conn {
             self.with_session(|s| s.incoming.insert(packet_id, held));
             return reason::SUCCESS;
         };
+        if let Some((channel, max_bytes)) = bounded
+            && let Err(e) = fits_channel(&provider, &channel, max_bytes, &message).await
+        {
+            return not_stored(
+                &shared.broker.borrow().metrics,
+                &e,
+                format_args!(
+                    "{}: QoS 2 publish {packet_id} by {} to {:?}",
+                    self.peer, self.client_id, message.topic
+                ),
+            );
+        }
         let held = crate::storage::Held {
             client_id: self.client_id.to_string(),
             packet_id,
@@ -512,4 +526,30 @@ impl Conn {
         self.queue_packet(&Packet::PubComp(self.ack(packet_id, code, None)));
         Ok(())
     }
+}
+
+/// Whether `message` fits its channel's own `max_bytes` as the channel stands now: a
+/// QoS 2 publish past it is refused on its PUBREC, where at the
+/// PUBREL it could only end the connection with the message still held. One that
+/// fills the channel between the two is still refused at the PUBREL; a failed read
+/// lets it through, for the PUBREL's write to say what is wrong.
+async fn fits_channel(
+    provider: &crate::storage::Provider,
+    channel: &str,
+    max_bytes: u64,
+    message: &Message,
+) -> Result<(), crate::storage::StorageError> {
+    let size = crate::broker::records::to_record(message, 0).size();
+    let Ok(stats) = provider.stats(channel).await else {
+        return Ok(());
+    };
+    if stats.bytes + size > max_bytes {
+        return Err(crate::storage::StorageError::ChannelFull {
+            channel: channel.to_owned(),
+            max_bytes,
+            used: stats.bytes,
+            size,
+        });
+    }
+    Ok(())
 }
