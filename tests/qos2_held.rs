@@ -480,9 +480,10 @@ fn b441_a_file_without_the_held_table_opens_and_keeps_them() {
 }
 
 /// a QoS 2 publish past its channel's own `max_bytes` is refused on
-/// its PUBREC (0x97) with nothing held, on either provider: a PUBREL for it is told
-/// 0x92 and the connection stays, where it was held and the PUBREL ended the
-/// connection 0x97.
+/// its PUBREC (0x97) with nothing held, on either provider and for a session that
+/// keeps its exchanges in storage as for one that ends with its connection: a PUBREL
+/// for it is told 0x92 and the connection stays, where it was held and the PUBREL
+/// ended the connection 0x97.
 #[test]
 fn a_qos2_publish_past_its_channels_max_bytes_is_refused_on_the_pubrec() {
     for provider in ["local", "volatile"] {
@@ -491,25 +492,31 @@ fn a_qos2_publish_past_its_channels_max_bytes_is_refused_on_the_pubrec() {
             config("local")
         );
         let broker = Broker::start_in(fresh_dir(), &yaml);
-        let (mut p, _) = connected(&broker, persistent("filler", true, 300));
+        let mut filler = connected(&broker, persistent("filler", true, 0)).0;
         let payload = vec![b'x'; 500];
         let mut stored = 0;
-        while p.publish("capped/a", &payload, QoS::AtLeastOnce, false) == Some(0) {
+        while filler.publish("capped/a", &payload, QoS::AtLeastOnce, false) == Some(0) {
             stored += 1;
             assert!(stored < 5, "{provider}: 2 KiB takes at most four");
         }
         assert!(stored >= 2, "{provider}: some fit");
-        assert_eq!(
-            pubrec(&mut p, "capped/a", &payload, 7, false),
-            0x97,
-            "{provider}: A-166 on the PUBREC"
-        );
-        assert_eq!(pubrel(&mut p, 7), NOT_FOUND, "{provider}: nothing held");
-        assert_eq!(
-            pubrec(&mut p, "capped/a", b"", 8, false),
-            0,
-            "{provider}: a record that fits is taken"
-        );
-        assert_eq!(pubrel(&mut p, 8), 0);
+        let mut kept = connected(&broker, persistent("kept", true, 300)).0;
+        for (p, session) in [(&mut kept, "kept"), (&mut filler, "passing")] {
+            let case = format!("{provider}, {session}");
+            assert_eq!(
+                pubrec(p, "capped/a", &payload, 7, false),
+                0x97,
+                "{case}: A-166 on the PUBREC"
+            );
+            assert_eq!(pubrel(p, 7), NOT_FOUND, "{case}: nothing held");
+        }
+        for (p, id) in [(&mut kept, 8), (&mut filler, 9)] {
+            assert_eq!(
+                pubrec(p, "capped/a", b"", id, false),
+                0,
+                "{provider}: it fits"
+            );
+            assert_eq!(pubrel(p, id), 0);
+        }
     }
 }

@@ -15,7 +15,8 @@ use crate::codec::{Packet, ProtocolVersion, Publish, QoS, reason};
 pub(super) enum PublishStep {
     /// A `$saguin/...` verb, to perform and answer.
     Verb(Verb),
-    /// A QoS 2 publish, to keep in storage before its PUBREC.
+    /// A QoS 2 publish, to keep in storage, or measure against its channel's
+    /// `max_bytes`, before its PUBREC.
     StoreHeld(u16, Arc<Message>),
     /// The rest of its routing: a channel's store, a retained write, the log.
     Route(Routing),
@@ -35,7 +36,8 @@ enum Quota {
 enum Hold {
     /// Answered now with this PUBREC code (held in memory, a DUP, or refused).
     Answer(u8),
-    /// To be kept in storage before its PUBREC (B-441).
+    /// To be kept in storage before its PUBREC (B-441), or measured against its
+    /// channel's `max_bytes` first (`store_held`).
     Store(Arc<Message>),
 }
 
@@ -383,6 +385,10 @@ impl Conn {
         let shared = self.shared.clone();
         let settings = &shared.settings;
         let mut broker = shared.broker.borrow_mut();
+        let bounded = match broker.destination(&publish.topic) {
+            crate::broker::Destination::Channel(id) => broker.channels.get(id).max_bytes.is_some(),
+            crate::broker::Destination::Broadcast => false,
+        };
         let Some((session, metrics)) = broker.session_and_metrics(&self.client_id, self.link.id)
         else {
             // Another connection holds the client id now: nothing can be held for
@@ -397,9 +403,9 @@ impl Conn {
         // Held until PUBREL, so a retransmission is never delivered twice; the
         // message is built only for a publish that is kept.
         let message = Arc::new(self.message_from(publish));
-        if session.stored && session.keeps_owed_in_log() {
+        if (session.stored && session.keeps_owed_in_log()) || bounded {
             // Its session outlives the connection: kept in storage before the
-            // PUBREC (B-441).
+            // PUBREC (B-441). Or its channel has a max_bytes to measure it against.
             return Ok(Hold::Store(message));
         }
         let held = HeldQos2 {
@@ -411,13 +417,14 @@ impl Conn {
         Ok(Hold::Answer(reason::SUCCESS))
     }
 
-    /// Keeps a QoS 2 publish of a session that outlives its connection in the
-    /// provider of the channel it is for, or the broadcast log's (B-441), before its
-    /// PUBREC, and then holds it on the session; the PUBREC's code. A full provider
-    /// takes room from the broadcast log first (B-476), then refuses 0x97.
+    /// Measures a QoS 2 publish against its channel's own `max_bytes` (0x97), keeps
+    /// it, for a session that outlives its connection, in the provider of the
+    /// channel it is for or the broadcast log's (B-441), before its PUBREC, and then
+    /// holds it on the session; the PUBREC's code. A full provider takes room from
+    /// the broadcast log first (B-476), then refuses 0x97.
     async fn store_held(&mut self, packet_id: u16, message: Arc<Message>) -> u8 {
         let shared = self.shared.clone();
-        let (provider, token, bounded) = {
+        let (provider, token, bounded, kept) = {
             let mut broker = shared.broker.borrow_mut();
             let (provider, bounded) = match broker.destination(&message.topic) {
                 crate::broker::Destination::Channel(id) => {
@@ -427,31 +434,40 @@ impl Conn {
                 }
                 crate::broker::Destination::Broadcast => (broker.session_store(), None),
             };
-            (provider, broker.held_token(), bounded)
+            let kept = (broker.session_of(&self.client_id, self.link.id))
+                .is_some_and(|s| s.stored && s.keeps_owed_in_log());
+            (provider, broker.held_token(), bounded, kept)
         };
+        let what = || {
+            format!(
+                "{}: QoS 2 publish {packet_id} by {} to {:?}",
+                self.peer, self.client_id, message.topic
+            )
+        };
+        if let (Some((channel, max_bytes)), Some(provider)) = (bounded, &provider)
+            && let Err(e) = fits_channel(provider, &channel, max_bytes, &message).await
+        {
+            return not_stored(
+                &shared.broker.borrow().metrics,
+                &e,
+                format_args!("{}", what()),
+            );
+        }
         let since = Instant::now();
-        let Some(provider) = provider else {
-            // No provider to keep it in: held in memory, as for any other session.
+        let Some(provider) = provider.filter(|_| kept) else {
+            // Nothing to keep it in, or a session that ends with its connection:
+            // held in memory, as for any other session.
             let held = HeldQos2 {
                 since,
                 message: Some(message),
                 stored: None,
             };
-            self.with_session(|s| s.incoming.insert(packet_id, held));
-            return reason::SUCCESS;
+            return match self.with_session(|s| s.incoming.insert(packet_id, held)) {
+                Some(_) => reason::SUCCESS,
+                // Taken over while it was measured.
+                None => reason::UNSPECIFIED_ERROR,
+            };
         };
-        if let Some((channel, max_bytes)) = bounded
-            && let Err(e) = fits_channel(&provider, &channel, max_bytes, &message).await
-        {
-            return not_stored(
-                &shared.broker.borrow().metrics,
-                &e,
-                format_args!(
-                    "{}: QoS 2 publish {packet_id} by {} to {:?}",
-                    self.peer, self.client_id, message.topic
-                ),
-            );
-        }
         let held = crate::storage::Held {
             client_id: self.client_id.to_string(),
             packet_id,
@@ -481,14 +497,7 @@ impl Conn {
                 broker.forget_held(crate::broker::held::HeldRef { provider, key });
                 reason::UNSPECIFIED_ERROR
             }
-            Err(e) => not_stored(
-                &broker.metrics,
-                &e,
-                format_args!(
-                    "{}: QoS 2 publish {packet_id} by {} to {:?}",
-                    self.peer, self.client_id, message.topic
-                ),
-            ),
+            Err(e) => not_stored(&broker.metrics, &e, format_args!("{}", what())),
         }
     }
 
