@@ -281,16 +281,26 @@ fn b458_a_graceful_stop_stores_acknowledgements_and_resends_the_unacknowledged_w
 /// what was never sent. A broadcast at QoS 1 here, a channel's record at QoS 2 below.
 #[test]
 fn a_resume_with_a_lower_receive_maximum_is_sent_again_only_that_many() {
-    resume_with_a_lower_receive_maximum("news/#", "news/a", QoS::AtLeastOnce);
+    let yaml = config("volatile");
+    resume_with_a_lower_receive_maximum(&yaml, "news/#", "news/a", QoS::AtLeastOnce);
 }
 
 #[test]
 fn a_channels_records_at_qos2_resume_within_a_lower_receive_maximum() {
-    resume_with_a_lower_receive_maximum("events/#", "events/a", QoS::ExactlyOnce);
+    let yaml = config("volatile");
+    resume_with_a_lower_receive_maximum(&yaml, "events/#", "events/a", QoS::ExactlyOnce);
 }
 
-fn resume_with_a_lower_receive_maximum(filter: &str, topic: &str, qos: QoS) {
-    let broker = Broker::start_in(fresh_dir(), &config("volatile"));
+/// With no session storage, a broadcast on the wire has no log record to name it:
+/// it keeps its identifier all the same.
+#[test]
+fn unlogged_broadcasts_at_qos2_resume_within_a_lower_receive_maximum() {
+    let yaml = common::CHANNELS;
+    resume_with_a_lower_receive_maximum(yaml, "news/#", "news/a", QoS::ExactlyOnce);
+}
+
+fn resume_with_a_lower_receive_maximum(yaml: &str, filter: &str, topic: &str, qos: QoS) {
+    let broker = Broker::start_in(fresh_dir(), yaml);
     let (mut s, _) = connected(
         &broker,
         with_receive_maximum(persistent("shrink", true, 300), 6),

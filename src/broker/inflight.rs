@@ -11,6 +11,7 @@
 //! The sum is what a full window asks on every delivery (`Session::window_open`):
 //! summed by walking the table, a replay of a channel spent half its time there.
 
+use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
 
 use super::Map;
@@ -57,6 +58,13 @@ pub struct InflightTable {
     next_place: u64,
     /// What the exchanges still published are charged (`Message::charge`).
     published_bytes: usize,
+    /// A resumed session's exchanges not yet sent again on its new connection, by
+    /// place and identifier, oldest first (`mark_unsent`). One whose place no
+    /// longer matches went meanwhile; the places of the rest run from the front's
+    /// to the back's, and no later exchange takes one of them.
+    unsent: VecDeque<(u64, u16)>,
+    /// How many of `unsent` are still in the table.
+    unsent_left: usize,
 }
 
 /// What `inflight` is charged while on the wire: a PUBLISH its message, a PUBREL
@@ -135,8 +143,9 @@ impl InflightTable {
 
     /// Takes the exchange under `id` out.
     pub fn remove(&mut self, id: &u16) -> Option<Inflight> {
-        let (_, inflight) = self.by_id.remove(id)?;
+        let (place, inflight) = self.by_id.remove(id)?;
         self.published_bytes -= charge(&inflight);
+        self.forget_unsent(place);
         self.give_back_room();
         Some(inflight)
     }
@@ -144,14 +153,19 @@ impl InflightTable {
     /// Keeps only the exchanges `keep` says yes to.
     pub fn retain(&mut self, mut keep: impl FnMut(&u16, &Inflight) -> bool) {
         let mut gone = 0;
-        self.by_id.retain(|id, (_, inflight)| {
+        let mut places = Vec::new();
+        self.by_id.retain(|id, (place, inflight)| {
             let kept = keep(id, inflight);
             if !kept {
                 gone += charge(inflight);
+                places.push(*place);
             }
             kept
         });
         self.published_bytes -= gone;
+        for place in places {
+            self.forget_unsent(place);
+        }
         self.give_back_room();
     }
 
@@ -159,6 +173,56 @@ impl InflightTable {
     pub fn clear(&mut self) {
         self.by_id = Map::default();
         self.published_bytes = 0;
+        self.unsent = VecDeque::new();
+        self.unsent_left = 0;
+    }
+
+    /// Marks every exchange as not yet sent on the connection that resumes the
+    /// session: they go again, oldest first, as the client's Receive Maximum has
+    /// room (`take_unsent`, MQTT-3.3.4-9).
+    pub fn mark_unsent(&mut self) {
+        let mut all: Vec<(u64, u16)> = (self.by_id.iter())
+            .map(|(id, (place, _))| (*place, *id))
+            .collect();
+        all.sort_unstable();
+        self.unsent_left = all.len();
+        self.unsent = all.into();
+    }
+
+    /// The oldest exchange not yet sent again, now counted as on the wire.
+    pub fn take_unsent(&mut self) -> Option<u16> {
+        while let Some((place, id)) = self.unsent.pop_front() {
+            if self.by_id.get(&id).is_some_and(|(p, _)| *p == place) {
+                self.unsent_left = self.unsent_left.saturating_sub(1);
+                if self.unsent.is_empty() {
+                    self.unsent = VecDeque::new();
+                }
+                return Some(id);
+            }
+        }
+        self.unsent = VecDeque::new();
+        None
+    }
+
+    /// How many exchanges are on the wire: those not waiting to be sent again.
+    pub fn on_wire(&self) -> usize {
+        self.by_id.len() - self.unsent_left
+    }
+
+    /// Whether any exchange waits to be sent again.
+    pub fn has_unsent(&self) -> bool {
+        self.unsent_left > 0
+    }
+
+    /// An exchange at `place` went: if it was waiting to be sent again, one fewer is.
+    fn forget_unsent(&mut self, place: u64) {
+        let waiting = match (self.unsent.front(), self.unsent.back()) {
+            (Some((first, _)), Some((last, _))) => (*first..=*last).contains(&place),
+            _ => false,
+        };
+        if waiting {
+            self.unsent_left = self.unsent_left.saturating_sub(1);
+        }
     }
 
     /// Every exchange, in no particular order.
@@ -250,6 +314,31 @@ mod tests {
         assert_eq!(offsets(&table), [(65_535, 20), (1, 3), (2, 4), (65_534, 5)]);
         table.retain(|id, _| *id != 1);
         assert_eq!(offsets(&table), [(65_535, 20), (2, 4), (65_534, 5)]);
+    }
+
+    /// MQTT-3.3.4-9: what a resume has to send again goes oldest first; one that
+    /// went meanwhile (settled, or its identifier taken again) is neither sent nor
+    /// counted, and what was sent counts as on the wire.
+    #[test]
+    fn exchanges_to_send_again_go_oldest_first_and_count_once_sent() {
+        let mut table = InflightTable::default();
+        for (id, offset) in [(65_535, 1), (1, 2), (2, 3), (3, 4)] {
+            table.insert(id, released(offset));
+        }
+        table.mark_unsent();
+        assert_eq!((table.on_wire(), table.has_unsent()), (0, true));
+        assert_eq!(table.take_unsent(), Some(65_535));
+        assert_eq!(table.on_wire(), 1);
+        assert!(
+            table.remove(&1).is_some(),
+            "settled before it was sent again"
+        );
+        table.insert(1, released(9)); // a new exchange under its identifier
+        assert_eq!(table.on_wire(), 2, "the new one is on the wire");
+        table.retain(|id, _| *id != 2);
+        assert_eq!(table.take_unsent(), Some(3));
+        assert_eq!((table.take_unsent(), table.has_unsent()), (None, false));
+        assert_eq!(table.on_wire(), 3);
     }
 
     /// G-18: a seek detaches what is on the wire from the channel it moved, and

@@ -902,36 +902,6 @@ impl Session {
             .collect()
     }
 
-    /// Takes the exchanges still published past the session's Receive Maximum off
-    /// the wire, the latest sent first, back to the head of its queue under the
-    /// packet identifiers they had (`kept_ids`, DUP set). A client that resumes with
-    /// a lower Receive Maximum than it had on the wire is sent again no more than
-    /// that (MQTT-3.3.4-9); the rest follow as it acknowledges (MQTT-4.4.0-1).
-    pub fn fit_window(&mut self) {
-        let over = (self.inflight.len()).saturating_sub(usize::from(self.receive_maximum));
-        if over == 0 {
-            return;
-        }
-        let latest: Vec<u16> = (self.inflight.in_send_order().into_iter().rev())
-            .filter(|(_, f)| matches!(f, Inflight::Published(_)))
-            .take(over)
-            .map(|(id, _)| id)
-            .collect();
-        for id in latest {
-            let Some(Inflight::Published(mut d)) = self.inflight.remove(&id) else {
-                continue;
-            };
-            d.resent = true;
-            if let Some(record) = d.record {
-                (self.kept_ids.get_or_insert_with(Box::default)).keep(record, id);
-            }
-            if let (Some(offset), Some(log)) = (d.logged(), &mut self.log) {
-                log.sent.remove(&offset);
-            }
-            self.queue.push_front(d);
-        }
-    }
-
     /// Settles an outbound exchange at PUBACK or PUBCOMP; returns whether it existed.
     pub fn settle(&mut self, packet_id: u16) -> bool {
         match self.inflight.remove(&packet_id) {

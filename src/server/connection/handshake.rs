@@ -223,6 +223,7 @@ pub(super) async fn establish(
         acl: admitted.principal.clone(),
         waited: false,
         log_window_full: false,
+        resending: false,
         shared,
     };
     if accepted.session_present {
@@ -749,30 +750,44 @@ impl Conn {
     }
 
     /// Re-sends, DUP set, every exchange that was on the wire when the session's last
-    /// connection ended (MQTT-4.4.0-1), as many as its Receive Maximum takes now
-    /// (`Session::fit_window`). One this connection's Maximum Packet Size no
-    /// longer takes is not sent: a broadcast is done with, as if it had been
-    /// (MQTT-3.1.2-25); a channel's record goes back to the head of the queue, whose
-    /// writing tells the consumer why it cannot have it (0x95, gaps G-17).
+    /// connection ended (MQTT-4.4.0-1), as many at once as its Receive Maximum takes
+    /// now (MQTT-3.3.4-9): the rest wait on the table (`InflightTable::mark_unsent`)
+    /// and go as the client settles, before anything queued (`resend_unsent`).
     fn resend_inflight(&mut self) {
         self.strip_queue_offers();
-        self.with_session(|s| s.fit_window());
+        self.with_session(|s| s.inflight.mark_unsent());
+        self.resending = true;
+        self.resend_unsent();
+    }
+
+    /// Re-sends, DUP set and oldest first, the exchanges of a resumed session not
+    /// yet sent on this connection, as far as the client's Receive Maximum has room
+    /// (those sent again and not settled count). One this connection's Maximum
+    /// Packet Size no longer takes is not sent: a broadcast is done with, as if it
+    /// had been (MQTT-3.1.2-25); a channel's record goes back to the head of the
+    /// queue, whose writing tells the consumer why it cannot have it (0x95, G-17).
+    pub(super) fn resend_unsent(&mut self) {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
+            self.resending = false;
             return;
         };
         let now = Instant::now();
         let mut packets = Vec::new();
         // In the order first sent, which the identifiers do not tell (MQTT-4.6.0-5).
-        for (id, inflight) in session.inflight.in_send_order() {
-            packets.push(match inflight {
-                Inflight::Published(d) => {
+        while session.inflight.on_wire() < usize::from(session.receive_maximum) {
+            let Some(id) = session.inflight.take_unsent() else {
+                break;
+            };
+            packets.push(match session.inflight.get(&id) {
+                Some(Inflight::Published(d)) => {
                     Packet::Publish(publish_packet(d, Some(id), true, now, self.protocol))
                 }
-                Inflight::Released(..) => Packet::PubRel(Ack::new(id, 0)),
+                _ => Packet::PubRel(Ack::new(id, 0)),
             });
         }
+        self.resending = session.inflight.has_unsent();
         drop(broker);
         let mut too_large = Vec::new();
         for packet in &packets {

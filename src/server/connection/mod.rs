@@ -154,6 +154,9 @@ struct Conn {
     /// `write_owed` stopped at a logged delivery: the Receive Maximum of them are on
     /// the wire above the stored log position, which is written now (B-459).
     log_window_full: bool,
+    /// Exchanges of the resumed session wait to be sent again, as the client's
+    /// Receive Maximum has room (`resend_unsent`).
+    resending: bool,
 }
 
 /// Runs a connection to its end. It holds `slot` until the broker decides it ends
@@ -922,9 +925,13 @@ impl Conn {
     }
 
     /// Moves what the session is owed into the write buffer, as far as the client's
-    /// Receive Maximum and the session bound allow; with room left, what its shared
-    /// groups hold for a member that can take it comes next (B-447).
+    /// Receive Maximum and the session bound allow: what a resume has still to send
+    /// again first, then its queue; with room left, what its shared groups hold for
+    /// a member that can take it comes next (B-447).
     fn write_owed(&mut self) -> Result<Reading, End> {
+        if self.resending {
+            self.resend_unsent();
+        }
         loop {
             let reading = self.write_queued()?;
             let collected = self
