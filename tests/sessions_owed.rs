@@ -348,6 +348,55 @@ fn resume_with_a_lower_receive_maximum(yaml: &str, filter: &str, topic: &str, qo
     s.expect_nothing(Duration::from_millis(300));
 }
 
+/// MQTT-3.1.2-25 beside MQTT-3.3.4-9: what a resume cannot send again for the new
+/// Maximum Packet Size is done with, and the room it leaves goes to the next
+/// exchange owed, before anything queued (MQTT-4.6.0-5), not left waiting for an
+/// acknowledgement that will never come.
+#[test]
+fn a_resend_too_large_for_the_new_connection_gives_its_room_to_the_next() {
+    let broker = Broker::start_in(fresh_dir(), &config("volatile"));
+    let (mut s, _) = connected(
+        &broker,
+        with_receive_maximum(persistent("shrunk", true, 300), 5),
+    );
+    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut p = Raw::connected(broker.addr, V5, "publisher");
+    let big = "m".repeat(2_000);
+    for i in 0..8 {
+        let payload = if i == 2 || i == 3 {
+            big.clone()
+        } else {
+            format!("m-{i}")
+        };
+        assert_eq!(
+            p.publish("news/a", payload.as_bytes(), QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    for _ in 0..5 {
+        s.recv_offer(); // none acknowledged
+    }
+    drop(s);
+    broker.wait_log("shrunk disconnected");
+    let mut c = with_receive_maximum(persistent("shrunk", false, 300), 2);
+    c.properties.edit().maximum_packet_size = Some(1_000);
+    let (mut s, present) = connected(&broker, c);
+    assert!(present);
+    let window = [s.recv_offer(), s.recv_offer()];
+    // Both settled at once: the next two owed are both too large, and nothing else
+    // is on the wire for the client to answer.
+    let mut both = Vec::new();
+    for p in &window {
+        let id = p.packet_id.expect("QoS 1");
+        codec::encode(&Packet::PubAck(codec::Ack::new(id, 0)), V5, &mut both);
+    }
+    s.send_bytes(&both);
+    let payloads: Vec<_> = window.iter().map(|p| p.payload.to_vec()).collect();
+    assert_eq!(payloads, [b"m-0".to_vec(), b"m-1".to_vec()]);
+    assert_eq!(receive(&mut s, 4), ["m-4", "m-5", "m-6", "m-7"]);
+    s.expect_nothing(Duration::from_millis(300));
+}
+
 /// B-459: after SIGKILL a session is sent again at most its Receive Maximum of what
 /// it had acknowledged: with a window of 2 and a 1 s interval, however fast it
 /// acknowledges, at most 2 of the 20 messages it took come back (DUP set), before the

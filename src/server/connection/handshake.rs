@@ -767,11 +767,18 @@ impl Conn {
     /// had been (MQTT-3.1.2-25); a channel's record goes back to the head of the
     /// queue, whose writing tells the consumer why it cannot have it (0x95, G-17).
     pub(super) fn resend_unsent(&mut self) {
+        // What is not sent frees its room for the next, which goes before anything
+        // queued and may be the last thing the client would answer.
+        while self.resend_window() {}
+    }
+
+    /// One pass of `resend_unsent`: whether it left room it freed and more to send.
+    fn resend_window(&mut self) -> bool {
         let shared = self.shared.clone();
         let mut broker = shared.broker.borrow_mut();
         let Some(session) = broker.session_of(&self.client_id, self.link.id) else {
             self.resending = false;
-            return;
+            return false;
         };
         let now = Instant::now();
         let mut packets = Vec::new();
@@ -800,6 +807,7 @@ impl Conn {
                 packet => self.queue_packet(packet),
             }
         }
+        let freed = !too_large.is_empty();
         self.with_session(|s| {
             for id in too_large.into_iter().rev() {
                 match s.inflight.get(&id) {
@@ -814,5 +822,6 @@ impl Conn {
                 }
             }
         });
+        freed && self.resending
     }
 }
