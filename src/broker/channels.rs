@@ -99,6 +99,9 @@ pub struct Channels {
     router: Router,
     list: Vec<Channel>,
     by_name: HashMap<Arc<str>, ChannelId>,
+    /// Whether any channel has a `max_bytes` of its own: with none, a QoS 2 publish
+    /// is not resolved to ask (`bounded`).
+    any_bounded: bool,
 }
 
 impl Channels {
@@ -114,13 +117,20 @@ impl Channels {
             .zip(0..)
             .map(|(c, i)| (c.name.clone(), i))
             .collect();
+        let any_bounded = list.iter().any(|c| c.max_bytes.is_some());
         Channels {
             retained: None,
             sessions: None,
             router,
             list,
             by_name,
+            any_bounded,
         }
+    }
+
+    /// Whether a publish to `topic` goes to a channel with a `max_bytes` of its own.
+    pub fn bounded(&self, topic: &str) -> bool {
+        self.any_bounded && (self.resolve(topic)).is_some_and(|id| self.get(id).max_bytes.is_some())
     }
 
     /// Where a publish to `topic` goes: `Some` channel, or `None` for broadcast.

@@ -154,11 +154,14 @@ impl InflightTable {
     pub fn retain(&mut self, mut keep: impl FnMut(&u16, &Inflight) -> bool) {
         let mut gone = 0;
         let mut places = Vec::new();
+        let unsent = self.unsent_left > 0;
         self.by_id.retain(|id, (place, inflight)| {
             let kept = keep(id, inflight);
             if !kept {
                 gone += charge(inflight);
-                places.push(*place);
+                if unsent {
+                    places.push(*place);
+                }
             }
             kept
         });

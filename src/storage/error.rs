@@ -102,6 +102,33 @@ impl StorageError {
             detail: e.to_string(),
         }
     }
+
+    /// A channel's own `max_bytes` (C-021, A-178): a record of `size` bytes on the
+    /// `used` it holds, less what the write `frees` (a latest value it replaces),
+    /// must stay within it. The one rule both providers' appends and the QoS 2
+    /// PUBREC check apply.
+    ///
+    /// # Errors
+    /// [`StorageError::ChannelFull`] when it would not.
+    pub fn check_channel_room(
+        channel: &str,
+        max_bytes: Option<u64>,
+        used: u64,
+        size: u64,
+        frees: u64,
+    ) -> Result<(), StorageError> {
+        match max_bytes {
+            Some(max) if (used + size).saturating_sub(frees) > max => {
+                Err(StorageError::ChannelFull {
+                    channel: channel.to_owned(),
+                    max_bytes: max,
+                    used,
+                    size,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl fmt::Display for StorageError {

@@ -385,10 +385,7 @@ impl Conn {
         let shared = self.shared.clone();
         let settings = &shared.settings;
         let mut broker = shared.broker.borrow_mut();
-        let bounded = match broker.destination(&publish.topic) {
-            crate::broker::Destination::Channel(id) => broker.channels.get(id).max_bytes.is_some(),
-            crate::broker::Destination::Broadcast => false,
-        };
+        let bounded = broker.channels.bounded(&publish.topic);
         let Some((session, metrics)) = broker.session_and_metrics(&self.client_id, self.link.id)
         else {
             // Another connection holds the client id now: nothing can be held for
@@ -552,13 +549,5 @@ async fn fits_channel(
     let Ok(stats) = provider.stats(channel).await else {
         return Ok(());
     };
-    if stats.bytes + size > max_bytes {
-        return Err(crate::storage::StorageError::ChannelFull {
-            channel: channel.to_owned(),
-            max_bytes,
-            used: stats.bytes,
-            size,
-        });
-    }
-    Ok(())
+    crate::storage::StorageError::check_channel_room(channel, Some(max_bytes), stats.bytes, size, 0)
 }

@@ -367,16 +367,13 @@ impl MemoryProvider {
             .channels
             .get_mut(channel)
             .ok_or_else(|| self.unknown(channel))?;
-        if let Some(max) = open.settings.max_bytes
-            && open.data.bytes + size > max
-        {
-            return Err(StorageError::ChannelFull {
-                channel: channel.to_owned(),
-                max_bytes: max,
-                used: open.data.bytes,
-                size,
-            });
-        }
+        StorageError::check_channel_room(
+            channel,
+            open.settings.max_bytes,
+            open.data.bytes,
+            size,
+            0,
+        )?;
         // A latest value replaces the topic's previous one, which frees its bytes.
         let replaced = match open.settings.is_latest() {
             true => open

@@ -370,16 +370,13 @@ impl<'a> Batch<'a> {
             None
         };
         let replaced_size = replaced.as_ref().map_or(0, |(_, size, _)| *size);
-        if let Some(max) = ch.settings.max_bytes
-            && (n.bytes + size).saturating_sub(replaced_size) > max
-        {
-            return Err(StorageError::ChannelFull {
-                channel: name.to_owned(),
-                max_bytes: max,
-                used: n.bytes,
-                size,
-            });
-        }
+        StorageError::check_channel_room(
+            name,
+            ch.settings.max_bytes,
+            n.bytes,
+            size,
+            replaced_size,
+        )?;
         let used = self.used_pages(c, name)?;
         let b = self.bounds;
         let replaced_row = replaced.as_ref().map_or(0, |(_, _, row)| *row);
