@@ -37,6 +37,11 @@ channels:
     filter: once/#
     retry:
       max_attempts: 1
+  twice:
+    type: queue
+    filter: twice/#
+    retry:
+      max_attempts: 2
 ";
 
 fn worker(broker: &Broker, id: &str) -> Raw {
@@ -184,16 +189,22 @@ fn attempt_counts_survive_a_crash() {
     assert_eq!((&*again.payload, attempt(&again)), (&b"c"[..], "2"));
 }
 
-/// The same on a memory provider with snapshots: a graceful stop keeps the jobs and
-/// their attempts, and they are offered again at once.
-#[test]
-fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
+/// [`CONFIG`] on a memory provider with snapshots, in a new directory.
+fn on_memory(name: &str) -> (std::path::PathBuf, String) {
     let config = CONFIG.replace(
         "      disk:\n        type: sqlite\n        file_path: {dir}/saguin.db\n",
         "      disk:\n        type: memory\n        max_bytes: 16MiB\n        snapshot_dir: {dir}/snapshots\n",
     );
-    let dir = temp_dir("queue-restart-memory");
+    let dir = temp_dir(name);
     std::fs::create_dir_all(dir.join("snapshots")).expect("snapshot dir");
+    (dir, config)
+}
+
+/// The same on a memory provider with snapshots: a graceful stop keeps the jobs and
+/// their attempts, and they are offered again at once.
+#[test]
+fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
+    let (dir, config) = on_memory("queue-restart-memory");
     let broker = Broker::start_in(dir, &config);
     let mut producer = Raw::connected(broker.addr, V311, "producer");
     for topic in ["jobs/m1", "jobs/m2"] {
@@ -216,6 +227,78 @@ fn jobs_survive_a_graceful_restart_on_memory_snapshots() {
     w.answer(&first, b"ack");
     let second = w.recv_offer();
     assert_eq!((&*second.payload, attempt(&second)), (&b"jobs/m2"[..], "1"));
+}
+
+/// C-129, C-130 across a restart: a job whose first attempt was spent before the
+/// broker stopped and whose last after it starts again is dead-lettered telling both
+/// times, on sqlite and on memory snapshots alike.
+#[test]
+fn a_dead_letter_tells_when_attempts_before_a_restart_were_spent() {
+    let sqlite = (temp_dir("queue-restart-times"), CONFIG.to_string());
+    for (dir, config) in [sqlite, on_memory("queue-restart-times-memory")] {
+        let broker = Broker::start_in(dir, &config);
+        let mut producer = Raw::connected(broker.addr, V311, "producer");
+        assert_eq!(
+            producer.publish("twice/t", b"t", QoS::AtLeastOnce, false),
+            Some(0)
+        );
+        let mut w = Raw::connected(broker.addr, V5, "w");
+        assert_eq!(
+            w.subscribe("$saguin/queue/twice", opts(QoS::AtLeastOnce)),
+            [1]
+        );
+        let first = w.recv_offer();
+        let first_from = now_ms();
+        w.puback(&first);
+        broker.wait_log("leased to w");
+        let first_by = now_ms();
+        let dir = broker.stop();
+        drop(w);
+
+        let broker = Broker::start_in(dir, &config);
+        let mut w = Raw::connected(broker.addr, V5, "w");
+        assert_eq!(
+            w.subscribe("$saguin/queue/twice", opts(QoS::AtLeastOnce)),
+            [1]
+        );
+        let last = w.recv_offer();
+        assert_eq!(attempt(&last), "2");
+        let last_from = now_ms();
+        w.puback(&last);
+        broker.wait_log("leased to w");
+        let last_by = now_ms();
+        w.answer(&last, b"return");
+        let mut reader = Raw::connected(broker.addr, V5, "reader");
+        assert_eq!(
+            reader.subscribe("twice/__dlq/#", opts(QoS::AtLeastOnce)),
+            [1]
+        );
+        let dead = reader.recv_publish();
+        assert_eq!(user_property(&dead, "saguin-dlq-attempts"), Some("2"));
+        for (key, from, by) in [
+            ("saguin-dlq-first", first_from, first_by),
+            ("saguin-dlq-last", last_from, last_by),
+        ] {
+            let at: u64 = user_property(&dead, key)
+                .unwrap_or_else(|| panic!("{config}: {key} is missing"))
+                .parse()
+                .expect("milliseconds");
+            assert!(
+                (from - CLOCKS..=by + CLOCKS).contains(&at),
+                "{key} {at} not in {from}..={by}"
+            );
+        }
+    }
+}
+
+/// How far apart the test's wall clock and a queue's lease clock may read: the lease
+/// clock runs on the monotonic clock from the broker's start, each read to the
+/// millisecond, and is told on the wall clock.
+const CLOCKS: u64 = 50;
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.expect("after 1970").as_millis() as u64
 }
 
 /// Publishes `n` jobs `jobs/<i>` at QoS 1 without waiting for each PUBACK in turn.

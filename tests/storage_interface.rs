@@ -6,8 +6,8 @@ mod storage_support;
 use std::time::Duration;
 
 use saguin::storage::{
-    ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, RecordState,
-    Retention, SqliteSettings, StorageError,
+    Attempts, ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings,
+    RecordState, Retention, SqliteSettings, StorageError,
 };
 use storage_support::{all, rec, temp_dir, to_dlq};
 
@@ -108,21 +108,29 @@ fn queue_delivery_state_and_the_dead_letter_move() {
             for n in 0..3 {
                 p.append("jobs", rec("jobs/x", b"work", n)).await.unwrap();
             }
-            assert_eq!(p.record_attempt("jobs", 1, 500).await.unwrap(), 1);
-            assert_eq!(p.record_attempt("jobs", 1, 900).await.unwrap(), 2);
+            let mut attempts = Attempts::default();
+            attempts.spend(1_000);
+            p.store_attempts("jobs", 1, attempts, 500).await.unwrap();
+            attempts.spend(2_000);
+            p.store_attempts("jobs", 1, attempts, 900).await.unwrap();
             p.set_available_after("jobs", 2, 1234).await.unwrap();
             let w = p.read_window("jobs", all()).await.unwrap();
             assert_eq!(
                 w.records[1].state,
                 RecordState::Job {
-                    attempts: 2,
+                    // C-129, C-130: the count and both times as last stored.
+                    attempts: Attempts {
+                        count: 2,
+                        first_ms: Some(1_000),
+                        last_ms: Some(2_000)
+                    },
                     available_after_ms: 900
                 }
             );
             assert_eq!(
                 w.records[2].state,
                 RecordState::Job {
-                    attempts: 0,
+                    attempts: Attempts::default(),
                     available_after_ms: 1234
                 }
             );
@@ -160,7 +168,8 @@ fn queue_delivery_state_and_the_dead_letter_move() {
                 "{e}"
             );
             // Job operations on an append channel are a caller defect, named.
-            let e = p.record_attempt("jobs__dlq", 0, 0).await.unwrap_err();
+            let none = Attempts::default();
+            let e = p.store_attempts("jobs__dlq", 0, none, 0).await.unwrap_err();
             assert!(matches!(e, StorageError::WrongChannelKind { .. }), "{e}");
         });
     }

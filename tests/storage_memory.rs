@@ -5,8 +5,8 @@ mod storage_support;
 use std::path::Path;
 
 use saguin::storage::{
-    ChannelKind, ChannelSettings, MemoryProvider, MemorySettings, RecordProperties, RecordState,
-    Retention, StorageError, memory::snapshot_file_name,
+    Attempts, ChannelKind, ChannelSettings, MemoryProvider, MemorySettings, RecordProperties,
+    RecordState, Retention, StorageError, memory::snapshot_file_name,
 };
 use storage_support::{all, rec, temp_dir, to_dlq};
 
@@ -65,7 +65,12 @@ fn publishes_stop_short_of_the_reserve_and_relief_still_works() {
         let small = rec("j", b"", 9);
         assert!(small.size() < 100);
         p.append("jobs", small).await.unwrap();
-        assert_eq!(p.record_attempt("jobs", 0, 10).await.unwrap(), 1);
+        let spent = Attempts {
+            count: 1,
+            first_ms: Some(10),
+            last_ms: Some(10),
+        };
+        p.store_attempts("jobs", 0, spent, 10).await.unwrap();
         let extra = vec![("saguin-dlq-offset".to_owned(), "0".to_owned())];
         p.dead_letter("jobs", 0, to_dlq("jobs__dlq", "jobs/x", 12, extra))
             .await
@@ -114,7 +119,12 @@ fn snapshot_round_trip_keeps_everything_and_offsets_carry_on() {
             p.append("fleet.v2", rec("fleet/2", b"x", 6)).await.unwrap();
             p.append("jobs", rec("jobs/1", b"w", 7)).await.unwrap();
             p.append("jobs", rec("jobs/2", b"w", 8)).await.unwrap();
-            p.record_attempt("jobs", 1, 99).await.unwrap();
+            let one = Attempts {
+                count: 1,
+                first_ms: Some(5_000),
+                last_ms: Some(5_000),
+            };
+            p.store_attempts("jobs", 1, one, 99).await.unwrap();
             let to = to_dlq("jobs__dlq", "jobs/1", 8, vec![]);
             p.dead_letter("jobs", 0, to).await.unwrap();
             p.append("state", rec("s/a", b"1", 9)).await.unwrap();
@@ -161,8 +171,13 @@ fn snapshot_round_trip_keeps_everything_and_offsets_carry_on() {
         assert_eq!(jobs, before.1);
         assert_eq!(
             jobs.records[0].state,
+            // C-129, C-130: an attempt's time is kept by the snapshot.
             RecordState::Job {
-                attempts: 1,
+                attempts: Attempts {
+                    count: 1,
+                    first_ms: Some(5_000),
+                    last_ms: Some(5_000)
+                },
                 available_after_ms: 99
             }
         );

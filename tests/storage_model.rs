@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use saguin::storage::{
-    ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, Retention,
+    Attempts, ChannelKind, ChannelSettings, MemorySettings, Provider, ProviderSettings, Retention,
     SqliteSettings,
 };
 use storage_support::{all, rec, temp_dir, to_dlq};
@@ -86,6 +86,15 @@ fn settings() -> Vec<ChannelSettings> {
     ]
 }
 
+/// Some attempts spent, derived from `after` so both providers are told the same.
+fn attempts(after: u64) -> Attempts {
+    let mut attempts = Attempts::default();
+    for n in 0..after % 4 {
+        attempts.spend(after + n);
+    }
+    attempts
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..3usize, 0..4u8, 0..120usize, 0..200_000u64)
@@ -115,7 +124,11 @@ async fn apply(p: &Provider, op: &Op) -> String {
             format!("{:?}", p.append(name, r).await.map_err(|e| e.reason_code()))
         }
         Op::Attempt { offset, after } => {
-            format!("{:?}", p.record_attempt("jobs", *offset, *after).await)
+            format!(
+                "{:?}",
+                p.store_attempts("jobs", *offset, attempts(*after), *after)
+                    .await
+            )
         }
         Op::Resolve { offset } => format!("{:?}", p.resolve("jobs", *offset).await),
         Op::DeadLetter { offset } => {

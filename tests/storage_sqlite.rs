@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use saguin::storage::{
-    ChannelKind, ChannelSettings, CommitMode, RecordProperties, RecordState, Retention,
+    Attempts, ChannelKind, ChannelSettings, CommitMode, RecordProperties, RecordState, Retention,
     SqliteProvider, SqliteSettings, StorageError, WindowRequest,
 };
 use storage_support::{all, join_all, rec, temp_dir, to_dlq};
@@ -411,7 +411,12 @@ fn provider_max_bytes_refuses_publishes_but_not_the_dead_letter_move() {
             used > 50 * 4000 && used <= s.max_bytes - s.reserve_bytes,
             "{used}"
         );
-        assert_eq!(p.record_attempt("q", 0, 0).await.unwrap(), 1);
+        let one = Attempts {
+            count: 1,
+            first_ms: Some(10),
+            last_ms: Some(10),
+        };
+        p.store_attempts("q", 0, one, 0).await.unwrap();
         let moved = p
             .dead_letter(
                 "q",
@@ -659,6 +664,69 @@ fn a_read_answers_while_a_write_is_held_up() {
         assert_eq!(written.unwrap(), 1);
         assert_eq!(seen, 1);
         assert!(took < Duration::from_millis(500), "read took {took:?}");
+    });
+}
+
+/// C-129, C-130: a file written before jobs kept their attempts' times is given the
+/// columns at open, keeping its jobs; an attempt counted before then has no time
+/// (its header is left out rather than guessed), and the times are stored from then.
+#[test]
+fn a_file_from_before_attempt_times_gets_them_and_keeps_its_jobs() {
+    let dir = temp_dir("attempt-times");
+    let queue = ChannelSettings {
+        kind: ChannelKind::Queue {
+            job_expires_after: None,
+        },
+        max_bytes: None,
+        retention: Retention::default(),
+    };
+    {
+        let p = SqliteProvider::open(&settings(&dir)).unwrap();
+        smol::block_on(async {
+            p.open_channel("q", queue.clone()).await.unwrap();
+            p.append("q", rec("q/a", b"job", 1)).await.unwrap();
+        });
+    }
+    // The file as the earlier version left it: one attempt spent, no time columns.
+    let c = rusqlite::Connection::open(dir.join("saguin.db")).unwrap();
+    c.execute_batch(
+        "UPDATE records SET attempts = 1; \
+         ALTER TABLE records DROP COLUMN first_attempt_ms; \
+         ALTER TABLE records DROP COLUMN last_attempt_ms;",
+    )
+    .unwrap();
+    drop(c);
+    let p = SqliteProvider::open(&settings(&dir)).unwrap();
+    let job = |w: saguin::storage::Window| w.records[0].state;
+    smol::block_on(async {
+        p.open_channel("q", queue).await.unwrap();
+        let before = job(p.read_window("q", all()).await.unwrap());
+        let legacy = Attempts {
+            count: 1,
+            ..Attempts::default()
+        };
+        assert_eq!(
+            before,
+            RecordState::Job {
+                attempts: legacy,
+                available_after_ms: 0
+            }
+        );
+        // The next attempt, as the owner counts one whose first time is unknown.
+        let spent = Attempts {
+            count: 2,
+            first_ms: None,
+            last_ms: Some(777),
+        };
+        p.store_attempts("q", 0, spent, 0).await.unwrap();
+        let after = job(p.read_window("q", all()).await.unwrap());
+        assert_eq!(
+            after,
+            RecordState::Job {
+                attempts: spent,
+                available_after_ms: 0
+            }
+        );
     });
 }
 

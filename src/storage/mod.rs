@@ -106,8 +106,8 @@ pub const SESSION_LOG: &str = "$broadcast";
 pub use memory::{MemoryProvider, SnapshotReport};
 pub use provider::{Provider, ProviderSettings};
 pub use record::{
-    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordProperties, RecordState,
-    SweepReport, Window, WindowRequest, record_size,
+    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordProperties,
+    RecordState, SweepReport, Window, WindowRequest, record_size,
 };
 pub use retention::{RetentionSchedule, run_sweeps};
 pub use settings::{

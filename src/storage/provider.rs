@@ -222,16 +222,25 @@ impl Provider {
         }
     }
 
-    /// Counts an offer of a queue job and sets when it may next be offered; returns the attempt count. Never refused for want of room.
-    pub async fn record_attempt(
+    /// Stores a queue job's attempts as its owner counted them (C-112), their times on
+    /// the wall clock, and when it may next be offered. The whole count, not one more:
+    /// a write that failed is made good by the next. Never refused for want of room.
+    pub async fn store_attempts(
         &self,
         channel: &str,
         offset: u64,
+        attempts: crate::storage::Attempts,
         available_after_ms: u64,
-    ) -> Result<u32, StorageError> {
+    ) -> Result<(), StorageError> {
         match self {
-            Provider::Sqlite(p) => p.record_attempt(channel, offset, available_after_ms).await,
-            Provider::Memory(p) => p.record_attempt(channel, offset, available_after_ms).await,
+            Provider::Sqlite(p) => {
+                p.store_attempts(channel, offset, attempts, available_after_ms)
+                    .await
+            }
+            Provider::Memory(p) => {
+                p.store_attempts(channel, offset, attempts, available_after_ms)
+                    .await
+            }
         }
     }
 

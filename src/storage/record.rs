@@ -144,11 +144,47 @@ pub enum RecordState {
     Deleted,
     /// A job on a queue and its delivery state.
     Job {
-        /// Offers made so far (the attempt count).
-        attempts: u32,
+        /// The attempts spent so far, and when.
+        attempts: Attempts,
         /// Not offered before this instant, milliseconds since the epoch (backoff).
         available_after_ms: u64,
     },
+}
+
+/// The attempts a job has spent (C-085) and when, which its dead letter tells
+/// (`saguin-dlq-first`, `-last`: C-129, C-130), across restarts too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attempts {
+    /// How many.
+    pub count: u32,
+    /// When the first was spent, milliseconds since the epoch (stored on the wall
+    /// clock; a queue's owner keeps them on its lease clock): `None` before it, or
+    /// when it was spent by a version that kept no times (the header is then left
+    /// out rather than guessed).
+    pub first_ms: Option<u64>,
+    /// When the last was spent.
+    pub last_ms: Option<u64>,
+}
+
+impl Attempts {
+    /// Spends one at `at_ms`.
+    pub fn spend(&mut self, at_ms: u64) {
+        if self.count == 0 {
+            self.first_ms = Some(at_ms);
+        }
+        self.count = self.count.saturating_add(1);
+        self.last_ms = Some(at_ms);
+    }
+
+    /// The same attempts with each time read on another clock (`onto`).
+    #[must_use]
+    pub fn retimed(self, onto: impl Fn(u64) -> u64) -> Attempts {
+        Attempts {
+            first_ms: self.first_ms.map(&onto),
+            last_ms: self.last_ms.map(&onto),
+            ..self
+        }
+    }
 }
 
 /// A stored record with its position.

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use super::{DeliveryId, Policy};
+use crate::storage::Attempts;
 
 /// The worker a job is out with: a session, through one connection of it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,12 +58,9 @@ pub enum Lease {
 pub struct Job {
     /// When the broker received it (0: never expires, C-142).
     pub timestamp_ms: u64,
-    /// Attempts spent (counted at PUBACK or answer, whichever first: C-085).
-    pub attempts: u32,
-    /// When an attempt was first counted, for `saguin-dlq-first` (gaps A-08).
-    pub first_ms: Option<u64>,
-    /// When an attempt was last counted, for `saguin-dlq-last`.
-    pub last_ms: Option<u64>,
+    /// Attempts spent (counted at PUBACK or answer, whichever first: C-085), and
+    /// when, on the owner's lease clock, for `saguin-dlq-first` and `-last` (gaps A-08).
+    pub attempts: Attempts,
     /// Where it is.
     pub lease: Lease,
 }
@@ -132,12 +130,10 @@ pub enum Outcome {
 impl Job {
     /// A job just stored, or found at startup with `attempts` spent: available at once
     /// (C-033, C-152, gaps A-10).
-    pub fn new(timestamp_ms: u64, attempts: u32) -> Job {
+    pub fn new(timestamp_ms: u64, attempts: Attempts) -> Job {
         Job {
             timestamp_ms,
             attempts,
-            first_ms: None,
-            last_ms: None,
             lease: Lease::Available { not_before_ms: 0 },
         }
     }
@@ -176,7 +172,7 @@ impl Job {
 
     /// The attempt number an offer now carries: attempts spent + 1 (gaps A-01).
     pub fn next_attempt(&self) -> u32 {
-        self.attempts.saturating_add(1)
+        self.attempts.count.saturating_add(1)
     }
 
     /// AVAILABLE → DELIVERING.
@@ -189,9 +185,7 @@ impl Job {
     }
 
     fn count(&mut self, now_ms: u64) {
-        self.attempts = self.attempts.saturating_add(1);
-        self.first_ms.get_or_insert(now_ms);
-        self.last_ms = Some(now_ms);
+        self.attempts.spend(now_ms);
     }
 
     /// The worker's PUBACK for the offer: DELIVERING → LEASED, the deadline starts and
@@ -280,7 +274,7 @@ impl Job {
     /// Out of the worker's hands: dead-lettered when its attempts are spent (C-088),
     /// otherwise available once the gap since `from_ms` has passed (C-100).
     fn take_back(&mut self, policy: &Policy, from_ms: u64, now_ms: u64, counted: bool) -> Outcome {
-        let not_before_ms = from_ms.saturating_add(policy.gap_ms(self.attempts));
+        let not_before_ms = from_ms.saturating_add(policy.gap_ms(self.attempts.count));
         self.lease = Lease::Available {
             not_before_ms: if not_before_ms <= now_ms {
                 0
@@ -288,7 +282,7 @@ impl Job {
                 not_before_ms
             },
         };
-        if self.attempts >= policy.max_attempts {
+        if self.attempts.count >= policy.max_attempts {
             Outcome::DeadLetter { counted }
         } else {
             Outcome::Available { counted }
@@ -302,6 +296,14 @@ mod tests {
 
     use super::super::Backoff;
     use super::*;
+
+    /// `n` attempts spent, with no times (as loaded from a file written without them).
+    fn spent(n: u32) -> Attempts {
+        Attempts {
+            count: n,
+            ..Attempts::default()
+        }
+    }
 
     fn policy(backoff: Backoff) -> Policy {
         Policy {
@@ -329,12 +331,12 @@ mod tests {
     #[test]
     fn puback_leases_and_counts() {
         let p = policy(Backoff::None);
-        let mut job = Job::new(1, 0);
+        let mut job = Job::new(1, spent(0));
         job.offer(worker("w"), id(1));
         assert!(matches!(job.lease, Lease::Delivering { .. }));
         assert_eq!(job.timed_out(&p, u64::MAX), Outcome::Ignored);
         assert_eq!(job.puback(&worker("w"), &id(1), &p, 1000), Outcome::Counted);
-        assert_eq!(job.attempts, 1);
+        assert_eq!(job.attempts.count, 1);
         assert!(matches!(
             job.lease,
             Lease::Leased {
@@ -348,7 +350,7 @@ mod tests {
     #[test]
     fn fencing_ignores_strangers_and_stale_ids() {
         let p = policy(Backoff::None);
-        let mut job = Job::new(1, 0);
+        let mut job = Job::new(1, spent(0));
         job.offer(worker("w"), id(2));
         let before = job.clone();
         assert_eq!(
@@ -367,7 +369,7 @@ mod tests {
     #[test]
     fn an_answer_past_the_deadline_is_ignored() {
         let p = policy(Backoff::None);
-        let mut job = Job::new(1, 0);
+        let mut job = Job::new(1, spent(0));
         job.offer(worker("w"), id(1));
         job.puback(&worker("w"), &id(1), &p, 1_000);
         let leased = job.clone();
@@ -386,24 +388,24 @@ mod tests {
     #[test]
     fn an_answer_before_puback_counts_once() {
         let p = policy(Backoff::None);
-        let mut job = Job::new(1, 0);
+        let mut job = Job::new(1, spent(0));
         job.offer(worker("w"), id(1));
         assert_eq!(
             job.answer(&worker("w"), &id(1), Verdict::Return, &p, 10),
             Outcome::Available { counted: true }
         );
         assert_eq!(job.puback(&worker("w"), &id(1), &p, 11), Outcome::Ignored);
-        assert_eq!(job.attempts, 1);
+        assert_eq!(job.attempts.count, 1);
     }
 
     /// C-038, C-086: a delivery that was never received burns nothing and waits no gap.
     #[test]
     fn released_while_delivering_is_unspent() {
         let p = policy(Backoff::Exponential(Duration::from_secs(2)));
-        let mut job = Job::new(1, 2);
+        let mut job = Job::new(1, spent(2));
         job.offer(worker("w"), id(1));
         assert_eq!(job.released(&p, 100), Outcome::Moved);
-        assert_eq!(job.attempts, 2);
+        assert_eq!(job.attempts.count, 2);
         assert!(job.offerable(100));
     }
 
@@ -411,7 +413,7 @@ mod tests {
     #[test]
     fn a_return_waits_the_whole_gap() {
         let p = policy(Backoff::Linear(Duration::from_secs(2)));
-        let mut job = Job::new(1, 0);
+        let mut job = Job::new(1, spent(0));
         job.offer(worker("w"), id(1));
         job.puback(&worker("w"), &id(1), &p, 1_000);
         job.answer(&worker("w"), &id(1), Verdict::Return, &p, 5_000);
@@ -423,7 +425,7 @@ mod tests {
     #[test]
     fn a_timed_out_job_has_served_its_gap() {
         let p = policy(Backoff::Exponential(Duration::from_secs(2)));
-        let mut job = Job::new(1, 3);
+        let mut job = Job::new(1, spent(3));
         job.offer(worker("w"), id(1));
         job.puback(&worker("w"), &id(1), &p, 0);
         assert_eq!(job.timed_out(&p, 29_999), Outcome::Ignored);
@@ -438,7 +440,7 @@ mod tests {
     #[test]
     fn a_session_ending_waits_what_is_left_of_the_gap() {
         let p = policy(Backoff::Linear(Duration::from_secs(2)));
-        let mut job = Job::new(1, 1);
+        let mut job = Job::new(1, spent(1));
         job.offer(worker("w"), id(1));
         job.puback(&worker("w"), &id(1), &p, 10_000); // attempt 2: gap 4s
         job.released(&p, 11_000);
@@ -450,7 +452,7 @@ mod tests {
     #[test]
     fn the_last_attempt_dead_letters() {
         let p = policy(Backoff::None);
-        let mut job = Job::new(1, 4);
+        let mut job = Job::new(1, spent(4));
         job.offer(worker("w"), id(9));
         job.puback(&worker("w"), &id(9), &p, 0);
         assert_eq!(
@@ -464,9 +466,9 @@ mod tests {
     fn expiry_needs_a_timestamp() {
         let mut p = policy(Backoff::None);
         p.job_expires_after = Some(Duration::from_secs(60));
-        assert!(Job::new(1_000, 0).expired(&p, 61_001));
-        assert!(!Job::new(1_000, 0).expired(&p, 61_000));
-        assert!(!Job::new(0, 0).expired(&p, u64::MAX));
+        assert!(Job::new(1_000, spent(0)).expired(&p, 61_001));
+        assert!(!Job::new(1_000, spent(0)).expired(&p, 61_000));
+        assert!(!Job::new(0, spent(0)).expired(&p, u64::MAX));
     }
 
     /// C-138, B-510: a queue without `job_expires_after` never expires work, however
@@ -475,7 +477,7 @@ mod tests {
     fn no_job_expires_after_never_expires() {
         let p = policy(Backoff::None);
         assert_eq!(p.job_expires_after, None);
-        assert!(!Job::new(1_000, 0).expired(&p, u64::MAX));
+        assert!(!Job::new(1_000, spent(0)).expired(&p, u64::MAX));
     }
 
     /// C-081: only the exact payloads are answers.

@@ -27,7 +27,9 @@ use crate::broker::records::{self, now_ms};
 use crate::broker::session::{Delivery, Inflight, Session, Untracked};
 use crate::codec::{ProtocolVersion, QoS};
 use crate::server::Shared;
-use crate::storage::{DeadLetter, Provider, Record, RecordState, StorageError, WindowRequest};
+use crate::storage::{
+    Attempts, DeadLetter, Provider, Record, RecordState, StorageError, WindowRequest,
+};
 
 /// Job bodies kept in memory ahead of their offers, at most.
 const CACHE_RECORDS: usize = 256;
@@ -123,6 +125,13 @@ impl LeaseClock {
     fn on_wall(&self, wall_ms: u64) -> impl Fn(u64) -> u64 + use<> {
         let now_ms = self.now_ms();
         move |at_ms| wall_ms.saturating_sub(now_ms.saturating_sub(at_ms))
+    }
+
+    /// The reverse: moments on the wall clock as it reads now (`wall_ms`) on this
+    /// one, each as long ago - the times a previous run stored.
+    fn off_wall(&self, wall_ms: u64) -> impl Fn(u64) -> u64 + use<> {
+        let now_ms = self.now_ms();
+        move |at_ms| now_ms.saturating_sub(wall_ms.saturating_sub(at_ms))
     }
 }
 
@@ -307,8 +316,8 @@ impl Owner {
             if let RecordState::Job { attempts, .. } = record.state
                 && !self.jobs.contains_key(&record.offset)
             {
-                self.jobs
-                    .insert(record.offset, Job::new(record.timestamp_ms, attempts));
+                let job = self.stored_job(record.timestamp_ms, attempts);
+                self.jobs.insert(record.offset, job);
                 self.cache_body(record);
                 taken += 1;
             }
@@ -325,10 +334,17 @@ impl Owner {
         let RecordState::Job { attempts, .. } = record.state else {
             return;
         };
-        if !self.take_in(record.offset, Job::new(record.timestamp_ms, attempts)) {
+        let job = self.stored_job(record.timestamp_ms, attempts);
+        if !self.take_in(record.offset, job) {
             return;
         }
         self.cache_body(record);
+    }
+
+    /// A job as storage holds it, its attempts' times moved onto the lease clock.
+    fn stored_job(&self, timestamp_ms: u64, attempts: Attempts) -> Job {
+        let onto_lease = self.clock.off_wall(now_ms());
+        Job::new(timestamp_ms, attempts.retimed(onto_lease))
     }
 
     /// Keeps a job's body in memory ahead of its offer, if the cache has room.
@@ -353,7 +369,7 @@ impl Owner {
                 offset,
                 timestamp_ms,
             } => {
-                self.take_in(offset, Job::new(timestamp_ms, 0));
+                self.take_in(offset, Job::new(timestamp_ms, Attempts::default()));
             }
             Event::Subscribed(client) => {
                 if !self.workers.contains(&client) {
@@ -561,9 +577,17 @@ impl Owner {
         true
     }
 
-    /// Stores a spent attempt; never refused for room (C-112).
+    /// Stores a job's attempts as the table counted them, their times on the wall
+    /// clock; never refused for room (C-112).
     async fn write_attempt(&mut self, offset: u64) {
-        if let Err(e) = self.provider.record_attempt(&self.name, offset, 0).await {
+        let Some(job) = self.jobs.get(&offset) else {
+            return;
+        };
+        let attempts = job.attempts.retimed(self.clock.on_wall(now_ms()));
+        let written = self
+            .provider
+            .store_attempts(&self.name, offset, attempts, 0);
+        if let Err(e) = written.await {
             log::error!(
                 "queue {}: the attempt count of job {offset} was not stored: {e}",
                 self.name
@@ -674,7 +698,7 @@ impl Owner {
     fn due_out(&self, job: &Job, now: u64) -> Option<DeadReason> {
         if job.expired(&self.policy, now) {
             Some(DeadReason::Expired)
-        } else if job.attempts >= self.policy.max_attempts {
+        } else if job.attempts.count >= self.policy.max_attempts {
             Some(DeadReason::AttemptsExhausted)
         } else {
             None
@@ -874,17 +898,15 @@ impl Owner {
         let mut headers = vec![
             ("saguin-dlq-channel".to_string(), self.name.to_string()),
             ("saguin-dlq-offset".into(), offset.to_string()),
-            ("saguin-dlq-attempts".into(), job.attempts.to_string()),
+            ("saguin-dlq-attempts".into(), job.attempts.count.to_string()),
         ];
         // Left out when no delivery was ever received (gaps A-08); counted on the
         // lease clock, told on the wall clock as it reads now.
         headers.extend(
-            job.first_ms
-                .map(|t| ("saguin-dlq-first".into(), on_wall(t).to_string())),
+            (job.attempts.first_ms).map(|t| ("saguin-dlq-first".into(), on_wall(t).to_string())),
         );
         headers.extend(
-            job.last_ms
-                .map(|t| ("saguin-dlq-last".into(), on_wall(t).to_string())),
+            (job.attempts.last_ms).map(|t| ("saguin-dlq-last".into(), on_wall(t).to_string())),
         );
         headers.push(("saguin-dlq-at".into(), now.to_string()));
         headers.push(("saguin-dlq-reason".into(), reason.as_str().into()));
@@ -1014,6 +1036,19 @@ mod tests {
             (999_997_900..=999_998_000).contains(&told),
             "2 s ago on the wall clock: {told}"
         );
+        // C-129, C-130: a time a previous run stored on the wall clock, 3 s before
+        // the wall reads now, is 3 s ago on this clock too, and told as it was.
+        let onto_lease = clock.off_wall(1_000_000_000)(999_997_000);
+        let ago = clock.now_ms() - onto_lease;
+        assert!(
+            (3_000..3_100).contains(&ago),
+            "3 s ago on this clock: {ago}"
+        );
+        let told = clock.on_wall(1_000_000_000)(onto_lease);
+        assert!(
+            (999_996_900..=999_997_100).contains(&told),
+            "told as stored: {told}"
+        );
     }
 
     /// One memory queue, `jobs`, that dead-letters at the first attempt.
@@ -1077,7 +1112,7 @@ channels:
             .await
             .expect("readable");
         match window.records.first().map(|r| (r.offset, &r.state)) {
-            Some((at, RecordState::Job { attempts, .. })) if at == offset => *attempts,
+            Some((at, RecordState::Job { attempts, .. })) if at == offset => attempts.count,
             other => panic!("job {offset} is not stored as a job: {other:?}"),
         }
     }

@@ -433,7 +433,7 @@ pub(super) async fn store(
                     Some(stored) => {
                         let job = crate::storage::Record {
                             state: RecordState::Job {
-                                attempts: 0,
+                                attempts: crate::storage::Attempts::default(),
                                 available_after_ms: 0,
                             },
                             ..stored

@@ -15,8 +15,8 @@ use super::SESSION_LOG;
 use super::error::StorageError;
 use super::lock::ProviderLock;
 use super::record::{
-    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordState, SweepReport, Window,
-    WindowRequest, held_size,
+    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, RecordState, SweepReport,
+    Window, WindowRequest, held_size,
 };
 use super::settings::{ChannelKind, ChannelSettings, MemorySettings};
 
@@ -390,7 +390,7 @@ impl MemoryProvider {
         }
         let state = match open.settings.kind {
             ChannelKind::Queue { .. } => RecordState::Job {
-                attempts: 0,
+                attempts: Attempts::default(),
                 available_after_ms: 0,
             },
             ChannelKind::Latest { .. } if record.payload.is_empty() => RecordState::Deleted,
@@ -529,7 +529,7 @@ impl MemoryProvider {
         channel: &str,
         offset: u64,
         operation: &'static str,
-        f: impl FnOnce(&mut u32, &mut u64) -> T,
+        f: impl FnOnce(&mut Attempts, &mut u64) -> T,
     ) -> Result<T, StorageError> {
         let mut st = self.state();
         let open = st
@@ -554,17 +554,18 @@ impl MemoryProvider {
         }
     }
 
-    /// Counts an offer and sets when the job may next be offered; returns the attempts.
-    pub async fn record_attempt(
+    /// Stores a job's attempts as its owner counted them and when it may next be
+    /// offered.
+    pub async fn store_attempts(
         &self,
         channel: &str,
         offset: u64,
+        attempts: Attempts,
         available_after_ms: u64,
-    ) -> Result<u32, StorageError> {
-        self.with_job(channel, offset, "record an attempt", |a, after| {
-            *a = a.saturating_add(1);
+    ) -> Result<(), StorageError> {
+        self.with_job(channel, offset, "store the attempts", |a, after| {
+            *a = attempts;
             *after = available_after_ms;
-            *a
         })
     }
 

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MemChannel;
 use crate::storage::error::StorageError;
-use crate::storage::record::{Held, Record, RecordProperties, RecordState};
+use crate::storage::record::{Attempts, Held, Record, RecordProperties, RecordState};
 
 const MAGIC: &[u8; 16] = b"SAGUIN-SNAPSHOT1";
 const MANIFEST: &str = "manifest.json";
@@ -387,6 +387,16 @@ fn put_bytes(w: &mut impl Write, v: &[u8]) -> std::io::Result<()> {
     put_u64(w, v.len() as u64)?;
     w.write_all(v)
 }
+fn put_opt_u64(w: &mut impl Write, v: Option<u64>) -> std::io::Result<()> {
+    match v {
+        None => put_u8(w, 0),
+        Some(v) => {
+            put_u8(w, 1)?;
+            put_u64(w, v)
+        }
+    }
+}
+
 fn put_opt_bytes(w: &mut impl Write, v: Option<&[u8]>) -> std::io::Result<()> {
     match v {
         None => put_u8(w, 0),
@@ -425,13 +435,20 @@ fn write_record(w: &mut impl Write, r: &Record) -> std::io::Result<()> {
     match r.state {
         RecordState::Stored => put_u8(w, 0)?,
         RecordState::Deleted => put_u8(w, 1)?,
+        // A job whose attempts have times is written under its own tag, so a job
+        // never offered stays readable by a version that kept no times.
         RecordState::Job {
             attempts,
             available_after_ms,
         } => {
-            put_u8(w, 2)?;
-            put_u32(w, attempts)?;
+            let timed = attempts.first_ms.is_some() || attempts.last_ms.is_some();
+            put_u8(w, if timed { 3 } else { 2 })?;
+            put_u32(w, attempts.count)?;
             put_u64(w, available_after_ms)?;
+            if timed {
+                put_opt_u64(w, attempts.first_ms)?;
+                put_opt_u64(w, attempts.last_ms)?;
+            }
         }
     }
     let p = &r.properties;
@@ -541,6 +558,13 @@ impl<R: Read> Bounded<R> {
             t => Err(snap_err(&self.path, format!("{what}: bad tag {t}"))),
         }
     }
+    fn opt_u64(&mut self, what: &str) -> Result<Option<u64>, StorageError> {
+        match self.u8(what)? {
+            0 => Ok(None),
+            1 => Ok(Some(self.u64(what)?)),
+            t => Err(snap_err(&self.path, format!("{what}: bad tag {t}"))),
+        }
+    }
     fn opt_string(&mut self, what: &str) -> Result<Option<String>, StorageError> {
         self.opt_bytes(what)?
             .map(|b| {
@@ -634,10 +658,22 @@ fn read_record<R: Read>(r: &mut Bounded<R>) -> Result<Record, StorageError> {
     let state = match r.u8("state")? {
         0 => RecordState::Stored,
         1 => RecordState::Deleted,
-        2 => RecordState::Job {
-            attempts: r.u32("attempts")?,
-            available_after_ms: r.u64("available after")?,
-        },
+        tag @ (2 | 3) => {
+            let count = r.u32("attempts")?;
+            let available_after_ms = r.u64("available after")?;
+            let mut attempts = Attempts {
+                count,
+                ..Attempts::default()
+            };
+            if tag == 3 {
+                attempts.first_ms = r.opt_u64("first attempt")?;
+                attempts.last_ms = r.opt_u64("last attempt")?;
+            }
+            RecordState::Job {
+                attempts,
+                available_after_ms,
+            }
+        }
         t => return Err(snap_err(&r.path, format!("record state {t} is unknown"))),
     };
     let pfi = r.opt_bytes("payload format")?;

@@ -17,7 +17,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use super::ops::{Done, WriteOp, fail};
 use super::schema::{self, RECORD_COLUMNS, STATE_DELETED, STATE_JOB, STATE_STORED, i, u};
 use crate::storage::error::StorageError;
-use crate::storage::record::{DeadLetter, Held, HeldKey, NewRecord, Record};
+use crate::storage::record::{Attempts, DeadLetter, Held, HeldKey, NewRecord, Record};
 use crate::storage::settings::ChannelSettings;
 
 /// What the pages of a record cost beyond its counted size, for the reserve check.
@@ -163,13 +163,14 @@ impl<'a> Batch<'a> {
                 let r = self.drop_held(c, &key);
                 self.complete(done, r)
             }
-            WriteOp::RecordAttempt {
+            WriteOp::StoreAttempts {
                 channel,
                 offset,
+                attempts,
                 available_after_ms,
                 done,
             } => {
-                let r = self.record_attempt(c, &channel, offset, available_after_ms);
+                let r = self.store_attempts(c, &channel, offset, attempts, available_after_ms);
                 self.complete(done, r)
             }
             WriteOp::SetAvailableAfter {
@@ -575,30 +576,33 @@ impl<'a> Batch<'a> {
         Ok(rec)
     }
 
-    fn record_attempt(
+    fn store_attempts(
         &mut self,
         c: &Connection,
         name: &str,
         offset: u64,
+        attempts: Attempts,
         available_after_ms: u64,
-    ) -> Result<u32, StorageError> {
-        let ch = self.job_channel(name, "record an attempt")?;
-        c.prepare_cached(
-            "UPDATE records SET attempts = attempts + 1, available_after_ms = ?3 \
-             WHERE channel_id = ?1 AND record_offset = ?2 RETURNING attempts",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![ch.id, i(offset), i(available_after_ms)], |r| {
-                r.get::<_, i64>(0)
+    ) -> Result<(), StorageError> {
+        let ch = self.job_channel(name, "store the attempts")?;
+        let opt = |t: Option<u64>| t.map(i);
+        let n = c
+            .prepare_cached(
+                "UPDATE records SET attempts = ?3, first_attempt_ms = ?4, last_attempt_ms = ?5, \
+                 available_after_ms = ?6 WHERE channel_id = ?1 AND record_offset = ?2",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    ch.id,
+                    i(offset),
+                    i64::from(attempts.count),
+                    opt(attempts.first_ms),
+                    opt(attempts.last_ms),
+                    i(available_after_ms)
+                ])
             })
-            .optional()
-        })
-        .map_err(|e| self.sql(c, name, e))?
-        .map(|a| u32::try_from(a).unwrap_or(u32::MAX))
-        .ok_or(StorageError::NoSuchRecord {
-            channel: name.to_owned(),
-            offset,
-        })
+            .map_err(|e| self.sql(c, name, e))?;
+        updated_one(n, name, offset)
     }
 
     fn set_available_after(
@@ -615,13 +619,7 @@ impl<'a> Batch<'a> {
             )
             .and_then(|mut s| s.execute(params![ch.id, i(offset), i(available_after_ms)]))
             .map_err(|e| self.sql(c, name, e))?;
-        if n == 0 {
-            return Err(StorageError::NoSuchRecord {
-                channel: name.to_owned(),
-                offset,
-            });
-        }
-        Ok(())
+        updated_one(n, name, offset)
     }
 
     /// The move into the dead-letter channel: not a publish, so no bound is checked
@@ -648,4 +646,15 @@ impl<'a> Batch<'a> {
         self.counts.insert(dlq.to_owned(), n);
         Ok(at)
     }
+}
+
+/// An update of a job's row: `NoSuchRecord` when there was none to update.
+fn updated_one(rows: usize, channel: &str, offset: u64) -> Result<(), StorageError> {
+    if rows == 0 {
+        return Err(StorageError::NoSuchRecord {
+            channel: channel.to_owned(),
+            offset,
+        });
+    }
+    Ok(())
 }

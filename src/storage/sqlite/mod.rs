@@ -25,7 +25,8 @@ use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
 use super::record::{
-    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, SweepReport, Window, WindowRequest,
+    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, SweepReport, Window,
+    WindowRequest,
 };
 use super::settings::{ChannelSettings, SqliteSettings};
 use std::sync::Arc;
@@ -151,6 +152,7 @@ fn open_write_connection(s: &SqliteSettings) -> Result<Connection, StorageError>
     ))
     .map_err(|e| io("set synchronous and journal_size_limit", e))?;
     conn.execute_batch(schema::SCHEMA)
+        .and_then(|()| schema::add_missing_columns(&conn))
         .and_then(|()| conn.execute_batch(&format!("PRAGMA user_version = {}", schema::VERSION)))
         .map_err(|e| io("create tables", e))?;
     conn.set_prepared_statement_cache_capacity(32);
@@ -432,18 +434,20 @@ impl SqliteProvider {
         self.read(|done| ReadOp::Stats { channel, done }).await
     }
 
-    /// Counts an offer of a job and sets when it may next be offered; returns the new
-    /// attempt count. Never refused for want of room.
-    pub async fn record_attempt(
+    /// Stores a job's attempts as its owner counted them and when it may next be
+    /// offered. Never refused for want of room.
+    pub async fn store_attempts(
         &self,
         channel: &str,
         offset: u64,
+        attempts: Attempts,
         available_after_ms: u64,
-    ) -> Result<u32, StorageError> {
+    ) -> Result<(), StorageError> {
         let channel = channel.to_owned();
-        self.write(|done| WriteOp::RecordAttempt {
+        self.write(|done| WriteOp::StoreAttempts {
             channel,
             offset,
+            attempts,
             available_after_ms,
             done,
         })

@@ -7,7 +7,7 @@ use super::schema;
 use super::sweep::Swept;
 use crate::storage::error::StorageError;
 use crate::storage::record::{
-    ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Window, WindowRequest,
+    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Window, WindowRequest,
 };
 use crate::storage::settings::ChannelSettings;
 
@@ -75,11 +75,12 @@ pub(crate) enum WriteOp {
         key: HeldKey,
         done: Done<()>,
     },
-    RecordAttempt {
+    StoreAttempts {
         channel: String,
         offset: u64,
+        attempts: Attempts,
         available_after_ms: u64,
-        done: Done<u32>,
+        done: Done<()>,
     },
     SetAvailableAfter {
         channel: String,
@@ -162,7 +163,7 @@ pub(crate) fn fail(op: WriteOp, err: &StorageError) {
         WriteOp::Append { done, .. } | WriteOp::DeadLetter { done, .. } => {
             drop(done.try_send(Err(e)))
         }
-        WriteOp::RecordAttempt { done, .. } => drop(done.try_send(Err(e))),
+        WriteOp::StoreAttempts { done, .. } => drop(done.try_send(Err(e))),
         WriteOp::SweepAge { done, .. } | WriteOp::SweepSize { done } => drop(done.try_send(Err(e))),
         WriteOp::Read(read) => fail_read(read, err),
     }

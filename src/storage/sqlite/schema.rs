@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::storage::error::StorageError;
 use crate::storage::record::{
-    ChannelStats, Held, Record, RecordProperties, RecordState, Window, WindowRequest,
+    Attempts, ChannelStats, Held, Record, RecordProperties, RecordState, Window, WindowRequest,
 };
 
 /// The schema version, kept in `PRAGMA user_version`; a file from a newer version is
@@ -38,6 +38,8 @@ CREATE TABLE IF NOT EXISTS records(
     response_topic TEXT,
     correlation_data BLOB,
     user_properties TEXT,
+    first_attempt_ms INTEGER,
+    last_attempt_ms INTEGER,
     PRIMARY KEY(channel_id, record_offset)
 );
 CREATE TABLE IF NOT EXISTS latest(
@@ -65,13 +67,36 @@ CREATE TABLE IF NOT EXISTS held(
 ) WITHOUT ROWID;
 ";
 
+/// Columns added to a table since the schema was first versioned. Each may be null,
+/// so a file keeps its version number and stays readable by the version that wrote
+/// it, which never names them.
+const ADDED_COLUMNS: [(&str, &str, &str); 2] = [
+    ("records", "first_attempt_ms", "INTEGER"),
+    ("records", "last_attempt_ms", "INTEGER"),
+];
+
+/// Adds to a file written before them the columns [`ADDED_COLUMNS`] names.
+pub(crate) fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
+    for (table, column, kind) in ADDED_COLUMNS {
+        let present: bool = conn.query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+            params![table, column],
+            |r| r.get(0),
+        )?;
+        if !present {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))?;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) const STATE_STORED: i64 = 0;
 pub(crate) const STATE_DELETED: i64 = 1;
 pub(crate) const STATE_JOB: i64 = 2;
 
 pub(crate) const RECORD_COLUMNS: &str = "record_offset, message_id, timestamp_ms, topic, payload, \
      state, attempts, available_after_ms, payload_format, message_expiry, content_type, \
-     response_topic, correlation_data, user_properties";
+     response_topic, correlation_data, user_properties, first_attempt_ms, last_attempt_ms";
 
 /// i64 as SQLite stores it, to the u64 the API speaks (never negative here).
 pub(crate) fn u(v: i64) -> u64 {
@@ -95,7 +120,11 @@ pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Record> {
     let state = match row.get::<_, i64>(5)? {
         STATE_DELETED => RecordState::Deleted,
         STATE_JOB => RecordState::Job {
-            attempts: u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX),
+            attempts: Attempts {
+                count: u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX),
+                first_ms: row.get::<_, Option<i64>>(14)?.map(u),
+                last_ms: row.get::<_, Option<i64>>(15)?.map(u),
+            },
             available_after_ms: u(row.get(7)?),
         },
         _ => RecordState::Stored,
