@@ -152,37 +152,47 @@ pub enum RecordState {
 }
 
 /// The attempts a job has spent (C-085) and when, which its dead letter tells
-/// (`saguin-dlq-first`, `-last`: C-129, C-130), across restarts too.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Attempts {
+/// (`saguin-dlq-first`, `-last`: C-129, C-130), across restarts too. Storage keeps
+/// the times as milliseconds since the epoch; a queue's owner as the moments of its
+/// own clock (`T`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts<T = u64> {
     /// How many.
     pub count: u32,
-    /// When the first was spent, milliseconds since the epoch (stored on the wall
-    /// clock; a queue's owner keeps them on its lease clock): `None` before it, or
-    /// when it was spent by a version that kept no times (the header is then left
-    /// out rather than guessed).
-    pub first_ms: Option<u64>,
+    /// When the first was spent: `None` before it, or when it was spent by a version
+    /// that kept no times (the header is then left out rather than guessed).
+    pub first_ms: Option<T>,
     /// When the last was spent.
-    pub last_ms: Option<u64>,
+    pub last_ms: Option<T>,
 }
 
-impl Attempts {
-    /// Spends one at `at_ms`.
-    pub fn spend(&mut self, at_ms: u64) {
+impl<T> Default for Attempts<T> {
+    fn default() -> Self {
+        Attempts {
+            count: 0,
+            first_ms: None,
+            last_ms: None,
+        }
+    }
+}
+
+impl<T: Copy> Attempts<T> {
+    /// Spends one at `at`.
+    pub fn spend(&mut self, at: T) {
         if self.count == 0 {
-            self.first_ms = Some(at_ms);
+            self.first_ms = Some(at);
         }
         self.count = self.count.saturating_add(1);
-        self.last_ms = Some(at_ms);
+        self.last_ms = Some(at);
     }
 
     /// The same attempts with each time read on another clock (`onto`).
     #[must_use]
-    pub fn retimed(self, onto: impl Fn(u64) -> u64) -> Attempts {
+    pub fn retimed<U>(self, onto: impl Fn(T) -> U) -> Attempts<U> {
         Attempts {
+            count: self.count,
             first_ms: self.first_ms.map(&onto),
             last_ms: self.last_ms.map(&onto),
-            ..self
         }
     }
 }

@@ -59,10 +59,23 @@ pub struct Job {
     /// When the broker received it (0: never expires, C-142).
     pub timestamp_ms: u64,
     /// Attempts spent (counted at PUBACK or answer, whichever first: C-085), and
-    /// when, on the owner's lease clock, for `saguin-dlq-first` and `-last` (gaps A-08).
-    pub attempts: Attempts,
+    /// when, for `saguin-dlq-first` and `-last` (gaps A-08).
+    pub attempts: Attempts<Moment>,
     /// Where it is.
     pub lease: Lease,
+}
+
+/// When an attempt was spent, on the clock it was read on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// In this run, on the owner's lease clock: told on the wall clock as it reads
+    /// when told, so a wall clock stepped since (a gateway with no real-time clock
+    /// that NTP sets late) does not misdate it.
+    Lease(u64),
+    /// In an earlier run, read from storage: milliseconds since the epoch, told as
+    /// they are. Never moved onto this run's clock, which may disagree with the wall
+    /// clock by any amount.
+    Wall(u64),
 }
 
 /// A worker's answer to a delivery.
@@ -130,7 +143,7 @@ pub enum Outcome {
 impl Job {
     /// A job just stored, or found at startup with `attempts` spent: available at once
     /// (C-033, C-152, gaps A-10).
-    pub fn new(timestamp_ms: u64, attempts: Attempts) -> Job {
+    pub fn new(timestamp_ms: u64, attempts: Attempts<Moment>) -> Job {
         Job {
             timestamp_ms,
             attempts,
@@ -185,7 +198,7 @@ impl Job {
     }
 
     fn count(&mut self, now_ms: u64) {
-        self.attempts.spend(now_ms);
+        self.attempts.spend(Moment::Lease(now_ms));
     }
 
     /// The worker's PUBACK for the offer: DELIVERING → LEASED, the deadline starts and
@@ -298,7 +311,7 @@ mod tests {
     use super::*;
 
     /// `n` attempts spent, with no times (as loaded from a file written without them).
-    fn spent(n: u32) -> Attempts {
+    fn spent(n: u32) -> Attempts<Moment> {
         Attempts {
             count: n,
             ..Attempts::default()

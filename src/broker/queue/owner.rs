@@ -20,7 +20,7 @@ use futures_lite::future;
 use smol::Task;
 use smol::channel::Receiver;
 
-use super::lease::{DeadReason, Job, Lease, Outcome, Verdict, Worker};
+use super::lease::{DeadReason, Job, Lease, Moment, Outcome, Verdict, Worker};
 use super::{DeliveryId, Event, FORM_PREFIX, Policy, TICK, dlq_topic};
 use crate::broker::channels::ChannelId;
 use crate::broker::records::{self, now_ms};
@@ -118,20 +118,16 @@ impl LeaseClock {
         self.wall_at_start_ms.saturating_add(elapsed)
     }
 
-    /// Moments on this clock as the wall clock reads them now (`wall_ms`): each as
-    /// long ago as it is on this one. This clock is read once, beside the wall
-    /// clock, so a thread preempted while headers are written does not push every
-    /// moment back by the pause.
-    fn on_wall(&self, wall_ms: u64) -> impl Fn(u64) -> u64 + use<> {
+    /// Moments as the wall clock reads them now (`wall_ms`): each on this clock as
+    /// long ago as it is on this one, each stored by an earlier run as it is. This
+    /// clock is read once, beside the wall clock, so a thread preempted while headers
+    /// are written does not push every moment back by the pause.
+    fn on_wall(&self, wall_ms: u64) -> impl Fn(Moment) -> u64 + use<> {
         let now_ms = self.now_ms();
-        move |at_ms| wall_ms.saturating_sub(now_ms.saturating_sub(at_ms))
-    }
-
-    /// The reverse: moments on the wall clock as it reads now (`wall_ms`) on this
-    /// one, each as long ago - the times a previous run stored.
-    fn off_wall(&self, wall_ms: u64) -> impl Fn(u64) -> u64 + use<> {
-        let now_ms = self.now_ms();
-        move |at_ms| now_ms.saturating_sub(wall_ms.saturating_sub(at_ms))
+        move |at| match at {
+            Moment::Lease(at_ms) => wall_ms.saturating_sub(now_ms.saturating_sub(at_ms)),
+            Moment::Wall(at_ms) => at_ms,
+        }
     }
 }
 
@@ -316,7 +312,7 @@ impl Owner {
             if let RecordState::Job { attempts, .. } = record.state
                 && !self.jobs.contains_key(&record.offset)
             {
-                let job = self.stored_job(record.timestamp_ms, attempts);
+                let job = Self::stored_job(record.timestamp_ms, attempts);
                 self.jobs.insert(record.offset, job);
                 self.cache_body(record);
                 taken += 1;
@@ -334,17 +330,16 @@ impl Owner {
         let RecordState::Job { attempts, .. } = record.state else {
             return;
         };
-        let job = self.stored_job(record.timestamp_ms, attempts);
+        let job = Self::stored_job(record.timestamp_ms, attempts);
         if !self.take_in(record.offset, job) {
             return;
         }
         self.cache_body(record);
     }
 
-    /// A job as storage holds it, its attempts' times moved onto the lease clock.
-    fn stored_job(&self, timestamp_ms: u64, attempts: Attempts) -> Job {
-        let onto_lease = self.clock.off_wall(now_ms());
-        Job::new(timestamp_ms, attempts.retimed(onto_lease))
+    /// A job as storage holds it: its attempts' times are an earlier run's.
+    fn stored_job(timestamp_ms: u64, attempts: Attempts) -> Job {
+        Job::new(timestamp_ms, attempts.retimed(Moment::Wall))
     }
 
     /// Keeps a job's body in memory ahead of its offer, if the cache has room.
@@ -1031,24 +1026,14 @@ mod tests {
         };
         let lease_now = clock.now_ms();
         assert!((6_000..7_000).contains(&lease_now), "{lease_now}");
-        let told = clock.on_wall(1_000_000_000)(lease_now - 2_000);
+        let told = clock.on_wall(1_000_000_000)(Moment::Lease(lease_now - 2_000));
         assert!(
             (999_997_900..=999_998_000).contains(&told),
             "2 s ago on the wall clock: {told}"
         );
-        // C-129, C-130: a time a previous run stored on the wall clock, 3 s before
-        // the wall reads now, is 3 s ago on this clock too, and told as it was.
-        let onto_lease = clock.off_wall(1_000_000_000)(999_997_000);
-        let ago = clock.now_ms() - onto_lease;
-        assert!(
-            (3_000..3_100).contains(&ago),
-            "3 s ago on this clock: {ago}"
-        );
-        let told = clock.on_wall(1_000_000_000)(onto_lease);
-        assert!(
-            (999_996_900..=999_997_100).contains(&told),
-            "told as stored: {told}"
-        );
+        // C-129, C-130: a time an earlier run stored is told as it was stored, however
+        // far this clock is from the wall clock.
+        assert_eq!(clock.on_wall(1_000_000_000)(Moment::Wall(7_000)), 7_000);
     }
 
     /// One memory queue, `jobs`, that dead-letters at the first attempt.

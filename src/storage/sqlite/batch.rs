@@ -500,10 +500,11 @@ impl<'a> Batch<'a> {
         c.prepare_cached(
             "INSERT INTO records(channel_id, record_offset, message_id, timestamp_ms, topic, payload, \
              size, state, payload_format, message_expiry, content_type, response_topic, \
-             correlation_data, user_properties) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+             correlation_data, user_properties, first_attempt_ms, last_attempt_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
         )
         .and_then(|mut s| {
+            let unspent = (state == STATE_JOB).then_some(schema::UNSPENT);
             s.execute(params![
                 id,
                 i(offset),
@@ -519,6 +520,7 @@ impl<'a> Batch<'a> {
                 pr.response_topic,
                 pr.correlation_data,
                 schema::encode_user_properties(&pr.user_properties),
+                unspent,
             ])
         })
         .map(|_| ())

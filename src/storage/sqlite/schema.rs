@@ -90,6 +90,11 @@ pub(crate) fn add_missing_columns(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// What a job's attempt times hold before its first attempt: six bytes wide, as a
+/// time in milliseconds is until the year 6429, so storing the first attempt does not
+/// grow a row the reserve check has already counted (C-112).
+pub(crate) const UNSPENT: i64 = 1 << 40;
+
 pub(crate) const STATE_STORED: i64 = 0;
 pub(crate) const STATE_DELETED: i64 = 1;
 pub(crate) const STATE_JOB: i64 = 2;
@@ -116,15 +121,26 @@ pub(crate) fn encode_user_properties(p: &[(String, String)]) -> Option<String> {
     }
 }
 
+/// A job's attempts: no time before the first, nor where an earlier version counted
+/// one and left [`UNSPENT`] or nothing.
+fn attempts_from_row(row: &Row<'_>) -> rusqlite::Result<Attempts> {
+    let count = u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX);
+    let time = |column: usize| -> rusqlite::Result<Option<u64>> {
+        let at: Option<i64> = row.get(column)?;
+        Ok(at.filter(|&at| count > 0 && at != UNSPENT).map(u))
+    };
+    Ok(Attempts {
+        count,
+        first_ms: time(14)?,
+        last_ms: time(15)?,
+    })
+}
+
 pub(crate) fn record_from_row(row: &Row<'_>) -> rusqlite::Result<Record> {
     let state = match row.get::<_, i64>(5)? {
         STATE_DELETED => RecordState::Deleted,
         STATE_JOB => RecordState::Job {
-            attempts: Attempts {
-                count: u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX),
-                first_ms: row.get::<_, Option<i64>>(14)?.map(u),
-                last_ms: row.get::<_, Option<i64>>(15)?.map(u),
-            },
+            attempts: attempts_from_row(row)?,
             available_after_ms: u(row.get(7)?),
         },
         _ => RecordState::Stored,
