@@ -511,7 +511,11 @@ fn a_refused_will_withdrawal_is_written_again_until_it_lands_c285() {
     db.execute_batch("BEGIN IMMEDIATE")
         .expect("take the write lock");
     raw.disconnect(); // the Will is withdrawn
-    broker.wait_log("the session record of \"careful\" could not be written");
+    // Only after sqlite's 5 s busy timeout: given more than the usual wait.
+    broker.wait_log_for(
+        "the session record of \"careful\" could not be written",
+        Duration::from_secs(30),
+    );
     db.execute_batch("COMMIT")
         .expect("give the write lock back");
     broker.wait_log("the session record of \"careful\" is written at last");

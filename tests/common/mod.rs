@@ -164,13 +164,19 @@ impl Broker {
 
     /// Waits for a log line containing `needle`.
     pub fn wait_log(&self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
+        self.wait_log_for(needle, WAIT)
+    }
+
+    /// Waits up to `wait` for a log line containing `needle`: for a line that comes
+    /// after a deadline of the broker's own, which [`WAIT`] must not race.
+    pub fn wait_log_for(&self, needle: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.log.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return line,
                 Ok(_) => {}
-                Err(_) => panic!("no log line containing {needle:?} within {WAIT:?}"),
+                Err(_) => panic!("no log line containing {needle:?} within {wait:?}"),
             }
         }
     }
