@@ -106,6 +106,11 @@ fn bridged(broker_extra: &str, rest: &str) -> String {
 
 /// A broker on one sqlite file in its directory, so its channels and positions
 /// outlive a restart; its `channels:` and `bridges:` follow.
+/// How long a test waits for a link to come back after its peer restarts: the redial
+/// backoff doubles from 0.5 s with jitter (the fifth try 11.6-19.4 s after the peer
+/// went), so a peer back a few seconds late can be redialled past `WAIT`.
+const REDIAL_WAIT: Duration = Duration::from_secs(40);
+
 const SQLITE: &str = "broker:
   id: edge
   log_level: debug
@@ -301,7 +306,7 @@ bridges:
         Some(0)
     );
     let peer = Mosquitto::start(port_again, dir);
-    broker.wait_log("up again after");
+    broker.wait_log_for("up again after", REDIAL_WAIT);
     let mut far = persistent(peer.addr, "far-reader");
     let mut after = Vec::new();
     while after.len() < 2 {
@@ -1093,7 +1098,7 @@ bridges:
         );
     }
     let peer = Mosquitto::start(port, mosq_dir);
-    broker.wait_log("up again after");
+    broker.wait_log_for("up again after", REDIAL_WAIT);
     let mut far = persistent(peer.addr, "far-reader");
     let wanted = ["site/state/a v3", "site/state/b w1", "site/state/gone "];
     let mut got = Vec::new();
@@ -1801,7 +1806,7 @@ bridges:
     });
     drop(db);
     let peer = Mosquitto::start(port_again, dir);
-    let line = broker.wait_log("no longer holds offsets");
+    let line = broker.wait_log_for("no longer holds offsets", REDIAL_WAIT);
     assert!(
         line.contains("bridge/hub/out/short/#") && !line.contains('\u{1}'),
         "{line}"
@@ -1953,6 +1958,7 @@ bridges:
     std::thread::sleep(Duration::from_millis(3000));
     let peer = Mosquitto::start(port_again, dir);
     let mut far = persistent(peer.addr, "far-c225");
+    far.set_timeout(REDIAL_WAIT);
     let p = far.recv_publish();
     assert_eq!((&*p.topic, &*p.payload), ("site/kept/a", &b"fresh"[..]));
     no_publish_within(
@@ -2006,7 +2012,7 @@ bridges:
     );
     std::thread::sleep(Duration::from_millis(2500));
     let peer = Mosquitto::start(port, mosq_dir);
-    broker.wait_log("up again after");
+    broker.wait_log_for("up again after", REDIAL_WAIT);
     let mut far = persistent(peer.addr, "far-reader");
     assert_eq!(lines_of(&mut far, 1), ["site/state/gone "]);
 }

@@ -503,19 +503,18 @@ fn a_session_the_configuration_now_refuses_is_ended_at_the_start_c280() {
 #[test]
 fn a_refused_will_withdrawal_is_written_again_until_it_lands_c285() {
     let broker = Broker::start_in(fresh_dir(), &config("local"));
-    let (raw, _) = connected(
+    let (mut raw, _) = connected(
         &broker,
         with_will(persistent("careful", true, 3), "status/careful"),
     );
     let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
     db.execute_batch("BEGIN IMMEDIATE")
         .expect("take the write lock");
-    raw.disconnect(); // the Will is withdrawn
-    // Only after sqlite's 5 s busy timeout: given more than the usual wait.
-    broker.wait_log_for(
-        "the session record of \"careful\" could not be written",
-        Duration::from_secs(30),
-    );
+    // The Will is withdrawn. The broker closes the socket only once the store has
+    // refused, after sqlite's 5 s busy timeout: given more than the usual wait.
+    raw.set_timeout(Duration::from_secs(30));
+    raw.disconnect();
+    broker.wait_log("the session record of \"careful\" could not be written");
     db.execute_batch("COMMIT")
         .expect("give the write lock back");
     broker.wait_log("the session record of \"careful\" is written at last");
