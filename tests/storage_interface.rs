@@ -328,6 +328,31 @@ fn providers_and_their_futures_can_cross_threads() {
     }
 }
 
+/// C-021: a latest channel's own max_bytes counts the value a publish replaces as
+/// freed, on both providers alike: a new value for a topic at the bound is taken, a
+/// value for another topic is not.
+#[test]
+fn a_latest_value_replacing_one_at_the_channels_bound_is_taken() {
+    for p in both("latest-bound") {
+        smol::block_on(async {
+            let bounded = ChannelSettings {
+                max_bytes: Some(rec("state/a", b"one", 1).size()),
+                ..latest(None, None)
+            };
+            p.open_channel("state", bounded).await.unwrap();
+            p.append("state", rec("state/a", b"one", 1)).await.unwrap();
+            let replaced = p.append("state", rec("state/a", b"two", 2)).await;
+            assert!(replaced.is_ok(), "{}: {replaced:?}", p.name());
+            let other = p.append("state", rec("state/b", b"one", 3)).await;
+            assert!(
+                matches!(other, Err(StorageError::ChannelFull { .. })),
+                "{}: {other:?}",
+                p.name()
+            );
+        });
+    }
+}
+
 /// B-441, B-442: a held QoS 2 publish is kept under (client id, packet id) and
 /// counted against the provider's bytes; an append naming it releases it in the same
 /// operation, a refused append releases nothing, and a drop naming another exchange

@@ -367,14 +367,8 @@ impl MemoryProvider {
             .channels
             .get_mut(channel)
             .ok_or_else(|| self.unknown(channel))?;
-        StorageError::check_channel_room(
-            channel,
-            open.settings.max_bytes,
-            open.data.bytes,
-            size,
-            0,
-        )?;
-        // A latest value replaces the topic's previous one, which frees its bytes.
+        // A latest value replaces the topic's previous one, which frees its bytes:
+        // in the channel's bound as in the provider's, as sqlite counts it.
         let replaced = match open.settings.is_latest() {
             true => open
                 .data
@@ -384,6 +378,13 @@ impl MemoryProvider {
                 .map_or(0, Record::size),
             false => 0,
         };
+        StorageError::check_channel_room(
+            channel,
+            open.settings.max_bytes,
+            open.data.bytes,
+            size,
+            replaced,
+        )?;
         let limit = self.limit();
         if st.used.saturating_sub(replaced + freed) + size > limit {
             return Err(self.full());
