@@ -130,7 +130,10 @@ impl Channels {
 
     /// Whether a publish to `topic` goes to a channel with a `max_bytes` of its own.
     pub fn bounded(&self, topic: &str) -> bool {
-        self.any_bounded && (self.resolve(topic)).is_some_and(|id| self.get(id).max_bytes.is_some())
+        self.any_bounded
+            && self
+                .resolve(topic)
+                .is_some_and(|id| self.get(id).max_bytes.is_some())
     }
 
     /// Where a publish to `topic` goes: `Some` channel, or `None` for broadcast.

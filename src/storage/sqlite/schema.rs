@@ -121,16 +121,15 @@ pub(crate) fn encode_user_properties(p: &[(String, String)]) -> Option<String> {
     }
 }
 
-/// A job's attempts: no time before the first, nor where an earlier version counted
-/// one and left [`UNSPENT`] or nothing.
+/// A job's attempts: no time where the row holds [`UNSPENT`] (before the first, or
+/// counted by an earlier version) or nothing (written before the columns).
 fn attempts_from_row(row: &Row<'_>) -> rusqlite::Result<Attempts> {
-    let count = u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX);
     let time = |column: usize| -> rusqlite::Result<Option<u64>> {
         let at: Option<i64> = row.get(column)?;
-        Ok(at.filter(|&at| count > 0 && at != UNSPENT).map(u))
+        Ok(at.filter(|&at| at != UNSPENT).map(u))
     };
     Ok(Attempts {
-        count,
+        count: u32::try_from(row.get::<_, i64>(6)?).unwrap_or(u32::MAX),
         first_ms: time(14)?,
         last_ms: time(15)?,
     })
