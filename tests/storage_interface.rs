@@ -96,6 +96,87 @@ fn latest_keeps_one_value_per_topic_and_deletions_as_tombstones() {
     }
 }
 
+/// a point read asks the provider for one topic's record, which is the
+/// topic's current value, the deletion that replaced it, or nothing; the same on both
+/// providers, and an unknown channel is named as one.
+#[test]
+fn a_latest_channel_answers_for_one_topic() {
+    for p in both("latest-one") {
+        smol::block_on(async {
+            p.open_channel("state", latest(None, None)).await.unwrap();
+            p.open_channel("log", ChannelSettings::append())
+                .await
+                .unwrap();
+            let name = p.name().to_owned();
+            assert_eq!(p.latest("state", "s/a").await.unwrap(), None, "{name}");
+            p.append("state", rec("s/a", b"1", 1)).await.unwrap();
+            p.append("state", rec("s/b", b"1", 2)).await.unwrap();
+            p.append("state", rec("s/a", b"22", 3)).await.unwrap();
+            p.append("state", rec("s/b", b"", 4)).await.unwrap();
+            p.append("log", rec("s/a", b"x", 5)).await.unwrap();
+            let a = p
+                .latest("state", "s/a")
+                .await
+                .unwrap()
+                .expect("s/a is held");
+            assert_eq!(
+                (a.offset, a.payload.as_slice(), a.state),
+                (2, &b"22"[..], RecordState::Stored),
+                "{name}"
+            );
+            let b = p
+                .latest("state", "s/b")
+                .await
+                .unwrap()
+                .expect("s/b's deletion");
+            assert_eq!((b.offset, b.state), (3, RecordState::Deleted), "{name}");
+            assert_eq!(p.latest("state", "s/c").await.unwrap(), None, "{name}");
+            assert_eq!(
+                p.latest("log", "s/a").await.unwrap(),
+                None,
+                "{name}: no index"
+            );
+            let unknown = p.latest("nowhere", "s/a").await;
+            assert!(
+                matches!(unknown, Err(StorageError::UnknownChannel { .. })),
+                "{name}: {unknown:?}"
+            );
+        });
+    }
+}
+
+/// G-18: a seek to a time lands on the first record, in offset order, stamped at or
+/// after it, asked of the provider in one read: a clock that stepped back leaves a
+/// later offset with an earlier stamp, which a seek past it passes over. Past every
+/// record: none, and the seek lands on the head.
+#[test]
+fn a_seek_to_a_time_finds_the_first_record_stamped_at_or_after_it() {
+    for p in both("first-at") {
+        smol::block_on(async {
+            p.open_channel("log", ChannelSettings::append())
+                .await
+                .unwrap();
+            let name = p.name().to_owned();
+            assert_eq!(p.first_at("log", 0).await.unwrap(), None, "{name}: empty");
+            for (i, ts) in [100, 200, 150, 300].into_iter().enumerate() {
+                let offset = p.append("log", rec("log/a", b"x", ts)).await.unwrap();
+                assert_eq!(offset, i as u64);
+            }
+            let at = |ms| p.first_at("log", ms);
+            assert_eq!(at(0).await.unwrap(), Some(0), "{name}: before all");
+            assert_eq!(at(100).await.unwrap(), Some(0), "{name}: exactly");
+            assert_eq!(at(101).await.unwrap(), Some(1), "{name}");
+            assert_eq!(at(201).await.unwrap(), Some(3), "{name}: 150 passed over");
+            assert_eq!(at(301).await.unwrap(), None, "{name}: past all");
+            let unknown = p.first_at("nowhere", 0).await;
+            assert!(
+                matches!(unknown, Err(StorageError::UnknownChannel { .. })),
+                "{name}: {unknown:?}"
+            );
+        });
+    }
+}
+
 /// Queue delivery state: attempts and available-after are kept per record; resolution
 /// removes; the dead-letter move keeps the id, adds properties and takes a new offset in
 /// the dead-letter channel (C-124, C-127).

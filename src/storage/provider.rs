@@ -214,6 +214,25 @@ impl Provider {
         }
     }
 
+    /// The offset of the first record of `channel`, in offset order, stamped at or
+    /// after `at_ms`: where a seek to that time lands (G-18). Asked of the store in
+    /// one read, where reading the channel window by window read every record.
+    pub async fn first_at(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.first_at(channel, at_ms).await,
+            Provider::Memory(p) => p.first_at(channel, at_ms).await,
+        }
+    }
+
+    /// What a latest channel holds for `topic`: its current value, the deletion that
+    /// replaced it (C-216), or nothing. One lookup, however many topics it holds.
+    pub async fn latest(&self, channel: &str, topic: &str) -> Result<Option<Record>, StorageError> {
+        match self {
+            Provider::Sqlite(p) => p.latest(channel, topic).await,
+            Provider::Memory(p) => p.latest(channel, topic).await,
+        }
+    }
+
     /// A channel's floor, head and counts.
     pub async fn stats(&self, channel: &str) -> Result<ChannelStats, StorageError> {
         match self {

@@ -11,14 +11,12 @@ use crate::broker::channels::{ChannelId, Kind};
 use crate::broker::records::{self, now_ms};
 use crate::broker::topic;
 use crate::codec::{Packet, Properties, PropertyValues, ProtocolVersion, Publish, QoS, reason};
-use crate::storage::{Record, RecordState, WindowRequest};
+use crate::storage::RecordState;
 
 /// The point-read topic.
 pub const KV_GET: &str = "$saguin/kv/get";
 /// The hang-up topic (RFC 0002 "Hanging up a client").
 pub const SESSIONS_DISCONNECT: &str = "$saguin/sessions/disconnect";
-/// Records read per window while scanning.
-const SCAN_WINDOW: usize = 256;
 
 /// A verb a publish names, if its topic is one.
 pub(super) enum Verb {
@@ -221,13 +219,24 @@ impl Conn {
                 format!("not authorized: no read on {key:?}"),
             );
         }
-        let max_age = self.shared.broker.borrow().channels.get(id).max_age;
+        let (provider, name, max_age) = {
+            let broker = self.shared.broker.borrow();
+            let channel = broker.channels.get(id);
+            (
+                channel.provider.clone(),
+                channel.name.clone(),
+                channel.max_age,
+            )
+        };
         let now = now_ms();
-        let found = match self.find(id, |r| r.topic == key).await {
+        let found = match provider.latest(&name, key).await {
             Ok(found) => {
                 found.filter(|r| matches!(r.state, RecordState::Stored) && !max_age.passed(r, now))
             }
-            Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
+            Err(e) => {
+                self.read_failed(&name, &e);
+                return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+            }
         };
         // The reply names its request: its Correlation Data, or else the key (C-007).
         let correlation = Some(
@@ -264,37 +273,10 @@ impl Conn {
         (broker.channels.get(id).kind == Kind::Latest).then_some(id)
     }
 
-    /// The first record of channel `id` that `wanted` picks, read window by window so
-    /// the channel is never loaded whole.
-    async fn find(
-        &self,
-        id: ChannelId,
-        wanted: impl Fn(&Record) -> bool,
-    ) -> Result<Option<Record>, ()> {
-        let (provider, name) = {
-            let broker = self.shared.broker.borrow();
-            let channel = broker.channels.get(id);
-            (channel.provider.clone(), channel.name.clone())
-        };
-        let mut from = 0;
-        loop {
-            let request = WindowRequest {
-                from,
-                max_records: SCAN_WINDOW,
-                max_bytes: 1 << 20,
-            };
-            let window = provider.read_window(&name, request).await.map_err(|e| {
-                log::error!("channel {name}: read failed: {e}");
-                self.shared.broker.borrow().metrics.storage_failed(&e);
-            })?;
-            let Some(last) = window.records.last().map(|r| r.offset) else {
-                return Ok(None);
-            };
-            if let Some(record) = window.records.into_iter().find(|r| wanted(r)) {
-                return Ok(Some(record));
-            }
-            from = last + 1;
-        }
+    /// A verb's read of `channel` failed: logged and counted (B-462).
+    fn read_failed(&self, channel: &str, e: &crate::storage::StorageError) {
+        log::error!("channel {channel}: read failed: {e}");
+        self.shared.broker.borrow().metrics.storage_failed(e);
     }
 
     /// `$saguin/consumer/<channel>/seek`: moves this consumer's position to an offset
@@ -330,9 +312,12 @@ impl Conn {
             if at_ms > now_ms() {
                 return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
             }
-            match self.find(id, |r| r.timestamp_ms >= at_ms).await {
-                Ok(found) => found.map_or(stats.head, |r| r.offset),
-                Err(()) => return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None),
+            match provider.first_at(&name, at_ms).await {
+                Ok(found) => found.unwrap_or(stats.head),
+                Err(e) => {
+                    self.read_failed(&name, &e);
+                    return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+                }
             }
         } else {
             return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);

@@ -43,6 +43,11 @@ impl MemChannel {
             .unwrap_or(self.next_offset)
     }
 
+    /// The record the latest index holds for `topic`: its value or its deletion.
+    fn latest_of(&self, topic: &str) -> Option<&Record> {
+        self.latest.get(topic).and_then(|o| self.records.get(o))
+    }
+
     fn take(&mut self, offset: u64) -> Option<Record> {
         let rec = self.records.remove(&offset)?;
         self.bytes = self.bytes.saturating_sub(rec.size());
@@ -370,12 +375,7 @@ impl MemoryProvider {
         // A latest value replaces the topic's previous one, which frees its bytes:
         // in the channel's bound as in the provider's, as sqlite counts it.
         let replaced = match open.settings.is_latest() {
-            true => open
-                .data
-                .latest
-                .get(&record.topic)
-                .and_then(|o| open.data.records.get(o))
-                .map_or(0, Record::size),
+            true => open.data.latest_of(&record.topic).map_or(0, Record::size),
             false => 0,
         };
         StorageError::check_channel_room(
@@ -479,6 +479,28 @@ impl MemoryProvider {
             head: open.data.next_offset,
             records,
         })
+    }
+
+    /// The offset of the first record stamped at or after `at_ms`.
+    pub async fn first_at(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StorageError> {
+        let st = self.state();
+        let open = st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        Ok((open.data.records.values())
+            .find(|r| r.timestamp_ms >= at_ms)
+            .map(|r| r.offset))
+    }
+
+    /// What a latest channel holds for `topic`: its value, its deletion, or nothing.
+    pub async fn latest(&self, channel: &str, topic: &str) -> Result<Option<Record>, StorageError> {
+        let st = self.state();
+        let open = st
+            .channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))?;
+        Ok(open.data.latest_of(topic).cloned())
     }
 
     /// A channel's floor, head and counts.

@@ -425,15 +425,7 @@ impl<'a> Batch<'a> {
         channel_id: i64,
         topic: &str,
     ) -> Result<Option<(u64, u64, u64)>, StorageError> {
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM records WHERE channel_id = ?1 AND record_offset = \
-             (SELECT record_offset FROM latest WHERE channel_id = ?1 AND topic = ?2)"
-        );
-        c.prepare_cached(&sql)
-            .and_then(|mut s| {
-                s.query_row(params![channel_id, topic], schema::record_from_row)
-                    .optional()
-            })
+        schema::latest_record(c, channel_id, topic)
             .map(|found| {
                 found.map(|r| {
                     let size = r.size();

@@ -25,7 +25,7 @@ use self::writer::{Counters, Writer};
 use super::error::StorageError;
 use super::lock::{ProviderLock, sqlite_lock_path};
 use super::record::{
-    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, SweepReport, Window,
+    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, SweepReport, Window,
     WindowRequest,
 };
 use super::settings::{ChannelSettings, SqliteSettings};
@@ -432,6 +432,29 @@ impl SqliteProvider {
     pub async fn stats(&self, channel: &str) -> Result<ChannelStats, StorageError> {
         let channel = channel.to_owned();
         self.read(|done| ReadOp::Stats { channel, done }).await
+    }
+
+    /// The offset of the first record stamped at or after `at_ms`, on a read
+    /// connection.
+    pub async fn first_at(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StorageError> {
+        let channel = channel.to_owned();
+        self.read(|done| ReadOp::FirstAt {
+            channel,
+            at_ms,
+            done,
+        })
+        .await
+    }
+
+    /// What a latest channel holds for `topic`, on a read connection.
+    pub async fn latest(&self, channel: &str, topic: &str) -> Result<Option<Record>, StorageError> {
+        let (channel, topic) = (channel.to_owned(), topic.to_owned());
+        self.read(|done| ReadOp::Latest {
+            channel,
+            topic,
+            done,
+        })
+        .await
     }
 
     /// Stores a job's attempts as its owner counted them and when it may next be

@@ -7,7 +7,7 @@ use super::schema;
 use super::sweep::Swept;
 use crate::storage::error::StorageError;
 use crate::storage::record::{
-    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Window, WindowRequest,
+    Attempts, ChannelStats, DeadLetter, Held, HeldKey, NewRecord, Record, Window, WindowRequest,
 };
 use crate::storage::settings::ChannelSettings;
 
@@ -24,6 +24,16 @@ pub(crate) enum ReadOp {
     Stats {
         channel: String,
         done: Done<ChannelStats>,
+    },
+    Latest {
+        channel: String,
+        topic: String,
+        done: Done<Option<Record>>,
+    },
+    FirstAt {
+        channel: String,
+        at_ms: u64,
+        done: Done<Option<u64>>,
     },
     Position {
         client_id: String,
@@ -45,9 +55,10 @@ impl ReadOp {
     /// bookkeeping: those stay on the write connection.
     pub(crate) fn on_a_reader(&self) -> bool {
         match self {
-            ReadOp::Window { channel, .. } | ReadOp::Stats { channel, .. } => {
-                channel != crate::storage::SESSION_LOG
-            }
+            ReadOp::Window { channel, .. }
+            | ReadOp::Stats { channel, .. }
+            | ReadOp::Latest { channel, .. }
+            | ReadOp::FirstAt { channel, .. } => channel != crate::storage::SESSION_LOG,
             ReadOp::Position { .. } | ReadOp::Sessions { .. } | ReadOp::Held { .. } => false,
         }
     }
@@ -175,6 +186,8 @@ pub(crate) fn fail_read(op: ReadOp, err: &StorageError) {
     match op {
         ReadOp::Window { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Stats { done, .. } => drop(done.try_send(Err(e))),
+        ReadOp::Latest { done, .. } => drop(done.try_send(Err(e))),
+        ReadOp::FirstAt { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Position { done, .. } => drop(done.try_send(Err(e))),
         ReadOp::Sessions { done } => drop(done.try_send(Err(e))),
         ReadOp::Held { done } => drop(done.try_send(Err(e))),
@@ -189,6 +202,20 @@ pub(crate) fn serve_read(conn: &mut Connection, provider: &str, op: ReadOp) {
         }
         ReadOp::Stats { channel, done } => {
             let _ = done.try_send(schema::read_stats(conn, provider, &channel));
+        }
+        ReadOp::Latest {
+            channel,
+            topic,
+            done,
+        } => {
+            let _ = done.try_send(schema::read_latest(conn, provider, &channel, &topic));
+        }
+        ReadOp::FirstAt {
+            channel,
+            at_ms,
+            done,
+        } => {
+            let _ = done.try_send(schema::read_first_at(conn, provider, &channel, at_ms));
         }
         ReadOp::Position {
             client_id,

@@ -193,45 +193,103 @@ fn unknown(provider: &str, channel: &str) -> StorageError {
     }
 }
 
-/// One window, in one read transaction: floor, head and records from one instant (B-155).
+/// The record a latest channel's index holds for `topic`: its value, or the
+/// deletion that replaced it (C-216).
+pub(crate) fn latest_record(
+    conn: &Connection,
+    channel_id: i64,
+    topic: &str,
+) -> rusqlite::Result<Option<Record>> {
+    let sql = format!(
+        "SELECT {RECORD_COLUMNS} FROM records WHERE channel_id = ?1 AND record_offset = \
+         (SELECT record_offset FROM latest WHERE channel_id = ?1 AND topic = ?2)"
+    );
+    conn.prepare_cached(&sql)?
+        .query_row(params![channel_id, topic], record_from_row)
+        .optional()
+}
+
+/// `read` of the channel named `channel`, given its id and head, in one read
+/// transaction: what it reads is from one instant (B-155).
+fn read_channel<T>(
+    conn: &mut Connection,
+    provider: &str,
+    channel: &str,
+    read: impl FnOnce(&Connection, i64, u64) -> rusqlite::Result<T>,
+) -> Result<T, StorageError> {
+    let sql_err = |e| StorageError::io(provider, &format!("read channel {channel}"), e);
+    let tx = conn.transaction().map_err(sql_err)?;
+    let (id, head) = channel_row(&tx, channel)
+        .map_err(sql_err)?
+        .ok_or_else(|| unknown(provider, channel))?;
+    let read = read(&tx, id, head).map_err(sql_err)?;
+    tx.commit().map_err(sql_err)?;
+    Ok(read)
+}
+
+/// [`latest_record`] of the channel named `channel`: one indexed lookup, where a
+/// scan of its windows would read every topic it holds.
+pub(crate) fn read_latest(
+    conn: &mut Connection,
+    provider: &str,
+    channel: &str,
+    topic: &str,
+) -> Result<Option<Record>, StorageError> {
+    read_channel(conn, provider, channel, |tx, id, _| {
+        latest_record(tx, id, topic)
+    })
+}
+
+/// The offset of the first record of `channel` stamped at or after `at_ms`: where a
+/// seek to a time lands (G-18). One query; no record is read out.
+pub(crate) fn read_first_at(
+    conn: &mut Connection,
+    provider: &str,
+    channel: &str,
+    at_ms: u64,
+) -> Result<Option<u64>, StorageError> {
+    read_channel(conn, provider, channel, |tx, id, _| {
+        tx.prepare_cached(
+            "SELECT record_offset FROM records WHERE channel_id = ?1 AND timestamp_ms >= ?2 \
+             ORDER BY record_offset LIMIT 1",
+        )?
+        .query_row(params![id, i(at_ms)], |r| r.get(0))
+        .optional()
+        .map(|found| found.map(u))
+    })
+}
+
+/// One window: floor, head and records from one instant (B-155).
 pub(crate) fn read_window(
     conn: &mut Connection,
     provider: &str,
     channel: &str,
     req: WindowRequest,
 ) -> Result<Window, StorageError> {
-    let sql_err = |e| StorageError::io(provider, &format!("read channel {channel}"), e);
-    let tx = conn.transaction().map_err(sql_err)?;
-    let (id, head) = channel_row(&tx, channel)
-        .map_err(sql_err)?
-        .ok_or_else(|| unknown(provider, channel))?;
-    let floor = floor(&tx, id, head).map_err(sql_err)?;
-    let mut records = Vec::new();
-    {
+    read_channel(conn, provider, channel, |tx, id, head| {
+        let floor = floor(tx, id, head)?;
         let sql = format!(
             "SELECT {RECORD_COLUMNS} FROM records WHERE channel_id = ?1 AND record_offset >= ?2 \
              ORDER BY record_offset LIMIT ?3"
         );
-        let mut stmt = tx.prepare_cached(&sql).map_err(sql_err)?;
+        let mut stmt = tx.prepare_cached(&sql)?;
         let limit = i64::try_from(req.max_records).unwrap_or(1024);
-        let mut rows = stmt
-            .query(params![id, i(req.from), limit])
-            .map_err(sql_err)?;
+        let mut rows = stmt.query(params![id, i(req.from), limit])?;
+        let mut records = Vec::new();
         let mut bytes = 0u64;
-        while let Some(row) = rows.next().map_err(sql_err)? {
-            let rec = record_from_row(row).map_err(sql_err)?;
+        while let Some(row) = rows.next()? {
+            let rec = record_from_row(row)?;
             bytes += rec.size();
             if bytes > req.max_bytes && !records.is_empty() {
                 break;
             }
             records.push(rec);
         }
-    }
-    tx.commit().map_err(sql_err)?;
-    Ok(Window {
-        floor,
-        head,
-        records,
+        Ok(Window {
+            floor,
+            head,
+            records,
+        })
     })
 }
 
