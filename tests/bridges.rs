@@ -2108,3 +2108,82 @@ fn a_peer_over_the_maximum_packet_size_is_told_0x95() {
     assert_eq!(peer.expect_disconnect(), 0x95);
     broker.wait_log("over max_message_size");
 }
+
+/// B-370, B-380: a link goes on reading what its peer sends while a write to the
+/// peer waits. Here the peer takes nothing for a while (a congested uplink, or a
+/// peer blocked writing to us, which is how two busy brokers on a `both` link
+/// stopped each other until the write gave up and the link dropped): its PUBLISH
+/// reaches the local subscriber meanwhile, and is acknowledged behind what waited.
+#[test]
+fn a_link_reads_what_its_peer_sends_while_a_write_to_it_waits() {
+    let (listener, port) = peer_listener();
+    // A peer that buffers little, as a far end behind a slow uplink does; a record
+    // larger than the broker's send buffer (4 MiB at most) waits on it.
+    rustix::net::sockopt::set_socket_recv_buffer_size(&listener, 64 << 10).expect("SO_RCVBUF");
+    let yaml = bridged(
+        "  limits:\n    max_message_size: 12MiB\n",
+        &format!(
+            "channels:
+  events:
+    type: append
+    filter: events/#
+bridges:
+  hub:
+    peer: tcp://127.0.0.1:{port}
+    client_id: edge-duplex
+    topics:
+      - filter: events/#
+        topic: events/$#
+        direction: out
+      - filter: cmd/#
+        topic: cmd/$#
+        direction: in
+"
+        ),
+    );
+    let broker = Broker::start_with(&yaml);
+    let (mut peer, _) = accept_bridge(&listener, false);
+    expect_subscribe(&mut peer);
+    broker.wait_log("bridge hub: connected to");
+    let mut local = Raw::connected(broker.addr, V5, "local");
+    assert_eq!(
+        local.subscribe("cmd/#", common::opts(QoS::AtLeastOnce)),
+        [1]
+    );
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    let payload = vec![b'x'; 8 << 20];
+    let records = 2;
+    // One topic each: a topic has one record in flight at a time (B-387).
+    for n in 0..records {
+        assert_eq!(
+            publisher.publish(&format!("events/{n}"), &payload, QoS::AtLeastOnce, false),
+            Some(0)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut command = common::publish("cmd/go", b"now", QoS::AtLeastOnce, false);
+    command.packet_id = Some(1);
+    peer.send(&Packet::Publish(command));
+    let got = local.recv_publish();
+    assert_eq!((&*got.topic, &*got.payload), ("cmd/go", &b"now"[..]));
+    // The peer reads again: every record, and the PUBACK for its PUBLISH among them.
+    let mut acked = false;
+    let mut seen = 0;
+    while seen < records || !acked {
+        match peer.recv() {
+            Packet::Publish(p) => {
+                assert_eq!(p.payload.len(), payload.len());
+                if let Some(id) = p.packet_id {
+                    peer.send(&Packet::PubAck(saguin::codec::Ack::new(id, 0)));
+                }
+                seen += 1;
+            }
+            Packet::PubAck(ack) => {
+                assert_eq!(ack.packet_id, 1);
+                acked = true;
+            }
+            Packet::PingReq => peer.send(&Packet::PingResp),
+            other => panic!("expected PUBLISH or PUBACK, got {other:?}"),
+        }
+    }
+}

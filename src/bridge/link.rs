@@ -11,15 +11,17 @@
 use std::io;
 use std::net::TcpStream;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use rustls::ClientConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use smol::Async;
-use smol::io::AsyncWriteExt;
+use smol::io::AsyncWrite;
 
 use crate::broker::Settings;
 use crate::codec::{self, Connect, Packet, Properties, PropertyValues, ProtocolVersion, QoS};
@@ -42,13 +44,28 @@ const SYSTEM_ROOTS: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// An open link: the socket, its reader, and what the peer's CONNACK granted.
+/// Outbox capacity kept between writes; a larger one is released once written.
+const KEEP_OUTBOX: usize = 16 << 10;
+
+/// An open link: the socket, its reader, what is queued for the peer, and what the
+/// peer's CONNACK granted.
 #[derive(Debug)]
 pub struct Link {
     socket: Socket,
     reader: FrameReader,
     /// The most this broker takes in one packet.
     max_packet: u32,
+    /// Encoded packets for the peer; `written` of them are written. Written beside
+    /// reading ([`Link::exchange`]), never instead of it: two brokers whose writes
+    /// to each other both waited, each reading nothing meanwhile, stopped each
+    /// other until the write gave up and the link dropped.
+    outbox: Vec<u8>,
+    written: usize,
+    /// When the queued bytes last went anywhere: the link is given up once they
+    /// stop for the connect wait (`write_stalled_at`).
+    progress_at: Instant,
+    /// When the outbox was last found written whole.
+    drained_at: Instant,
     /// What the peer granted.
     pub granted: Granted,
 }
@@ -225,6 +242,10 @@ impl Link {
             socket,
             reader: FrameReader::default(),
             max_packet: settings.max_message_size,
+            outbox: Vec::new(),
+            written: 0,
+            progress_at: Instant::now(),
+            drained_at: Instant::now(),
             granted: Granted {
                 session_present: false,
                 receive_maximum: u16::MAX,
@@ -264,91 +285,171 @@ impl Link {
         Ok(link)
     }
 
-    /// The next packet from the peer. Safe to cancel: a packet counts only once
-    /// whole.
+    /// The next packet from the peer, writing nothing meanwhile: for the handshake,
+    /// before anything is queued. Safe to cancel: a packet counts only once whole.
     ///
     /// # Errors
-    /// The link ended, or the peer sent something the codec refuses or larger than
-    /// `max_message_size` (a malformed packet ends the link, never a panic).
+    /// As [`Link::exchange`].
     pub async fn next_packet(&mut self) -> Result<Packet, PeerFault> {
         loop {
-            match self.reader.next_frame(self.max_packet) {
-                Ok(Some(frame)) => {
-                    let decoded = codec::decode(
-                        frame.first_byte,
-                        self.reader.body(&frame),
-                        ProtocolVersion::V5,
-                    );
-                    self.reader.consume(frame);
-                    return decoded.map_err(|e| PeerFault {
-                        code: e.reason_code(),
-                        why: format!("sent a packet that does not decode: {e:?}"),
-                    });
-                }
-                Ok(None) => {}
-                Err(FrameError::Decode(e)) => {
-                    return Err(PeerFault {
-                        code: Some(codec::reason::MALFORMED_PACKET),
-                        why: format!("sent a fixed header that does not decode: {e:?}"),
-                    });
-                }
-                Err(FrameError::TooLarge { declared, .. }) => {
-                    return Err(PeerFault {
-                        code: Some(codec::reason::PACKET_TOO_LARGE),
-                        why: format!("sent a packet of {declared} bytes, over max_message_size"),
-                    });
-                }
+            if let Some(parsed) = self.parsed() {
+                return parsed;
             }
-            let gone = |why: String| PeerFault { code: None, why };
-            match self.reader.fill(&mut self.socket).await {
-                Ok(0) => return Err(gone("closed the connection".into())),
-                Ok(_) => {}
-                Err(e) => return Err(gone(format!("read failed: {e}"))),
+            let filled = std::future::poll_fn(|cx| self.reader.poll_fill(&mut self.socket, cx));
+            filled_some(filled.await)?;
+        }
+    }
+
+    /// Writes what is queued as far as the socket takes it and reads meanwhile: the
+    /// next packet from the peer, or `None` once everything queued is written (for
+    /// the caller to queue more). Safe to cancel: a packet counts only once whole,
+    /// and every byte the socket took is counted.
+    ///
+    /// # Errors
+    /// The link ended, a write failed, or the peer sent something the codec refuses
+    /// or larger than `max_message_size` (a malformed packet ends the link, never a
+    /// panic).
+    pub async fn exchange(&mut self) -> Result<Option<Packet>, PeerFault> {
+        std::future::poll_fn(|cx| self.poll_exchange(cx)).await
+    }
+
+    fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Packet>, PeerFault>> {
+        if let Poll::Ready(written) = self.poll_write_queued(cx) {
+            return Poll::Ready(written.map(|()| None));
+        }
+        loop {
+            if let Some(parsed) = self.parsed() {
+                return Poll::Ready(parsed.map(Some));
+            }
+            let filled = std::task::ready!(self.reader.poll_fill(&mut self.socket, cx));
+            if let Err(fault) = filled_some(filled) {
+                return Poll::Ready(Err(fault));
             }
         }
     }
 
-    /// Writes one packet.
-    ///
-    /// # Errors
-    /// The socket's, or a write that took longer than the connect wait.
-    pub async fn send(&mut self, packet: &Packet) -> Result<(), String> {
-        let mut bytes = Vec::new();
-        codec::encode(packet, ProtocolVersion::V5, &mut bytes);
-        self.send_bytes(&bytes).await
+    /// Ready once the outbox is written and flushed, or the write failed; pending
+    /// while it has bytes the socket does not take now (or nothing to write).
+    fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), PeerFault>> {
+        if self.outbox.is_empty() {
+            return Poll::Pending;
+        }
+        let failed = |e: io::Error| PeerFault {
+            code: None,
+            why: format!("write failed: {e}"),
+        };
+        while let Some(rest) = self.outbox.get(self.written..).filter(|r| !r.is_empty()) {
+            match std::task::ready!(Pin::new(&mut self.socket).poll_write(cx, rest)) {
+                Ok(0) => return Poll::Ready(Err(failed(io::ErrorKind::WriteZero.into()))),
+                Ok(n) => {
+                    self.written += n;
+                    self.progress_at = Instant::now();
+                }
+                Err(e) => return Poll::Ready(Err(failed(e))),
+            }
+        }
+        std::task::ready!(Pin::new(&mut self.socket).poll_flush(cx)).map_err(failed)?;
+        self.outbox.clear();
+        self.written = 0;
+        self.drained_at = Instant::now();
+        if self.outbox.capacity() > KEEP_OUTBOX {
+            self.outbox = Vec::new();
+        }
+        Poll::Ready(Ok(()))
     }
 
-    /// Writes bytes already encoded.
+    /// A whole packet from what is buffered, decoded, if one is there.
+    fn parsed(&mut self) -> Option<Result<Packet, PeerFault>> {
+        match self.reader.next_frame(self.max_packet) {
+            Ok(Some(frame)) => {
+                let decoded = codec::decode(
+                    frame.first_byte,
+                    self.reader.body(&frame),
+                    ProtocolVersion::V5,
+                );
+                self.reader.consume(frame);
+                Some(decoded.map_err(|e| PeerFault {
+                    code: e.reason_code(),
+                    why: format!("sent a packet that does not decode: {e:?}"),
+                }))
+            }
+            Ok(None) => None,
+            Err(FrameError::Decode(e)) => Some(Err(PeerFault {
+                code: Some(codec::reason::MALFORMED_PACKET),
+                why: format!("sent a fixed header that does not decode: {e:?}"),
+            })),
+            Err(FrameError::TooLarge { declared, .. }) => Some(Err(PeerFault {
+                code: Some(codec::reason::PACKET_TOO_LARGE),
+                why: format!("sent a packet of {declared} bytes, over max_message_size"),
+            })),
+        }
+    }
+
+    /// Queues one packet for [`Link::exchange`] to write.
+    pub fn queue(&mut self, packet: &Packet) {
+        if self.outbox.is_empty() {
+            self.progress_at = Instant::now();
+        }
+        codec::encode(packet, ProtocolVersion::V5, &mut self.outbox);
+    }
+
+    /// When everything queued was last found written.
+    pub fn drained_at(&self) -> Instant {
+        self.drained_at
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued(&self) -> usize {
+        self.outbox.len() - self.written
+    }
+
+    /// When the link is to be given up if what is queued has not moved by then: the
+    /// wait is for progress, not for the whole, so a large record on a slow uplink (a
+    /// satellite's few hundred kbit/s), which takes longer than the connect wait to
+    /// drain, still crosses.
+    pub fn write_stalled_at(&self) -> Option<Instant> {
+        (!self.outbox.is_empty()).then_some(self.progress_at + CONNECT_WAIT)
+    }
+
+    /// Queues one packet and writes everything queued, reading nothing meanwhile:
+    /// for the handshake and the SUBSCRIBE that follows it.
     ///
     /// # Errors
-    /// As [`Link::send`].
-    /// The wait is for progress, not for the whole: a large record on a slow uplink
-    /// (a satellite's few hundred kbit/s) takes longer than the connect wait to
-    /// drain, and given that long in all it never crossed, the link dropped and the
-    /// same record first again every time.
-    pub async fn send_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            match within_connect_wait(self.socket.write(rest)).await {
-                Some(Ok(0)) => return Err("write failed: the socket took nothing".into()),
-                Some(Ok(n)) => rest = rest.get(n..).unwrap_or_default(),
-                Some(Err(e)) => return Err(format!("write failed: {e}")),
+    /// The socket's, or a write that made no progress within the connect wait.
+    pub async fn send(&mut self, packet: &Packet) -> Result<(), String> {
+        self.queue(packet);
+        loop {
+            let written = std::future::poll_fn(|cx| self.poll_write_queued(cx));
+            match within_connect_wait(written).await {
+                Some(result) => return result.map_err(String::from),
+                // Only the wait for progress is bounded: a write that moved goes on.
+                None if Instant::now() < self.progress_at + CONNECT_WAIT => {}
                 None => return Err("a write made no progress in time".into()),
             }
         }
-        match within_connect_wait(self.socket.flush()).await {
-            Some(Ok(())) => Ok(()),
-            Some(Err(e)) => Err(format!("write failed: {e}")),
-            None => Err("a write made no progress in time".into()),
-        }
     }
 
-    /// Closes the link, sending DISCONNECT `code` first when it can.
+    /// Closes the link, sending DISCONNECT `code` first when it can, behind the rest
+    /// of a packet part-written; what is queued whole is let go, to be sent again
+    /// by the next link as anything unacknowledged is.
     pub async fn close(mut self, code: u8) {
+        if self.written == 0 {
+            self.outbox.clear();
+        }
         let _ = self
             .send(&Packet::Disconnect(codec::Disconnect::new(code)))
             .await;
         self.socket.close_write();
+    }
+}
+
+/// A fill of the reader that brought bytes, or why the link ended.
+fn filled_some(filled: io::Result<usize>) -> Result<(), PeerFault> {
+    let gone = |why: String| PeerFault { code: None, why };
+    match filled {
+        Ok(0) => Err(gone("closed the connection".into())),
+        Ok(_) => Ok(()),
+        Err(e) => Err(gone(format!("read failed: {e}"))),
     }
 }
 

@@ -50,6 +50,10 @@ const RETRY_FIRST: Duration = Duration::from_millis(500);
 /// so the two are never in use at once (MQTT-2.2.1-3).
 const SUBSCRIBE_ID: u16 = 1;
 const RETRY_CEILING: Duration = Duration::from_secs(30);
+/// Bytes of publishes a link encodes ahead of what its peer has taken; past them
+/// the rest wait as messages. Acknowledgements and pings are queued whatever the
+/// outbox holds: their number is bounded by the exchanges in flight.
+const OUTBOX_BOUND: usize = 64 << 10;
 
 /// Starts every bridge; the tasks end when the broker stops (their links are told
 /// through the shutdown's kick).
@@ -245,7 +249,8 @@ fn jittered(base: Duration) -> Duration {
 
 /// What woke a connected link.
 enum Event {
-    Packet(Box<Result<Packet, link::PeerFault>>),
+    /// A packet from the peer, or `None` once everything queued was written.
+    Packet(Box<Result<Option<Packet>, link::PeerFault>>),
     Woken,
     Timer,
 }
@@ -277,6 +282,7 @@ async fn serve(
     let mut ping_sent: Option<Instant> = None;
     let mut ack_due: Option<Instant> = None;
     let mut in_flight_in = 0usize;
+    let mut unqueued = std::collections::VecDeque::new();
     loop {
         if shared.stopping() {
             link.close(reason::SUCCESS).await;
@@ -290,48 +296,56 @@ async fn serve(
             ack_due = None;
             let marks: Vec<Mark> = std::mem::take(&mut *state.marks.borrow_mut());
             in_flight_in = in_flight_in.saturating_sub(marks.len());
-            let mut bytes = Vec::new();
             for mark in marks {
                 let ack = Ack::new(mark.packet_id, reason::SUCCESS);
-                let packet = match mark.qos {
+                link.queue(&match mark.qos {
                     QoS::ExactlyOnce => Packet::PubRec(ack),
                     _ => Packet::PubAck(ack),
-                };
-                crate::codec::encode(&packet, crate::codec::ProtocolVersion::V5, &mut bytes);
-            }
-            if let Err(why) = link.send_bytes(&bytes).await {
-                return Ended::Lost(why);
+                });
             }
             last_sent = Instant::now();
         }
         out.resume(shared);
         out.pump(shared).await;
-        let publishes = out.next_publishes(shared, &link.granted);
-        for publish in publishes {
-            if let Err(why) = link.send(&Packet::Publish(publish)).await {
-                return Ended::Lost(why);
-            }
+        // Publishes are queued while the link's outbox is small, the rest held here
+        // in order: a peer slow to take them bounds what is encoded ahead.
+        if unqueued.is_empty() && link.queued() < OUTBOX_BOUND {
+            unqueued.extend(out.next_publishes(shared, &link.granted));
+        }
+        while link.queued() < OUTBOX_BOUND
+            && let Some(publish) = unqueued.pop_front()
+        {
+            link.queue(&Packet::Publish(publish));
             last_sent = Instant::now();
         }
         out.store_positions(shared, false).await;
         // Keep alive: a PINGREQ when nothing was sent, or nothing heard, for three
-        // quarters of it, and the link given up when no PINGRESP comes within it.
+        // quarters of it, and the link given up when no PINGRESP comes within it of
+        // the PINGREQ's being written. Queued behind a large record on a slow uplink
+        // it can wait longer than that, and meanwhile a write that stops moving is
+        // what gives the link up.
         let now = Instant::now();
-        if let Some(at) = ping_sent
-            && now >= at + keep_alive
-        {
+        let pingresp_due = ping_sent
+            .filter(|_| link.queued() == 0)
+            .map(|at| at.max(link.drained_at()) + keep_alive);
+        if pingresp_due.is_some_and(|due| now >= due) {
             return Ended::Lost(format!("no PINGRESP within {}s", keep_alive.as_secs()));
+        }
+        if link.write_stalled_at().is_some_and(|at| now >= at) {
+            return Ended::Lost("a write made no progress in time".into());
         }
         let ping_at = last_sent.min(last_heard) + keep_alive * 3 / 4;
         if ping_sent.is_none() && now >= ping_at {
-            if let Err(why) = link.send(&Packet::PingReq).await {
-                return Ended::Lost(why);
-            }
+            link.queue(&Packet::PingReq);
             ping_sent = Some(now);
             last_sent = now;
         }
         let deadline = [
-            Some(ping_sent.map_or(ping_at, |at| at + keep_alive)),
+            match ping_sent {
+                None => Some(ping_at),
+                Some(_) => pingresp_due,
+            },
+            link.write_stalled_at(),
             ack_due,
             out.paused_until(),
             out.positions_deadline(shared),
@@ -341,7 +355,7 @@ async fn serve(
         .min()
         .unwrap_or(now + keep_alive);
         let event = future::or(
-            async { Event::Packet(Box::new(link.next_packet().await)) },
+            async { Event::Packet(Box::new(link.exchange().await)) },
             future::or(
                 async {
                     woken.recv().await;
@@ -360,10 +374,12 @@ async fn serve(
         .await;
         let packet = match event {
             Event::Packet(read) => match *read {
-                Ok(packet) => {
+                Ok(Some(packet)) => {
                     last_heard = Instant::now();
                     packet
                 }
+                // All that was queued is written: the next turn queues more.
+                Ok(None) => continue,
                 Err(fault) => {
                     if let Some(code) = fault.code {
                         link.close(code).await;
@@ -395,15 +411,10 @@ async fn serve(
                 out.answered(shared, ack.packet_id, ack.code);
                 let rel =
                     Packet::PubRel(Ack::new(ack.packet_id, reason::PACKET_IDENTIFIER_NOT_FOUND));
-                if let Err(why) = link.send(&rel).await {
-                    return Ended::Lost(why);
-                }
+                link.queue(&rel);
             }
             Packet::PubRel(ack) => {
-                let comp = Packet::PubComp(Ack::new(ack.packet_id, reason::SUCCESS));
-                if let Err(why) = link.send(&comp).await {
-                    return Ended::Lost(why);
-                }
+                link.queue(&Packet::PubComp(Ack::new(ack.packet_id, reason::SUCCESS)));
                 last_sent = Instant::now();
             }
             Packet::PubComp(ack) => out.answered(shared, ack.packet_id, ack.code),
