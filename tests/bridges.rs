@@ -403,6 +403,14 @@ fn peer_listener() -> (TcpListener, u16) {
     (listener, port)
 }
 
+/// A `bridges:` block linking, as `client_id`, to the peer the test plays on
+/// `port`, with `rules` (the `topics:` list's YAML).
+fn to_test_peer(port: u16, client_id: &str, rules: &str) -> String {
+    format!(
+        "bridges:\n  hub:\n    peer: tcp://127.0.0.1:{port}\n    client_id: {client_id}\n    topics:\n{rules}"
+    )
+}
+
 /// The peer, played by the test: accepts the bridge's connection and answers its
 /// CONNECT.
 fn accept_bridge(listener: &TcpListener, session_present: bool) -> (Raw, saguin::codec::Connect) {
@@ -2120,26 +2128,12 @@ fn a_link_reads_what_its_peer_sends_while_a_write_to_it_waits() {
     // A peer that buffers little, as a far end behind a slow uplink does; a record
     // larger than the broker's send buffer (4 MiB at most) waits on it.
     rustix::net::sockopt::set_socket_recv_buffer_size(&listener, 64 << 10).expect("SO_RCVBUF");
+    let rules = "      - filter: events/#\n        topic: events/$#\n        direction: out
+      - filter: cmd/#\n        topic: cmd/$#\n        direction: in\n";
+    let channels = "channels:\n  events:\n    type: append\n    filter: events/#\n";
     let yaml = bridged(
         "  limits:\n    max_message_size: 12MiB\n",
-        &format!(
-            "channels:
-  events:
-    type: append
-    filter: events/#
-bridges:
-  hub:
-    peer: tcp://127.0.0.1:{port}
-    client_id: edge-duplex
-    topics:
-      - filter: events/#
-        topic: events/$#
-        direction: out
-      - filter: cmd/#
-        topic: cmd/$#
-        direction: in
-"
-        ),
+        &format!("{channels}{}", to_test_peer(port, "edge-duplex", rules)),
     );
     let broker = Broker::start_with(&yaml);
     let (mut peer, _) = accept_bridge(&listener, false);
@@ -2186,4 +2180,38 @@ bridges:
             other => panic!("expected PUBLISH or PUBACK, got {other:?}"),
         }
     }
+}
+
+/// A PINGREQ the peer never answers gives the link up a keep alive after it was
+/// written, however much else the link goes on writing: a peer gone silent behind
+/// a path that still takes bytes (the kernel's buffers) is found out, where a
+/// deadline moved on by every later write never came.
+#[test]
+fn a_peer_that_never_answers_a_pingreq_is_given_up_while_records_still_flow() {
+    let (listener, port) = peer_listener();
+    let rule = "      - filter: live/#\n        topic: live/$#\n        direction: out\n";
+    let yaml = bridged("", &to_test_peer(port, "edge-silent", rule));
+    let broker = Broker::start_with(&yaml);
+    let keep_alive = Properties::from(PropertyValues {
+        server_keep_alive: Some(2),
+        ..PropertyValues::default()
+    });
+    let (_peer, _) = accept_bridge_with(&listener, false, keep_alive);
+    broker.wait_log("bridge hub: connected to");
+    let mut publisher = Raw::connected(broker.addr, V5, "publisher");
+    // The peer reads nothing from here on; a record every 100 ms meanwhile, for as
+    // long as the test waits for the link to go.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let until = Instant::now() + WAIT;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                publisher.publish("live/t", b"tick", QoS::AtMostOnce, false);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let lost = broker.wait_log("bridge hub: link to");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(lost.contains("no PINGRESP within 2s"), "{lost}");
+    });
 }

@@ -46,6 +46,9 @@ const SYSTEM_ROOTS: &[&str] = &[
 
 /// Outbox capacity kept between writes; a larger one is released once written.
 const KEEP_OUTBOX: usize = 16 << 10;
+/// Answers queued past which the link stops reading until they are written: far
+/// above what an honest peer's exchanges in flight call for (65,535 PUBACKs).
+const REPLY_BOUND: usize = 512 << 10;
 
 /// An open link: the socket, its reader, what is queued for the peer, and what the
 /// peer's CONNACK granted.
@@ -61,9 +64,13 @@ pub struct Link {
     /// other until the write gave up and the link dropped.
     outbox: Vec<u8>,
     written: usize,
-    /// When the queued bytes last went anywhere: the link is given up once they
-    /// stop for the connect wait (`write_stalled_at`).
-    progress_at: Instant,
+    /// Bytes of packets other than PUBLISH in the outbox: answers the peer's own
+    /// packets call for. Past [`REPLY_BOUND`] the link reads no more until they are
+    /// written, so a peer that sends and takes nothing cannot grow the outbox.
+    replies: usize,
+    /// Since when the socket has taken none of the outbox: the link is given up
+    /// once that lasts the connect wait (`write_stalled_at`).
+    blocked_since: Option<Instant>,
     /// When the outbox was last found written whole.
     drained_at: Instant,
     /// What the peer granted.
@@ -244,7 +251,8 @@ impl Link {
             max_packet: settings.max_message_size,
             outbox: Vec::new(),
             written: 0,
-            progress_at: Instant::now(),
+            replies: 0,
+            blocked_since: None,
             drained_at: Instant::now(),
             granted: Granted {
                 session_present: false,
@@ -291,19 +299,13 @@ impl Link {
     /// # Errors
     /// As [`Link::exchange`].
     pub async fn next_packet(&mut self) -> Result<Packet, PeerFault> {
-        loop {
-            if let Some(parsed) = self.parsed() {
-                return parsed;
-            }
-            let filled = std::future::poll_fn(|cx| self.reader.poll_fill(&mut self.socket, cx));
-            filled_some(filled.await)?;
-        }
+        std::future::poll_fn(|cx| self.poll_packet(cx)).await
     }
 
     /// Writes what is queued as far as the socket takes it and reads meanwhile: the
-    /// next packet from the peer, or `None` once everything queued is written (for
-    /// the caller to queue more). Safe to cancel: a packet counts only once whole,
-    /// and every byte the socket took is counted.
+    /// next packet from the peer, or `None` once everything queued is written and
+    /// nothing more has come (for the caller to queue more). Safe to cancel: a
+    /// packet counts only once whole, and every byte the socket took is counted.
     ///
     /// # Errors
     /// The link ended, a write failed, or the peer sent something the codec refuses
@@ -314,12 +316,29 @@ impl Link {
     }
 
     fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Packet>, PeerFault>> {
-        if let Poll::Ready(written) = self.poll_write_queued(cx) {
-            return Poll::Ready(written.map(|()| None));
+        let drained = match self.poll_write_queued(cx) {
+            Poll::Ready(Err(fault)) => return Poll::Ready(Err(fault)),
+            Poll::Ready(Ok(())) => true,
+            Poll::Pending => false,
+        };
+        // Read even when the write just finished: a backlog the socket takes as
+        // fast as it is queued must not keep the peer's packets unread.
+        if self.replies <= REPLY_BOUND
+            && let Poll::Ready(packet) = self.poll_packet(cx)
+        {
+            return Poll::Ready(packet.map(Some));
         }
+        match drained {
+            true => Poll::Ready(Ok(None)),
+            false => Poll::Pending,
+        }
+    }
+
+    /// The next packet, reading the socket for it.
+    fn poll_packet(&mut self, cx: &mut Context<'_>) -> Poll<Result<Packet, PeerFault>> {
         loop {
             if let Some(parsed) = self.parsed() {
-                return Poll::Ready(parsed.map(Some));
+                return Poll::Ready(parsed);
             }
             let filled = std::task::ready!(self.reader.poll_fill(&mut self.socket, cx));
             if let Err(fault) = filled_some(filled) {
@@ -339,23 +358,37 @@ impl Link {
             why: format!("write failed: {e}"),
         };
         while let Some(rest) = self.outbox.get(self.written..).filter(|r| !r.is_empty()) {
-            match std::task::ready!(Pin::new(&mut self.socket).poll_write(cx, rest)) {
-                Ok(0) => return Poll::Ready(Err(failed(io::ErrorKind::WriteZero.into()))),
-                Ok(n) => {
-                    self.written += n;
-                    self.progress_at = Instant::now();
+            match Pin::new(&mut self.socket).poll_write(cx, rest) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(failed(io::ErrorKind::WriteZero.into())));
                 }
-                Err(e) => return Poll::Ready(Err(failed(e))),
+                Poll::Ready(Ok(n)) => {
+                    self.written += n;
+                    self.blocked_since = None;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(failed(e))),
+                Poll::Pending => return self.blocked(),
             }
         }
-        std::task::ready!(Pin::new(&mut self.socket).poll_flush(cx)).map_err(failed)?;
+        match Pin::new(&mut self.socket).poll_flush(cx) {
+            Poll::Ready(flushed) => flushed.map_err(failed)?,
+            Poll::Pending => return self.blocked(),
+        }
         self.outbox.clear();
         self.written = 0;
+        self.replies = 0;
+        self.blocked_since = None;
         self.drained_at = Instant::now();
         if self.outbox.capacity() > KEEP_OUTBOX {
             self.outbox = Vec::new();
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// The socket took nothing now: the wait for it starts, if it had not.
+    fn blocked(&mut self) -> Poll<Result<(), PeerFault>> {
+        self.blocked_since.get_or_insert_with(Instant::now);
+        Poll::Pending
     }
 
     /// A whole packet from what is buffered, decoded, if one is there.
@@ -387,10 +420,11 @@ impl Link {
 
     /// Queues one packet for [`Link::exchange`] to write.
     pub fn queue(&mut self, packet: &Packet) {
-        if self.outbox.is_empty() {
-            self.progress_at = Instant::now();
-        }
+        let before = self.outbox.len();
         codec::encode(packet, ProtocolVersion::V5, &mut self.outbox);
+        if !matches!(packet, Packet::Publish(_)) {
+            self.replies += self.outbox.len() - before;
+        }
     }
 
     /// When everything queued was last found written.
@@ -403,12 +437,20 @@ impl Link {
         self.outbox.len() - self.written
     }
 
-    /// When the link is to be given up if what is queued has not moved by then: the
-    /// wait is for progress, not for the whole, so a large record on a slow uplink (a
-    /// satellite's few hundred kbit/s), which takes longer than the connect wait to
-    /// drain, still crosses.
-    pub fn write_stalled_at(&self) -> Option<Instant> {
-        (!self.outbox.is_empty()).then_some(self.progress_at + CONNECT_WAIT)
+    /// Tries the socket once more, and says when the link is to be given up if it
+    /// still takes none of what is queued by then: the wait is for progress, not for
+    /// the whole, so a large record on a slow uplink (a satellite's few hundred
+    /// kbit/s), which takes longer than the connect wait to drain, still crosses;
+    /// and time spent elsewhere (a slow store) is not the socket's.
+    ///
+    /// # Errors
+    /// The write failed.
+    pub async fn write_stalled_at(&mut self) -> Result<Option<Instant>, PeerFault> {
+        let tried = future::poll_once(std::future::poll_fn(|cx| self.poll_write_queued(cx)));
+        if let Some(Err(fault)) = tried.await {
+            return Err(fault);
+        }
+        Ok(self.blocked_since.map(|since| since + CONNECT_WAIT))
     }
 
     /// Queues one packet and writes everything queued, reading nothing meanwhile:
@@ -423,18 +465,22 @@ impl Link {
             match within_connect_wait(written).await {
                 Some(result) => return result.map_err(String::from),
                 // Only the wait for progress is bounded: a write that moved goes on.
-                None if Instant::now() < self.progress_at + CONNECT_WAIT => {}
+                None if self
+                    .blocked_since
+                    .is_none_or(|since| since.elapsed() < CONNECT_WAIT) => {}
                 None => return Err("a write made no progress in time".into()),
             }
         }
     }
 
-    /// Closes the link, sending DISCONNECT `code` first when it can, behind the rest
-    /// of a packet part-written; what is queued whole is let go, to be sent again
-    /// by the next link as anything unacknowledged is.
+    /// Closes the link, sending DISCONNECT `code` first when it can. What is queued
+    /// is let go when none of it is written yet, to be sent again by the next link
+    /// as anything unacknowledged is; behind a packet part-written, it is written
+    /// first, since the DISCONNECT can only follow whole packets.
     pub async fn close(mut self, code: u8) {
         if self.written == 0 {
             self.outbox.clear();
+            self.replies = 0;
         }
         let _ = self
             .send(&Packet::Disconnect(codec::Disconnect::new(code)))

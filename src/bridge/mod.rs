@@ -280,6 +280,9 @@ async fn serve(
     // Maximum QoS 0 peer) must still find out that nothing comes back.
     let mut last_heard = last_sent;
     let mut ping_sent: Option<Instant> = None;
+    // When the PINGREQ was found written: the first time the outbox it was queued
+    // in is empty, which every drain wakes this loop to see.
+    let mut ping_written: Option<Instant> = None;
     let mut ack_due: Option<Instant> = None;
     let mut in_flight_in = 0usize;
     let mut unqueued = std::collections::VecDeque::new();
@@ -287,6 +290,9 @@ async fn serve(
         if shared.stopping() {
             link.close(reason::SUCCESS).await;
             return Ended::Shutdown;
+        }
+        if ping_sent.is_some() && ping_written.is_none() && link.queued() == 0 {
+            ping_written = Some(link.drained_at());
         }
         // Marks waiting: the ticker sends them every ack_interval (B-411).
         if !state.marks.borrow().is_empty() && ack_due.is_none() {
@@ -305,7 +311,12 @@ async fn serve(
             }
             last_sent = Instant::now();
         }
-        out.resume(shared);
+        if out.resume(shared) {
+            // A rule read again lets go of what it had in flight, so its publishes
+            // not yet queued would go under identifiers no longer its own.
+            unqueued
+                .retain(|p: &crate::codec::Publish| p.packet_id.is_none_or(|id| out.on_wire(id)));
+        }
         out.pump(shared).await;
         // Publishes are queued while the link's outbox is small, the rest held here
         // in order: a peer slow to take them bounds what is encoded ahead.
@@ -325,13 +336,15 @@ async fn serve(
         // it can wait longer than that, and meanwhile a write that stops moving is
         // what gives the link up.
         let now = Instant::now();
-        let pingresp_due = ping_sent
-            .filter(|_| link.queued() == 0)
-            .map(|at| at.max(link.drained_at()) + keep_alive);
+        let pingresp_due = ping_written.map(|at| at + keep_alive);
         if pingresp_due.is_some_and(|due| now >= due) {
             return Ended::Lost(format!("no PINGRESP within {}s", keep_alive.as_secs()));
         }
-        if link.write_stalled_at().is_some_and(|at| now >= at) {
+        let stalled_at = match link.write_stalled_at().await {
+            Ok(at) => at,
+            Err(fault) => return Ended::Lost(format!("the peer {}", fault.why)),
+        };
+        if stalled_at.is_some_and(|at| now >= at) {
             return Ended::Lost("a write made no progress in time".into());
         }
         let ping_at = last_sent.min(last_heard) + keep_alive * 3 / 4;
@@ -345,7 +358,7 @@ async fn serve(
                 None => Some(ping_at),
                 Some(_) => pingresp_due,
             },
-            link.write_stalled_at(),
+            stalled_at,
             ack_due,
             out.paused_until(),
             out.positions_deadline(shared),
@@ -418,7 +431,7 @@ async fn serve(
                 last_sent = Instant::now();
             }
             Packet::PubComp(ack) => out.answered(shared, ack.packet_id, ack.code),
-            Packet::PingResp => ping_sent = None,
+            Packet::PingResp => (ping_sent, ping_written) = (None, None),
             Packet::SubAck(ack) => refused_filters(bridge, &ack.codes),
             Packet::Disconnect(d) if d.code == reason::PACKET_TOO_LARGE => {
                 return Ended::Stopped(

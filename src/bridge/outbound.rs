@@ -194,9 +194,11 @@ impl Outbound {
     }
 
     /// Ends the pauses that ran out: such a rule reads again from its position, so
-    /// what was refused is offered again (B-388). Called before [`Outbound::pump`].
-    pub fn resume(&mut self, shared: &Shared) {
+    /// what was refused is offered again (B-388). Called before [`Outbound::pump`];
+    /// whether any rule was read again.
+    pub fn resume(&mut self, shared: &Shared) -> bool {
         let now = Instant::now();
+        let mut rewound = false;
         for index in 0..self.rules.len() {
             if self.rules[index]
                 .paused_until
@@ -204,8 +206,15 @@ impl Outbound {
             {
                 self.rules[index].paused_until = None;
                 self.rewind_rule(shared, index);
+                rewound = true;
             }
         }
+        rewound
+    }
+
+    /// Whether the packet identifier `wire_id` is in flight to the peer.
+    pub fn on_wire(&self, wire_id: u16) -> bool {
+        self.wire.contains_key(&wire_id)
     }
 
     /// The publishes to write now: per rule, the oldest delivery whose topic has

@@ -297,8 +297,12 @@ impl Conn {
             let c = broker.channels.get(id);
             (c.provider.clone(), c.name.clone())
         };
-        let Ok(stats) = provider.stats(&name).await else {
-            return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+        let stats = match provider.stats(&name).await {
+            Ok(stats) => stats,
+            Err(e) => {
+                self.read_failed(&name, &e);
+                return (reason::IMPLEMENTATION_SPECIFIC_ERROR, None);
+            }
         };
         let text = std::str::from_utf8(&publish.payload).unwrap_or("").trim();
         let position = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {

@@ -300,6 +300,13 @@ impl MemoryProvider {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The open channel `channel` of `st`.
+    fn open_in<'s>(&self, st: &'s State, channel: &str) -> Result<&'s Open, StorageError> {
+        st.channels
+            .get(channel)
+            .ok_or_else(|| self.unknown(channel))
+    }
+
     fn unknown(&self, channel: &str) -> StorageError {
         StorageError::UnknownChannel {
             provider: self.settings.name.clone(),
@@ -458,10 +465,7 @@ impl MemoryProvider {
         req: WindowRequest,
     ) -> Result<Window, StorageError> {
         let st = self.state();
-        let open = st
-            .channels
-            .get(channel)
-            .ok_or_else(|| self.unknown(channel))?;
+        let open = self.open_in(&st, channel)?;
         let mut records = Vec::new();
         let mut bytes = 0u64;
         for rec in open.data.records.range(req.from..).map(|(_, r)| r) {
@@ -484,11 +488,7 @@ impl MemoryProvider {
     /// The offset of the first record stamped at or after `at_ms`.
     pub async fn first_at(&self, channel: &str, at_ms: u64) -> Result<Option<u64>, StorageError> {
         let st = self.state();
-        let open = st
-            .channels
-            .get(channel)
-            .ok_or_else(|| self.unknown(channel))?;
-        Ok((open.data.records.values())
+        Ok((self.open_in(&st, channel)?.data.records.values())
             .find(|r| r.timestamp_ms >= at_ms)
             .map(|r| r.offset))
     }
@@ -496,21 +496,13 @@ impl MemoryProvider {
     /// What a latest channel holds for `topic`: its value, its deletion, or nothing.
     pub async fn latest(&self, channel: &str, topic: &str) -> Result<Option<Record>, StorageError> {
         let st = self.state();
-        let open = st
-            .channels
-            .get(channel)
-            .ok_or_else(|| self.unknown(channel))?;
-        Ok(open.data.latest_of(topic).cloned())
+        Ok(self.open_in(&st, channel)?.data.latest_of(topic).cloned())
     }
 
     /// A channel's floor, head and counts.
     pub async fn stats(&self, channel: &str) -> Result<ChannelStats, StorageError> {
         let st = self.state();
-        let d = &st
-            .channels
-            .get(channel)
-            .ok_or_else(|| self.unknown(channel))?
-            .data;
+        let d = &self.open_in(&st, channel)?.data;
         Ok(ChannelStats {
             floor: d.floor(),
             head: d.next_offset,
