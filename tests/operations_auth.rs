@@ -361,4 +361,21 @@ fn requests_answered_at_once_are_bounded() {
     {
         assert!(std::time::Instant::now() < deadline, "no place came back");
     }
+    // The place was the one given back: the 31 others are still held, where a
+    // broker that freed none would have served this only once the request timeout
+    // (5 s) closed them all.
+    for (n, socket) in idle.iter_mut().enumerate() {
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .expect("timeout");
+        let mut buf = [0u8; 1];
+        match std::io::Read::read(socket, &mut buf) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            other => panic!("idle socket {n} was let go ({other:?}), not held"),
+        }
+    }
 }
