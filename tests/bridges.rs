@@ -2154,7 +2154,9 @@ fn a_link_reads_what_its_peer_sends_while_a_write_to_it_waits() {
             Some(0)
         );
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // A record taken for the peer: 8 MiB, which no socket buffer here holds while
+    // the peer reads nothing, so the link's write now waits.
+    broker.wait_log("record(s) out");
     let mut command = common::publish("cmd/go", b"now", QoS::AtLeastOnce, false);
     command.packet_id = Some(1);
     peer.send(&Packet::Publish(command));
@@ -2198,6 +2200,7 @@ fn a_peer_that_never_answers_a_pingreq_is_given_up_while_records_still_flow() {
     });
     let (_peer, _) = accept_bridge_with(&listener, false, keep_alive);
     broker.wait_log("bridge hub: connected to");
+    let connected = Instant::now();
     let mut publisher = Raw::connected(broker.addr, V5, "publisher");
     // The peer reads nothing from here on; a record every 100 ms meanwhile, for as
     // long as the test waits for the link to go.
@@ -2213,5 +2216,12 @@ fn a_peer_that_never_answers_a_pingreq_is_given_up_while_records_still_flow() {
         let lost = broker.wait_log("bridge hub: link to");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(lost.contains("no PINGRESP within 2s"), "{lost}");
+        // The PINGREQ goes 1.5 s after the link opened, and is given its 2 s from
+        // being written: not from anything earlier.
+        let after = connected.elapsed();
+        assert!(
+            after >= Duration::from_millis(2800),
+            "given up after {after:?}"
+        );
     });
 }

@@ -8,6 +8,7 @@
 //! configured certificate whenever the peer asks, whatever issuers it lists (B-209).
 //! Peer verification cannot be turned off: no key for it exists (B-204).
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
 use std::path::Path;
@@ -48,7 +49,7 @@ const SYSTEM_ROOTS: &[&str] = &[
 const KEEP_OUTBOX: usize = 16 << 10;
 /// Answers queued past which the link stops reading until they are written: far
 /// above what an honest peer's exchanges in flight call for (65,535 PUBACKs).
-const REPLY_BOUND: usize = 512 << 10;
+const REPLY_BOUND: u64 = 512 << 10;
 
 /// An open link: the socket, its reader, what is queued for the peer, and what the
 /// peer's CONNACK granted.
@@ -64,17 +65,58 @@ pub struct Link {
     /// other until the write gave up and the link dropped.
     outbox: Vec<u8>,
     written: usize,
-    /// Bytes of packets other than PUBLISH in the outbox: answers the peer's own
-    /// packets call for. Past [`REPLY_BOUND`] the link reads no more until they are
-    /// written, so a peer that sends and takes nothing cannot grow the outbox.
-    replies: usize,
+    /// What of the bytes queued since the link opened is written.
+    ledger: Ledger,
     /// Since when the socket has taken none of the outbox: the link is given up
     /// once that lasts the connect wait (`write_stalled_at`).
     blocked_since: Option<Instant>,
-    /// When the outbox was last found written whole.
-    drained_at: Instant,
+    /// The outbox was written whole and [`Link::exchange`] has not said so yet.
+    drain_unseen: bool,
     /// What the peer granted.
     pub granted: Granted,
+}
+
+/// Where things stand in the stream of bytes queued for the peer since the link
+/// opened, by offset in it: the answers not yet wholly written, and the PINGREQ
+/// awaiting its PINGRESP.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Bytes written.
+    sent: u64,
+    /// Runs of packets other than PUBLISH, `(start, end)`, not yet wholly written:
+    /// answers the peer's own packets call for. Past [`REPLY_BOUND`] bytes of them
+    /// the link reads no more until they are written, so a peer that sends and
+    /// takes nothing cannot grow the outbox.
+    replies: VecDeque<(u64, u64)>,
+    reply_bytes: u64,
+    /// Where the PINGREQ ends, and when it was found written: the PINGRESP is
+    /// waited for from then, however long it waited behind a large record.
+    ping: Option<(u64, Option<Instant>)>,
+}
+
+impl Ledger {
+    fn queued_reply(&mut self, start: u64, end: u64) {
+        match self.replies.back_mut() {
+            Some(run) if run.1 == start => run.1 = end,
+            _ => self.replies.push_back((start, end)),
+        }
+        self.reply_bytes += end - start;
+    }
+
+    fn wrote(&mut self, n: usize) {
+        self.sent += n as u64;
+        while let Some(&(start, end)) = self.replies.front()
+            && end <= self.sent
+        {
+            self.replies.pop_front();
+            self.reply_bytes -= end - start;
+        }
+        if let Some((end, at @ None)) = &mut self.ping
+            && *end <= self.sent
+        {
+            *at = Some(Instant::now());
+        }
+    }
 }
 
 /// What a CONNACK told the bridge about its peer.
@@ -251,9 +293,9 @@ impl Link {
             max_packet: settings.max_message_size,
             outbox: Vec::new(),
             written: 0,
-            replies: 0,
+            ledger: Ledger::default(),
             blocked_since: None,
-            drained_at: Instant::now(),
+            drain_unseen: false,
             granted: Granted {
                 session_present: false,
                 receive_maximum: u16::MAX,
@@ -316,19 +358,18 @@ impl Link {
     }
 
     fn poll_exchange(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Packet>, PeerFault>> {
-        let drained = match self.poll_write_queued(cx) {
-            Poll::Ready(Err(fault)) => return Poll::Ready(Err(fault)),
-            Poll::Ready(Ok(())) => true,
-            Poll::Pending => false,
-        };
+        if let Poll::Ready(Err(fault)) = self.poll_write_queued(cx) {
+            return Poll::Ready(Err(fault));
+        }
         // Read even when the write just finished: a backlog the socket takes as
         // fast as it is queued must not keep the peer's packets unread.
-        if self.replies <= REPLY_BOUND
+        if self.ledger.reply_bytes <= REPLY_BOUND
             && let Poll::Ready(packet) = self.poll_packet(cx)
         {
             return Poll::Ready(packet.map(Some));
         }
-        match drained {
+        // A drain is said once, wherever it happened (`write_stalled_at` polls too).
+        match std::mem::take(&mut self.drain_unseen) {
             true => Poll::Ready(Ok(None)),
             false => Poll::Pending,
         }
@@ -364,6 +405,7 @@ impl Link {
                 }
                 Poll::Ready(Ok(n)) => {
                     self.written += n;
+                    self.ledger.wrote(n);
                     self.blocked_since = None;
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(failed(e))),
@@ -376,9 +418,8 @@ impl Link {
         }
         self.outbox.clear();
         self.written = 0;
-        self.replies = 0;
         self.blocked_since = None;
-        self.drained_at = Instant::now();
+        self.drain_unseen = true;
         if self.outbox.capacity() > KEEP_OUTBOX {
             self.outbox = Vec::new();
         }
@@ -420,16 +461,33 @@ impl Link {
 
     /// Queues one packet for [`Link::exchange`] to write.
     pub fn queue(&mut self, packet: &Packet) {
-        let before = self.outbox.len();
+        let start = self.queued_end();
         codec::encode(packet, ProtocolVersion::V5, &mut self.outbox);
         if !matches!(packet, Packet::Publish(_)) {
-            self.replies += self.outbox.len() - before;
+            let end = self.queued_end();
+            self.ledger.queued_reply(start, end);
         }
     }
 
-    /// When everything queued was last found written.
-    pub fn drained_at(&self) -> Instant {
-        self.drained_at
+    /// Queues a PINGREQ, whose PINGRESP [`Link::ping_written_at`] times.
+    pub fn queue_ping(&mut self) {
+        self.queue(&Packet::PingReq);
+        self.ledger.ping = Some((self.queued_end(), None));
+    }
+
+    /// When the PINGREQ awaiting its PINGRESP was found written, once it was.
+    pub fn ping_written_at(&self) -> Option<Instant> {
+        self.ledger.ping.and_then(|(_, at)| at)
+    }
+
+    /// The PINGRESP came.
+    pub fn ponged(&mut self) {
+        self.ledger.ping = None;
+    }
+
+    /// The offset, in the stream since the link opened, where what is queued ends.
+    fn queued_end(&self) -> u64 {
+        self.ledger.sent + self.queued() as u64
     }
 
     /// Bytes queued and not yet written.
@@ -480,7 +538,6 @@ impl Link {
     pub async fn close(mut self, code: u8) {
         if self.written == 0 {
             self.outbox.clear();
-            self.replies = 0;
         }
         let _ = self
             .send(&Packet::Disconnect(codec::Disconnect::new(code)))

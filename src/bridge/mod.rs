@@ -279,10 +279,7 @@ async fn serve(
     // When the peer was last heard from: a link that only sends (QoS 0, or to a
     // Maximum QoS 0 peer) must still find out that nothing comes back.
     let mut last_heard = last_sent;
-    let mut ping_sent: Option<Instant> = None;
-    // When the PINGREQ was found written: the first time the outbox it was queued
-    // in is empty, which every drain wakes this loop to see.
-    let mut ping_written: Option<Instant> = None;
+    let mut ping_out = false;
     let mut ack_due: Option<Instant> = None;
     let mut in_flight_in = 0usize;
     let mut unqueued = std::collections::VecDeque::new();
@@ -290,9 +287,6 @@ async fn serve(
         if shared.stopping() {
             link.close(reason::SUCCESS).await;
             return Ended::Shutdown;
-        }
-        if ping_sent.is_some() && ping_written.is_none() && link.queued() == 0 {
-            ping_written = Some(link.drained_at());
         }
         // Marks waiting: the ticker sends them every ack_interval (B-411).
         if !state.marks.borrow().is_empty() && ack_due.is_none() {
@@ -336,7 +330,7 @@ async fn serve(
         // it can wait longer than that, and meanwhile a write that stops moving is
         // what gives the link up.
         let now = Instant::now();
-        let pingresp_due = ping_written.map(|at| at + keep_alive);
+        let pingresp_due = link.ping_written_at().map(|at| at + keep_alive);
         if pingresp_due.is_some_and(|due| now >= due) {
             return Ended::Lost(format!("no PINGRESP within {}s", keep_alive.as_secs()));
         }
@@ -348,15 +342,15 @@ async fn serve(
             return Ended::Lost("a write made no progress in time".into());
         }
         let ping_at = last_sent.min(last_heard) + keep_alive * 3 / 4;
-        if ping_sent.is_none() && now >= ping_at {
-            link.queue(&Packet::PingReq);
-            ping_sent = Some(now);
+        if !ping_out && now >= ping_at {
+            link.queue_ping();
+            ping_out = true;
             last_sent = now;
         }
         let deadline = [
-            match ping_sent {
-                None => Some(ping_at),
-                Some(_) => pingresp_due,
+            match ping_out {
+                false => Some(ping_at),
+                true => pingresp_due,
             },
             stalled_at,
             ack_due,
@@ -431,7 +425,10 @@ async fn serve(
                 last_sent = Instant::now();
             }
             Packet::PubComp(ack) => out.answered(shared, ack.packet_id, ack.code),
-            Packet::PingResp => (ping_sent, ping_written) = (None, None),
+            Packet::PingResp => {
+                ping_out = false;
+                link.ponged();
+            }
             Packet::SubAck(ack) => refused_filters(bridge, &ack.codes),
             Packet::Disconnect(d) if d.code == reason::PACKET_TOO_LARGE => {
                 return Ended::Stopped(
