@@ -2199,8 +2199,9 @@ fn a_peer_that_never_answers_a_pingreq_is_given_up_while_records_still_flow() {
         ..PropertyValues::default()
     });
     let (_peer, _) = accept_bridge_with(&listener, false, keep_alive);
-    broker.wait_log("bridge hub: connected to");
+    // The CONNACK is sent: the link opens after this.
     let connected = Instant::now();
+    broker.wait_log("bridge hub: connected to");
     let mut publisher = Raw::connected(broker.addr, V5, "publisher");
     // The peer reads nothing from here on; a record every 100 ms meanwhile, for as
     // long as the test waits for the link to go.

@@ -105,11 +105,15 @@ impl Ledger {
 
     fn wrote(&mut self, n: usize) {
         self.sent += n as u64;
-        while let Some(&(start, end)) = self.replies.front()
-            && end <= self.sent
+        while let Some(run) = self.replies.front_mut()
+            && run.0 < self.sent
         {
-            self.replies.pop_front();
-            self.reply_bytes -= end - start;
+            let written = run.1.min(self.sent);
+            self.reply_bytes -= written - run.0;
+            run.0 = written;
+            if written == run.1 {
+                self.replies.pop_front();
+            }
         }
         if let Some((end, at @ None)) = &mut self.ping
             && *end <= self.sent
@@ -538,6 +542,7 @@ impl Link {
     pub async fn close(mut self, code: u8) {
         if self.written == 0 {
             self.outbox.clear();
+            self.ledger = Ledger::default();
         }
         let _ = self
             .send(&Packet::Disconnect(codec::Disconnect::new(code)))
@@ -639,5 +644,36 @@ pub fn name_of(packet: &Packet) -> &'static str {
         Packet::PingResp => "PINGRESP",
         Packet::Disconnect(_) => "DISCONNECT",
         Packet::Auth(_) => "AUTH",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ledger;
+
+    /// Answers count until written, a run trimmed as a write passes through it;
+    /// adjacent answers are one run; the PINGREQ is timed from its last byte.
+    #[test]
+    fn the_ledger_counts_answers_until_written_and_times_the_ping() {
+        let mut ledger = Ledger::default();
+        // A publish at 0..100, answers at 100..104 and 104..108, a publish, one more.
+        ledger.queued_reply(100, 104);
+        ledger.queued_reply(104, 108);
+        ledger.queued_reply(200, 204);
+        assert_eq!(ledger.replies.len(), 2, "adjacent answers merge");
+        assert_eq!(ledger.reply_bytes, 12);
+        ledger.ping = Some((204, None));
+        ledger.wrote(102);
+        assert_eq!(ledger.reply_bytes, 10, "two of the first run written");
+        ledger.wrote(6);
+        assert_eq!((ledger.reply_bytes, ledger.replies.len()), (4, 1));
+        ledger.wrote(95);
+        assert!(
+            ledger.ping.is_some_and(|(_, at)| at.is_none()),
+            "one byte short"
+        );
+        ledger.wrote(1);
+        assert_eq!((ledger.reply_bytes, ledger.replies.len()), (0, 0));
+        assert!(ledger.ping.is_some_and(|(_, at)| at.is_some()));
     }
 }

@@ -330,10 +330,14 @@ async fn serve(
         // it can wait longer than that, and meanwhile a write that stops moving is
         // what gives the link up.
         let now = Instant::now();
-        let pingresp_due = link.ping_written_at().map(|at| at + keep_alive);
-        if pingresp_due.is_some_and(|due| now >= due) {
-            return Ended::Lost(format!("no PINGRESP within {}s", keep_alive.as_secs()));
+        let ping_at = last_sent.min(last_heard) + keep_alive * 3 / 4;
+        if !ping_out && now >= ping_at {
+            link.queue_ping();
+            ping_out = true;
+            last_sent = now;
         }
+        // Tried once more, the PINGREQ just queued with the rest: a socket that takes
+        // none of it is timed from here.
         let stalled_at = match link.write_stalled_at().await {
             Ok(at) => at,
             Err(fault) => return Ended::Lost(format!("the peer {}", fault.why)),
@@ -341,11 +345,9 @@ async fn serve(
         if stalled_at.is_some_and(|at| now >= at) {
             return Ended::Lost("a write made no progress in time".into());
         }
-        let ping_at = last_sent.min(last_heard) + keep_alive * 3 / 4;
-        if !ping_out && now >= ping_at {
-            link.queue_ping();
-            ping_out = true;
-            last_sent = now;
+        let pingresp_due = link.ping_written_at().map(|at| at + keep_alive);
+        if pingresp_due.is_some_and(|due| now >= due) {
+            return Ended::Lost(format!("no PINGRESP within {}s", keep_alive.as_secs()));
         }
         let deadline = [
             match ping_out {
