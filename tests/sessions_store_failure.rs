@@ -136,6 +136,47 @@ fn a_pubrel_the_store_cannot_release_is_disconnect_0x83_and_stays_held_a260() {
     reader.expect_nothing(Duration::from_millis(300));
 }
 
+/// G-13, G-14, A-260: a QoS 2 broadcast whose PUBREL's broadcast-log write fails
+/// has already reached its live subscribers. The publisher is told DISCONNECT 0x83,
+/// and the exchange is done: the PUBREL it sends again on its next connection is
+/// answered PUBCOMP 0x00 without handing the message out a second time. It stayed
+/// held, and was routed again to every subscriber.
+#[test]
+fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
+    let broker = start();
+    // A session that outlives its connection is owed it: the log is written.
+    let mut sleeper = connected(&broker, persistent(V5, "sleeper"));
+    assert_eq!(sleeper.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    sleeper.disconnect();
+    let mut live = Raw::connected(broker.addr, V5, "live");
+    assert_eq!(live.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
+    let mut p = connected(&broker, persistent(V5, "announcer"));
+    let mut news = common::publish("news/a", b"once", QoS::ExactlyOnce, false);
+    news.packet_id = Some(7);
+    p.send(&Packet::Publish(news));
+    match p.recv() {
+        Packet::PubRec(ack) => assert_eq!(ack.code, 0),
+        other => panic!("expected PUBREC, got {other:?}"),
+    }
+    let lock = WriteLock::take(&broker);
+    p.send(&Packet::PubRel(codec::Ack::new(7, 0)));
+    assert_eq!(&*live.recv_publish().payload, b"once");
+    assert_eq!(p.expect_disconnect(), STORAGE_ERROR);
+    drop(lock);
+    let (mut again, ack) = Raw::handshake(broker.addr, persistent(V5, "announcer"));
+    assert!(ack.code == 0 && ack.session_present, "{ack:?}");
+    again.send(&Packet::PubRel(codec::Ack::new(7, 0)));
+    match again.recv() {
+        Packet::PubComp(ack) => assert_eq!(ack.code, 0, "the exchange completes"),
+        other => panic!("expected PUBCOMP, got {other:?}"),
+    }
+    live.expect_nothing(Duration::from_millis(500));
+    // The session it was owed to keeps it in memory, and gets it once.
+    let mut sleeper = connected(&broker, persistent(V5, "sleeper"));
+    assert_eq!(&*sleeper.recv_publish().payload, b"once");
+    sleeper.expect_nothing(Duration::from_millis(500));
+}
+
 /// a Clean Start whose ending of what it replaces the store refuses
 /// (here the old session's channel positions, on a sqlite provider, while the
 /// session record is on a memory one) is refused CONNACK 0x83: Sagüin ends it before

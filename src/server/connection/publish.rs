@@ -511,19 +511,29 @@ impl Conn {
                 // Kept in storage: the record is written as one operation with the
                 // release (B-442).
                 let mut release = stored.as_ref().map(|s| s.at(&self.client_id, packet_id));
-                let code = route_releasing(&self.shared, message.clone(), &mut release).await;
-                if code >= 0x80 {
+                let routed = route_releasing(&self.shared, message.clone(), &mut release).await;
+                if routed.code >= 0x80 {
                     // The message stays held, and a PUBREL on the next connection
-                    // completes it (RFC 0002 "A DISCONNECT from the broker").
-                    let held = HeldQos2 {
-                        since,
-                        message: Some(message),
-                        stored,
+                    // completes it (RFC 0002 "A DISCONNECT from the broker"). But a
+                    // broadcast handed out before its log write failed has reached
+                    // its subscribers: its exchange is done, and that PUBREL only
+                    // completes it (G-13: once per exchange).
+                    let held = match routed.handed_out {
+                        false => HeldQos2 {
+                            since,
+                            message: Some(message),
+                            stored,
+                        },
+                        true => HeldQos2 {
+                            since,
+                            message: None,
+                            stored: None,
+                        },
                     };
                     self.with_session(|s| s.incoming.insert(packet_id, held));
-                    return Err(self.refuse(code));
+                    return Err(self.refuse(routed.code));
                 }
-                code
+                routed.code
             }
             Some(HeldQos2 { message: None, .. }) => reason::SUCCESS,
             // Never held, or abandoned after broker.qos2.expires_after.

@@ -89,15 +89,17 @@ pub(crate) async fn route_rest(shared: &Shared, routing: Routing) -> u8 {
 /// store operation that removes it from `release`'s provider, which takes `release`.
 /// What writes no record there (a broadcast owed to no session that outlives its
 /// connection, a full log, a record on another provider since the configuration
-/// moved its topic) is removed once the publish is handed on. A refusal removes
+/// moved its topic) is removed once the publish is handed on, and so is one whose
+/// broadcast was handed out before its log write failed: routed again, it would
+/// reach every subscriber again. A refusal of anything not handed out removes
 /// nothing, and leaves `release` in place.
 pub(crate) async fn route_releasing(
     shared: &Shared,
     message: Arc<Message>,
     release: &mut Option<HeldRef>,
-) -> u8 {
+) -> Routed {
     let destination = shared.broker.borrow().destination(&message.topic);
-    route_to(shared, destination, message, release).await.code
+    route_to(shared, destination, message, release).await
 }
 
 /// [`route_releasing`] once the publish's destination is known.
@@ -149,7 +151,7 @@ async fn route_to(
         code,
         handed_out: code < 0x80 || destination == Destination::Broadcast,
     };
-    if code >= 0x80 {
+    if !routed.handed_out {
         return routed;
     }
     let Some(rest) = release.take() else {
