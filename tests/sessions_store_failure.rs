@@ -71,6 +71,18 @@ fn publish(broker: &Broker, topic: &str) {
     p.disconnect();
 }
 
+/// Publishes `once` to `topic` at QoS 2 under packet id `id`, expecting PUBREC 0x00:
+/// held until its PUBREL.
+fn held_qos2(p: &mut Raw, topic: &str, id: u16) {
+    let mut held = common::publish(topic, b"once", QoS::ExactlyOnce, false);
+    held.packet_id = Some(id);
+    p.send(&Packet::Publish(held));
+    match p.recv() {
+        Packet::PubRec(ack) => assert_eq!(ack.code, 0),
+        other => panic!("expected PUBREC, got {other:?}"),
+    }
+}
+
 /// B-462: a CONNECT whose session the store cannot write is refused 0x83, logged;
 /// once the store takes writes again the same CONNECT is accepted.
 #[test]
@@ -112,13 +124,7 @@ fn a_v311_connect_the_store_refuses_is_answered_0x03_a234() {
 fn a_pubrel_the_store_cannot_release_is_disconnect_0x83_and_stays_held_a260() {
     let broker = start();
     let mut p = connected(&broker, persistent(V5, "releaser"));
-    let mut held = common::publish("events/held", b"once", QoS::ExactlyOnce, false);
-    held.packet_id = Some(7);
-    p.send(&Packet::Publish(held));
-    match p.recv() {
-        Packet::PubRec(ack) => assert_eq!(ack.code, 0),
-        other => panic!("expected PUBREC, got {other:?}"),
-    }
+    held_qos2(&mut p, "events/held", 7);
     let lock = WriteLock::take(&broker);
     p.send(&Packet::PubRel(codec::Ack::new(7, 0)));
     assert_eq!(p.expect_disconnect(), STORAGE_ERROR);
@@ -151,13 +157,7 @@ fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
     let mut live = Raw::connected(broker.addr, V5, "live");
     assert_eq!(live.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
     let mut p = connected(&broker, persistent(V5, "announcer"));
-    let mut news = common::publish("news/a", b"once", QoS::ExactlyOnce, false);
-    news.packet_id = Some(7);
-    p.send(&Packet::Publish(news));
-    match p.recv() {
-        Packet::PubRec(ack) => assert_eq!(ack.code, 0),
-        other => panic!("expected PUBREC, got {other:?}"),
-    }
+    held_qos2(&mut p, "news/a", 7);
     let lock = WriteLock::take(&broker);
     p.send(&Packet::PubRel(codec::Ack::new(7, 0)));
     assert_eq!(&*live.recv_publish().payload, b"once");
