@@ -145,8 +145,9 @@ fn a_pubrel_the_store_cannot_release_is_disconnect_0x83_and_stays_held_a260() {
 /// G-13, G-14, A-260: a QoS 2 broadcast whose PUBREL's broadcast-log write fails
 /// has already reached its live subscribers. The publisher is told DISCONNECT 0x83,
 /// and the exchange is done: the PUBREL it sends again on its next connection is
-/// answered PUBCOMP 0x00 without handing the message out a second time. It stayed
-/// held, and was routed again to every subscriber.
+/// answered PUBCOMP 0x00 without handing the message out a second time, and the
+/// stored copy is forgotten. It stayed held, and was routed again to every
+/// subscriber.
 #[test]
 fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
     let broker = start();
@@ -171,6 +172,17 @@ fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
         other => panic!("expected PUBCOMP, got {other:?}"),
     }
     live.expect_nothing(Duration::from_millis(500));
+    // Its stored copy is forgotten with it, so a restart cannot bring it back.
+    let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
+    common::wait_until("the held copy forgotten", || {
+        db.query_row(
+            "SELECT count(*) FROM held WHERE client_id = 'announcer'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+        .expect("count")
+            == 0
+    });
     // The session it was owed to keeps it in memory, and gets it once.
     let mut sleeper = connected(&broker, persistent(V5, "sleeper"));
     assert_eq!(&*sleeper.recv_publish().payload, b"once");

@@ -517,25 +517,29 @@ impl Conn {
                     // completes it (RFC 0002 "A DISCONNECT from the broker"). But a
                     // broadcast handed out before its log write failed has reached
                     // its subscribers: its exchange is done, and that PUBREL only
-                    // completes it (G-13: once per exchange).
-                    let held = match routed.handed_out {
-                        false => HeldQos2 {
-                            since,
-                            message: Some(message),
-                            stored,
-                        },
-                        true => HeldQos2 {
-                            since,
-                            message: None,
-                            stored: None,
-                        },
+                    // completes it, forgetting the stored copy (G-13: once per
+                    // exchange). The store failing, the copy is left until then.
+                    let held = HeldQos2 {
+                        since,
+                        message: (!routed.handed_out).then_some(message),
+                        stored,
                     };
                     self.with_session(|s| s.incoming.insert(packet_id, held));
                     return Err(self.refuse(routed.code));
                 }
                 routed.code
             }
-            Some(HeldQos2 { message: None, .. }) => reason::SUCCESS,
+            Some(HeldQos2 {
+                message: None,
+                stored,
+                ..
+            }) => {
+                if let Some(stored) = stored {
+                    let forget = stored.at(&self.client_id, packet_id);
+                    self.shared.broker.borrow_mut().forget_held(forget);
+                }
+                reason::SUCCESS
+            }
             // Never held, or abandoned after broker.qos2.expires_after.
             None => reason::PACKET_IDENTIFIER_NOT_FOUND,
         };

@@ -89,10 +89,9 @@ pub(crate) async fn route_rest(shared: &Shared, routing: Routing) -> u8 {
 /// store operation that removes it from `release`'s provider, which takes `release`.
 /// What writes no record there (a broadcast owed to no session that outlives its
 /// connection, a full log, a record on another provider since the configuration
-/// moved its topic) is removed once the publish is handed on, and so is one whose
-/// broadcast was handed out before its log write failed: routed again, it would
-/// reach every subscriber again. A refusal of anything not handed out removes
-/// nothing, and leaves `release` in place.
+/// moved its topic) is removed once the publish is handed on. A refusal removes
+/// nothing, and leaves `release` in place: one of a broadcast handed out before its
+/// log write failed too, which the caller forgets once the exchange completes.
 pub(crate) async fn route_releasing(
     shared: &Shared,
     message: Arc<Message>,
@@ -151,7 +150,7 @@ async fn route_to(
         code,
         handed_out: code < 0x80 || destination == Destination::Broadcast,
     };
-    if !routed.handed_out {
+    if code >= 0x80 {
         return routed;
     }
     let Some(rest) = release.take() else {
