@@ -164,6 +164,16 @@ fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
     assert_eq!(&*live.recv_publish().payload, b"once");
     assert_eq!(p.expect_disconnect(), STORAGE_ERROR);
     drop(lock);
+    let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
+    let held_rows = || {
+        db.query_row(
+            "SELECT count(*) FROM held WHERE client_id = 'announcer'",
+            [],
+            |row| row.get::<_, i64>(0),
+        )
+        .expect("count")
+    };
+    assert_eq!(held_rows(), 1, "kept until the exchange completes");
     let (mut again, ack) = Raw::handshake(broker.addr, persistent(V5, "announcer"));
     assert!(ack.code == 0 && ack.session_present, "{ack:?}");
     again.send(&Packet::PubRel(codec::Ack::new(7, 0)));
@@ -173,16 +183,7 @@ fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
     }
     live.expect_nothing(Duration::from_millis(500));
     // Its stored copy is forgotten with it, so a restart cannot bring it back.
-    let db = rusqlite::Connection::open(broker.dir.join("saguin.db")).expect("open the db");
-    common::wait_until("the held copy forgotten", || {
-        db.query_row(
-            "SELECT count(*) FROM held WHERE client_id = 'announcer'",
-            [],
-            |row| row.get::<_, i64>(0),
-        )
-        .expect("count")
-            == 0
-    });
+    common::wait_until("the held copy forgotten", || held_rows() == 0);
     // The session it was owed to keeps it in memory, and gets it once.
     let mut sleeper = connected(&broker, persistent(V5, "sleeper"));
     assert_eq!(&*sleeper.recv_publish().payload, b"once");

@@ -486,20 +486,23 @@ pub(crate) async fn write_session_record(
 }
 
 /// Forgets in storage the held QoS 2 publishes that were abandoned after
-/// `broker.qos2.expires_after`, whose session ended, or whose session did not come
-/// back at the start (B-443). Each names its exchange, so one a client has opened
-/// since under the same packet identifier is left alone.
+/// `broker.qos2.expires_after`, whose session ended, whose session did not come
+/// back at the start (B-443), or whose exchange completed without a record. Each
+/// names its exchange, so one a client has opened since under the same packet
+/// identifier is left alone. One the store refuses is tried again at the next
+/// call: left, a restart would bring its publish back.
 pub(crate) async fn forget_held(shared: &Shared) {
     let forget = shared.broker.borrow_mut().take_held_forget();
     for held in forget {
         if let Err(e) = held.provider.drop_held(held.key.clone()).await {
             log::error!(
                 "storage provider {}: the held QoS 2 publish {} of {:?} could not be \
-                 removed: {e}",
+                 removed, and is tried again: {e}",
                 held.provider.name(),
                 held.key.packet_id,
                 crate::broker::shown(&held.key.client_id)
             );
+            shared.broker.borrow_mut().forget_held(held);
         }
     }
 }

@@ -519,6 +519,15 @@ impl Conn {
                     // its subscribers: its exchange is done, and that PUBREL only
                     // completes it, forgetting the stored copy (G-13: once per
                     // exchange). The store failing, the copy is left until then.
+                    if routed.handed_out && stored.is_some() {
+                        log::warn!(
+                            "{}: QoS 2 publish {packet_id} of {} reached its subscribers \
+                             but not the broadcast log; its stored copy goes when the PUBREL \
+                             comes again, and a restart before then brings it back",
+                            self.peer,
+                            self.client_id
+                        );
+                    }
                     let held = HeldQos2 {
                         since,
                         message: (!routed.handed_out).then_some(message),
