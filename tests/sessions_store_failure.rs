@@ -71,6 +71,13 @@ fn publish(broker: &Broker, topic: &str) {
     p.disconnect();
 }
 
+/// A session that outlives its connection, subscribed to `filter` at QoS 1 and gone.
+fn subscribe_and_leave(broker: &Broker, client_id: &str, filter: &str) {
+    let mut s = connected(broker, persistent(V5, client_id));
+    assert_eq!(s.subscribe(filter, opts(QoS::AtLeastOnce)), [1]);
+    s.disconnect();
+}
+
 /// Publishes `once` to `topic` at QoS 2 under packet id `id`, expecting PUBREC 0x00:
 /// held until its PUBREL.
 fn held_qos2(p: &mut Raw, topic: &str, id: u16) {
@@ -152,9 +159,7 @@ fn a_pubrel_the_store_cannot_release_is_disconnect_0x83_and_stays_held_a260() {
 fn a_qos2_broadcast_whose_log_write_fails_is_not_handed_out_twice() {
     let broker = start();
     // A session that outlives its connection is owed it: the log is written.
-    let mut sleeper = connected(&broker, persistent(V5, "sleeper"));
-    assert_eq!(sleeper.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
-    sleeper.disconnect();
+    subscribe_and_leave(&broker, "sleeper", "news/#");
     let mut live = Raw::connected(broker.addr, V5, "live");
     assert_eq!(live.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
     let mut p = connected(&broker, persistent(V5, "announcer"));
@@ -379,9 +384,7 @@ fn a_position_write_the_store_holds_up_does_not_stop_the_connection_b457() {
 #[test]
 fn a_broadcast_the_log_cannot_keep_is_puback_0x83_and_kept_in_memory_only_a169() {
     let broker = start();
-    let mut s = connected(&broker, persistent(V5, "subscriber"));
-    assert_eq!(s.subscribe("news/#", opts(QoS::AtLeastOnce)), [1]);
-    s.disconnect();
+    subscribe_and_leave(&broker, "subscriber", "news/#");
     let mut p = connected(&broker, common::connect(V5, "publisher", true));
     let lock = WriteLock::take(&broker);
     assert_eq!(

@@ -9,7 +9,7 @@ prints how long until the hub's subscriber had them all. Loopback only.
 usage: bridge_drain.py HUB_PORT EDGE_PORT N
 """
 import sys, threading, time
-from mqtt_wire import pkt, s16, read_exact, connect
+from mqtt_wire import pkt, s16, read_exact, read_packet, connect
 
 hub_port, edge_port, n = (int(a) for a in sys.argv[1:4])
 sub = connect(hub_port, b"far-reader", timeout=60)
@@ -22,15 +22,7 @@ def count():
     """Reads PUBLISHes until `n`, acknowledging each at QoS 1."""
     global got
     while got < n:
-        first = read_exact(sub, 1)[0]
-        length, mult = 0, 1
-        while True:
-            b = read_exact(sub, 1)[0]
-            length += (b & 127) * mult
-            mult *= 128
-            if not b & 128:
-                break
-        body = read_exact(sub, length)
+        first, body = read_packet(sub)
         if first >> 4 == 3:
             got += 1
             if (first >> 1) & 3:

@@ -35,6 +35,18 @@ def read_exact(c, n):
     return b
 
 
+def read_packet(c):
+    """The next packet from `c`: its first byte and its body."""
+    first = read_exact(c, 1)[0]
+    n, mult = 0, 1
+    while True:
+        b = read_exact(c, 1)[0]
+        n += (b & 127) * mult
+        mult *= 128
+        if not b & 128:
+            return first, read_exact(c, n)
+
+
 def connect(port, cid, timeout=None):
     """A clean 3.1.1 session for `cid` on 127.0.0.1:`port`, accepted; every wait on
     the socket then up to `timeout` seconds (None: no limit)."""

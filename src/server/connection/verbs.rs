@@ -219,15 +219,8 @@ impl Conn {
                 format!("not authorized: no read on {key:?}"),
             );
         }
-        let (provider, name, max_age) = {
-            let broker = self.shared.broker.borrow();
-            let channel = broker.channels.get(id);
-            (
-                channel.provider.clone(),
-                channel.name.clone(),
-                channel.max_age,
-            )
-        };
+        let (provider, name) = self.store_of(id);
+        let max_age = self.shared.broker.borrow().channels.get(id).max_age;
         let now = now_ms();
         let found = match provider.latest(&name, key).await {
             Ok(found) => {
@@ -273,6 +266,13 @@ impl Conn {
         (broker.channels.get(id).kind == Kind::Latest).then_some(id)
     }
 
+    /// Channel `id`'s provider and name, for a verb to ask its store.
+    fn store_of(&self, id: ChannelId) -> (Arc<crate::storage::Provider>, Arc<str>) {
+        let broker = self.shared.broker.borrow();
+        let channel = broker.channels.get(id);
+        (channel.provider.clone(), channel.name.clone())
+    }
+
     /// A verb's read of `channel` failed: logged and counted (B-462).
     fn read_failed(&self, channel: &str, e: &crate::storage::StorageError) {
         log::error!("channel {channel}: read failed: {e}");
@@ -292,11 +292,7 @@ impl Conn {
         if !self.may_seek(channel) {
             return (reason::NOT_AUTHORIZED, None); // seek on the append channel (B-282)
         }
-        let (provider, name) = {
-            let broker = self.shared.broker.borrow();
-            let c = broker.channels.get(id);
-            (c.provider.clone(), c.name.clone())
-        };
+        let (provider, name) = self.store_of(id);
         let stats = match provider.stats(&name).await {
             Ok(stats) => stats,
             Err(e) => {
